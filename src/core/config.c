@@ -1,0 +1,1364 @@
+/* Configuration loader: the option tables of the core sections, ${VAR} interpolation,
+ * ANKUSA_* overrides, validation with dotted-key messages, the effective tree and its
+ * redacted copy, and the lookup of the file. Owns the schema of node, log, http, admin,
+ * batcher, wal and sources (sink rows belong to each sink, looked up in the registry).
+ * Must never exit, log, or keep state between calls: every result and every error goes
+ * back to the caller, and no secret value is ever copied into an error message. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include "core/config.h"
+#include "core/yamltree.h"
+#include "sinks/sink.h"
+
+
+#define ID_PATTERN "[A-Za-z0-9_-]{1,64}"
+#define REDACTED "[REDACTED]"
+#define MAX_SECRETS 8
+#define MAX_CONFIG_BYTES (16u << 20)
+#define NOT_YET_HINT "remove it or leave it empty"
+
+/* ---------------------------------------------------------------- option tables ---- */
+
+static const ak_opt_t node_rows[] = {
+  {.key = "roles", .type = AK_OPT_STRLIST, .def = "[edge, dispatch, storage]",
+   .enum_vals = "edge|dispatch|storage|claim_check", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .env = "ANKUSA_ROLES", .doc = "what this node runs: a list or a comma-separated string"},
+  {.key = "data_dir", .type = AK_OPT_STRING, .def = "./data", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .env = "ANKUSA_DATA_DIR", .doc = "directory of the node's store"},
+  {0},
+};
+
+static const ak_opt_t log_rows[] = {
+  {.key = "level", .type = AK_OPT_ENUM, .def = "info", .enum_vals = "debug|info|warning|error",
+   .env = "ANKUSA_LOG_LEVEL", .doc = "lowest level written to stderr"},
+  {0},
+};
+
+static const ak_opt_t http_rows[] = {
+  {.key = "port", .type = AK_OPT_INT, .def = "4000", .min = 0, .max = 65535,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = "ANKUSA_HTTP_PORT|PORT",
+   .doc = "ingest listener port (0 = pick a free port)"},
+  {.key = "max_body_bytes", .type = AK_OPT_INT, .def = "8000000", .min = 1,
+   .flags = AK_OPTF_HAS_MIN, .doc = "a larger body gets 413"},
+  {.key = "routing", .type = AK_OPT_ENUM, .def = "path", .enum_vals = "path|tenant_path",
+   .doc = "path: POST <prefix>/<source>; tenant_path: POST <prefix>/<tenant>/<source>"},
+  {.key = "prefix", .type = AK_OPT_URL_PREFIX, .def = "/webhooks",
+   .doc = "URL path prefix of the catch URLs; \"/\" or \"\" means none"},
+  {0},
+};
+
+static const ak_opt_t admin_rows[] = {
+  {.key = "enabled", .type = AK_OPT_BOOL, .def = "true", .doc = "serve the admin API and /metrics"},
+  {.key = "ip", .type = AK_OPT_IP, .def = "127.0.0.1", .env = "ANKUSA_ADMIN_IP",
+   .doc = "admin listener address (an IP literal; 0.0.0.0 exposes it)"},
+  {.key = "port", .type = AK_OPT_INT, .def = "4002", .min = 0, .max = 65535,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = "ANKUSA_ADMIN_PORT",
+   .doc = "admin listener port"},
+  {.key = "gauge_interval_ms", .type = AK_OPT_INT, .def = "15000", .min = 1,
+   .flags = AK_OPTF_HAS_MIN, .doc = "how often gauges are sampled"},
+  {0},
+};
+
+static const ak_opt_t batcher_rows[] = {
+  {.key = "partitions", .type = AK_OPT_INT, .def = "2", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "group-commit writers"},
+  {.key = "max_batch", .type = AK_OPT_INT, .def = "256", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "records per commit at most"},
+  {.key = "max_delay_ms", .type = AK_OPT_INT, .def = "0", .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "linger before a commit (0 = none: the next batch fills while one syncs)"},
+  {.key = "max_queue", .type = AK_OPT_INT, .def = "10000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "records buffered plus in flight per partition; beyond it 503 overload"},
+  {.key = "max_queue_bytes", .type = AK_OPT_INT, .def = "268435456", .min = 1,
+   .flags = AK_OPTF_HAS_MIN, .doc = "the same bound in body bytes"},
+  {0},
+};
+
+static const ak_opt_t wal_rows[] = {
+  {.key = "type", .type = AK_OPT_ENUM, .def = "disk", .enum_vals = "disk|none|dual",
+   .enum_unsupported = "none|dual", .env = "ANKUSA_WAL_TYPE",
+   .doc = "disk: every hook is synced to the local store before the ack"},
+  {.key = "publish_timeout_ms", .type = AK_OPT_INT, .def = "8000", .min = 1,
+   .flags = AK_OPTF_HAS_MIN, .doc = "publish timeout of wal.type none (accepted, unused)"},
+  {0},
+};
+
+static const ak_opt_t verify_rows[] = {
+  {.key = "type", .type = AK_OPT_ENUM, .flags = AK_OPTF_REQUIRED,
+   .enum_vals = "none|stripe|github|standard_webhooks|shopify|slack|hmac",
+   .enum_unsupported = "stripe|github|standard_webhooks|shopify|slack|hmac",
+   .doc = "signature scheme"},
+  {0},
+};
+
+static const ak_opt_t source_rows[] = {
+  {.key = "tenant", .type = AK_OPT_STRING, .def = "default", .flags = AK_OPTF_ID,
+   .doc = "owning tenant; \"default\" makes the source shared"},
+  {.key = "on_verify_failure", .type = AK_OPT_ENUM, .def = "reject",
+   .enum_vals = "reject|quarantine|accept_flag", .doc = "what a failed verification does"},
+  {.key = "verify", .type = AK_OPT_VERIFIER, .children = verify_rows,
+   .doc = "verifier; absent or {} means none"},
+  {.key = "sinks", .type = AK_OPT_SINK_LIST, .flags = AK_OPTF_REQUIRED,
+   .doc = "where every hook is delivered (each sink gets every hook)"},
+  {.key = "trust_url_tenant", .type = AK_OPT_BOOL, .def = "false",
+   .doc = "allow a shared unverified source under tenant_path routing"},
+  {.key = "dedupe", .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = "duplicate suppression"},
+  {.key = "forward_headers", .type = AK_OPT_STRLIST, .flags = AK_OPTF_UNSUPPORTED,
+   .doc = "provider headers passed to sinks"},
+  {0},
+};
+
+#define NOT_YET_SECTION(name, what) \
+  {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
+
+static const ak_opt_t root_rows[] = {
+  {.key = "node", .type = AK_OPT_MAP, .children = node_rows, .doc = "this node"},
+  {.key = "log", .type = AK_OPT_MAP, .children = log_rows, .doc = "logging"},
+  {.key = "http", .type = AK_OPT_MAP, .children = http_rows, .doc = "ingest listener"},
+  {.key = "admin", .type = AK_OPT_MAP, .children = admin_rows, .doc = "admin listener"},
+  NOT_YET_SECTION("routes", "route guard"),
+  NOT_YET_SECTION("rate_limits", "per-tenant rate limits"),
+  NOT_YET_SECTION("quarantine", "quarantine pen"),
+  {.key = "batcher", .type = AK_OPT_MAP, .children = batcher_rows, .doc = "group commit"},
+  NOT_YET_SECTION("dispatch", "delivery scheduler"),
+  {.key = "wal", .type = AK_OPT_MAP, .children = wal_rows, .doc = "durability of the ack"},
+  NOT_YET_SECTION("storage", "segment archive"),
+  NOT_YET_SECTION("claim_check", "claim-check gateway"),
+  NOT_YET_SECTION("backup", "store backup"),
+  {.key = "sources", .type = AK_OPT_MAP_OF, .children = source_rows, .doc = "source id -> source"},
+  NOT_YET_SECTION("source_store", "dynamic sources"),
+  NOT_YET_SECTION("lifecycle", "lifecycle events"),
+  {0},
+};
+
+const ak_opt_t *ak_config_root_options(void) { return root_rows; }
+
+/* ----------------------------------------------------------------- small helpers ---- */
+
+static const ak_opt_t *row_find(const ak_opt_t *rows, const char *key, size_t *idx) {
+  for (size_t i = 0; rows && rows[i].key; i++)
+    if (!strcmp(rows[i].key, key)) {
+      if (idx) *idx = i;
+      return &rows[i];
+    }
+  return NULL;
+}
+
+static size_t row_count(const ak_opt_t *rows) {
+  size_t n = 0;
+  while (rows && rows[n].key) n++;
+  return n;
+}
+
+/* Position of word in "a|b|c", or -1. */
+static int list_index(const char *list, const char *word) {
+  if (!list) return -1;
+  size_t wl = strlen(word);
+  int i = 0;
+  for (const char *p = list;; i++) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == wl && !memcmp(p, word, wl)) return i;
+    if (!bar) return -1;
+    p = bar + 1;
+  }
+}
+
+static bool is_id(const char *s) {
+  size_t n = strlen(s);
+  if (n < 1 || n > 64) return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = s[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xasprintf(const char *fmt, ...) {
+  char *s = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vasprintf(&s, fmt, ap);
+  va_end(ap);
+  return rc < 0 ? NULL : s;
+}
+
+static char *path_key(const char *parent, const char *key) {
+  return *parent ? xasprintf("%s.%s", parent, key) : strdup(key);
+}
+
+static char *path_idx(const char *parent, size_t i) { return xasprintf("%s[%zu]", parent, i); }
+
+static const char *env_lookup(const char *const *env, const char *name) {
+  if (!env) return getenv(name);
+  size_t n = strlen(name);
+  for (size_t i = 0; env[i]; i++)
+    if (!strncmp(env[i], name, n) && env[i][n] == '=') return env[i] + n + 1;
+  return NULL;
+}
+
+/* The value of the first of "A|B" that is set and non-empty; *which names it. An empty
+ * override is treated as unset so that `PORT=` in a unit file does not break a boot. */
+static const char *env_override(const char *const *env, const char *names, char *which,
+                                size_t whichlen) {
+  for (const char *p = names; p && *p;) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len < whichlen) {
+      memcpy(which, p, len);
+      which[len] = '\0';
+      const char *v = env_lookup(env, which);
+      if (v && *v) return v;
+    }
+    p = bar ? bar + 1 : p + len;
+  }
+  return NULL;
+}
+
+/* A value as it appears in an error: strings quoted (and cut when long), collections
+ * elided; a secret scalar never appears at all. */
+static char *render(const json_t *v, bool secret) {
+  if (json_is_array(v)) return strdup("[...]");
+  if (json_is_object(v)) return strdup("{...}");
+  if (secret && !json_is_null(v)) return strdup(REDACTED);
+  if (json_is_string(v)) {
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    bool cut = n > 64;
+    if (cut) {
+      n = 60;
+      while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+    }
+    json_t *tmp = json_stringn(s, n);
+    char *q = tmp ? json_dumps(tmp, JSON_ENCODE_ANY) : NULL;
+    json_decref(tmp);
+    if (!q || !cut) return q;
+    size_t ql = strlen(q);
+    char *out = xasprintf("%.*s...\"", (int)(ql - 1), q);
+    free(q);
+    return out;
+  }
+  return json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
+}
+
+/* ------------------------------------------------------------ validation context ---- */
+
+typedef struct {
+  char **lines;
+  size_t n, cap;
+  const char *const *env;
+} vctx_t;
+
+static void verr(vctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void verr(vctx_t *c, const char *fmt, ...) {
+  char *s = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = vasprintf(&s, fmt, ap);
+  va_end(ap);
+  if (rc < 0) s = NULL;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 8;
+    char **nl = realloc(c->lines, cap * sizeof *nl);
+    if (!nl) {
+      free(s);
+      return;
+    }
+    c->lines = nl;
+    c->cap = cap;
+  }
+  c->lines[c->n++] = s ? s : strdup("out of memory");
+}
+
+static char *vctx_join(vctx_t *c) {
+  size_t len = 1;
+  for (size_t i = 0; i < c->n; i++) len += (c->lines[i] ? strlen(c->lines[i]) : 0) + 1;
+  char *out = malloc(len);
+  if (!out) return NULL;
+  char *p = out;
+  for (size_t i = 0; i < c->n; i++) {
+    if (i) *p++ = '\n';
+    size_t l = c->lines[i] ? strlen(c->lines[i]) : 0;
+    memcpy(p, c->lines[i], l);
+    p += l;
+  }
+  *p = '\0';
+  return out;
+}
+
+static void vctx_free(vctx_t *c) {
+  for (size_t i = 0; i < c->n; i++) free(c->lines[i]);
+  free(c->lines);
+}
+
+static void type_error(vctx_t *c, const char *label, const char *want, const json_t *v, bool secret) {
+  char *r = render(v, secret);
+  verr(c, "%s: expected %s, got %s", label, want, r ? r : "?");
+  free(r);
+}
+
+/* ------------------------------------------------------------------ interpolation ---- */
+
+typedef struct {
+  char *s;
+  size_t n, cap;
+} sbuf_t;
+
+static void sb_add(sbuf_t *b, const char *s, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < b->n + n + 1) cap *= 2;
+    char *ns = realloc(b->s, cap);
+    if (!ns) return;
+    b->s = ns;
+    b->cap = cap;
+  }
+  memcpy(b->s + b->n, s, n);
+  b->n += n;
+  b->s[b->n] = '\0';
+}
+
+static bool is_name_char(char ch) {
+  return (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+}
+
+/* ${NAME} / ${NAME:-default} in one string value. What gets substituted is never scanned
+ * again, so a variable may hold "${" literally. New reference, or NULL after reporting. */
+static json_t *interpolate(vctx_t *c, json_t *v, const char *label, bool secret) {
+  const char *s = json_string_value(v);
+  if (!strstr(s, "${")) return json_incref(v);
+  size_t n = strlen(s), errs = c->n;
+  sbuf_t b = {0};
+  sb_add(&b, "", 0);
+  for (size_t i = 0; i < n;) {
+    if (s[i] != '$' || s[i + 1] != '{') {
+      sb_add(&b, s + i, 1);
+      i++;
+      continue;
+    }
+    size_t j = i + 2;
+    while (j < n && is_name_char(s[j])) j++;
+    bool named = j > i + 2;
+    if (named && j < n && s[j] == '}') {
+      char *name = strndup(s + i + 2, j - i - 2);
+      const char *val = name ? env_lookup(c->env, name) : NULL;
+      if (val) sb_add(&b, val, strlen(val));
+      else verr(c, "%s: ${%s} is not set", label, name ? name : "?");
+      free(name);
+      i = j + 1;
+      continue;
+    }
+    if (named && j + 1 < n && s[j] == ':' && s[j + 1] == '-') {
+      const char *close = strchr(s + j + 2, '}');
+      if (close) {
+        char *name = strndup(s + i + 2, j - i - 2);
+        const char *val = name ? env_lookup(c->env, name) : NULL;
+        if (val) sb_add(&b, val, strlen(val));
+        else sb_add(&b, s + j + 2, (size_t)(close - (s + j + 2)));
+        free(name);
+        i = (size_t)(close - s) + 1;
+        continue;
+      }
+    }
+    /* Not a reference we understand: say which text, unless it belongs to a secret. */
+    const char *close = strchr(s + i, '}');
+    size_t frag = close ? (size_t)(close - (s + i)) + 1 : n - i;
+    if (secret) verr(c, "%s: unresolved ${...}", label);
+    else if (frag > 40) verr(c, "%s: unresolved %.36s...", label, s + i);
+    else verr(c, "%s: unresolved %.*s", label, (int)frag, s + i);
+    i += frag;
+  }
+  json_t *out = NULL;
+  if (c->n == errs) {
+    out = b.s ? json_string(b.s) : NULL;
+    if (!out) verr(c, "%s: the interpolated value is not valid UTF-8", label);
+  }
+  free(b.s);
+  return out;
+}
+
+/* ---------------------------------------------------------------------- checking ---- */
+
+static json_t *check_value(vctx_t *c, const ak_opt_t *row, json_t *v, const char *path,
+                           const char *label, bool interp);
+static json_t *check_map(vctx_t *c, const ak_opt_t *rows, json_t *obj, const char *path);
+
+/* A string, or a plain integer taken as its text ("tenant: 2024"). Malloc'd or NULL. */
+static char *as_text(const json_t *v) {
+  if (json_is_string(v)) return strdup(json_string_value(v));
+  if (json_is_integer(v)) return xasprintf("%lld", (long long)json_integer_value(v));
+  return NULL;
+}
+
+static bool parse_int_text(const char *s, int64_t *out) {
+  const char *p = s;
+  if (*p == '-') p++;
+  if (!*p) return false;
+  for (const char *q = p; *q; q++)
+    if (*q < '0' || *q > '9') return false;
+  errno = 0;
+  long long v = strtoll(s, NULL, 10);
+  if (errno == ERANGE) return false;
+  *out = v;
+  return true;
+}
+
+static bool is_empty_value(const json_t *v) {
+  return !v || json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+         (json_is_array(v) && json_array_size(v) == 0) ||
+         (json_is_string(v) && json_string_length(v) == 0);
+}
+
+static void bounds_text(const ak_opt_t *row, char *buf, size_t len) {
+  bool lo = row->flags & AK_OPTF_HAS_MIN, hi = row->flags & AK_OPTF_HAS_MAX;
+  if (lo && hi)
+    snprintf(buf, len, "between %lld and %lld", (long long)row->min, (long long)row->max);
+  else if (lo && row->min == 1) snprintf(buf, len, "positive");
+  else if (lo && row->min == 0) snprintf(buf, len, "non-negative");
+  else if (lo) snprintf(buf, len, "at least %lld", (long long)row->min);
+  else snprintf(buf, len, "at most %lld", (long long)row->max);
+}
+
+static bool in_bounds(const ak_opt_t *row, double x) {
+  if ((row->flags & AK_OPTF_HAS_MIN) && x < (double)row->min) return false;
+  if ((row->flags & AK_OPTF_HAS_MAX) && x > (double)row->max) return false;
+  return true;
+}
+
+static void range_error(vctx_t *c, const ak_opt_t *row, const char *label, const json_t *v) {
+  char want[96];
+  bounds_text(row, want, sizeof want);
+  char *r = render(v, row->flags & AK_OPTF_SECRET);
+  verr(c, "%s must be %s, got %s", label, want, r ? r : "?");
+  free(r);
+}
+
+/* Length / count bounds of strings and lists; "must not be empty" for the common case. */
+static bool check_count(vctx_t *c, const ak_opt_t *row, const char *label, size_t n, const char *unit) {
+  if ((row->flags & AK_OPTF_HAS_MIN) && (int64_t)n < row->min) {
+    if (row->min == 1) verr(c, "%s: must not be empty", label);
+    else verr(c, "%s: must have at least %lld %s", label, (long long)row->min, unit);
+    return false;
+  }
+  if ((row->flags & AK_OPTF_HAS_MAX) && (int64_t)n > row->max) {
+    verr(c, "%s: must have at most %lld %s", label, (long long)row->max, unit);
+    return false;
+  }
+  return true;
+}
+
+static void enum_expected(const char *vals, char *buf, size_t len) {
+  size_t o = 0;
+  for (const char *p = vals; *p && o + 3 < len; p++) {
+    if (*p == '|') {
+      buf[o++] = ',';
+      buf[o++] = ' ';
+    } else {
+      buf[o++] = *p;
+    }
+  }
+  buf[o] = '\0';
+}
+
+/* Checks a word against enum_vals / enum_unsupported; reports and returns false. */
+static bool check_enum_word(vctx_t *c, const ak_opt_t *row, const char *label, const char *w) {
+  if (list_index(row->enum_vals, w) < 0) {
+    char exp[512];
+    enum_expected(row->enum_vals, exp, sizeof exp);
+    json_t *tmp = json_string(w);
+    char *r = render(tmp, false);
+    verr(c, "%s: unknown value %s; expected one of %s", label, r ? r : "?", exp);
+    free(r);
+    json_decref(tmp);
+    return false;
+  }
+  if (list_index(row->enum_unsupported, w) >= 0) {
+    verr(c, "%s: \"%s\" is not supported yet", label, w);
+    return false;
+  }
+  return true;
+}
+
+/* A word named twice means the same as once (roles: [edge, edge]). */
+static void strlist_add(json_t *list, const char *w) {
+  size_t k;
+  json_t *prev;
+  json_array_foreach(list, k, prev)
+    if (!strcmp(json_string_value(prev), w)) return;
+  json_array_append_new(list, json_string(w));
+}
+
+static json_t *check_strlist(vctx_t *c, const ak_opt_t *row, json_t *v, const char *path,
+                             const char *label, bool interp) {
+  json_t *out = json_array();
+  size_t errs = c->n;
+  if (json_is_array(v)) {
+    size_t i;
+    json_t *item;
+    json_array_foreach(v, i, item) {
+      char *ip = path_idx(path, i);
+      json_t *iv = (interp && json_is_string(item)) ? interpolate(c, item, ip, false) : json_incref(item);
+      char *t = iv ? as_text(iv) : NULL;
+      if (iv && !t) type_error(c, ip, "a string", iv, false);
+      if (t && row->enum_vals && !check_enum_word(c, row, ip, t)) {
+        free(t);
+        t = NULL;
+      }
+      if (t) strlist_add(out, t);
+      free(t);
+      json_decref(iv);
+      free(ip);
+    }
+  } else {
+    json_t *sv = (interp && json_is_string(v)) ? interpolate(c, v, label, false) : json_incref(v);
+    if (sv && !json_is_string(sv)) type_error(c, label, "a list", sv, false);
+    if (sv && json_is_string(sv)) {
+      /* "edge, dispatch" is the env form: split on commas, trim, drop empty parts */
+      const char *s = json_string_value(sv);
+      while (*s) {
+        const char *comma = strchr(s, ',');
+        const char *e = comma ? comma : s + strlen(s);
+        const char *b = s;
+        while (b < e && (*b == ' ' || *b == '\t')) b++;
+        const char *t = e;
+        while (t > b && (t[-1] == ' ' || t[-1] == '\t')) t--;
+        if (t > b) {
+          char *w = strndup(b, (size_t)(t - b));
+          if (w && (!row->enum_vals || check_enum_word(c, row, label, w))) strlist_add(out, w);
+          free(w);
+        }
+        s = comma ? comma + 1 : e;
+      }
+    }
+    json_decref(sv);
+  }
+  if (c->n == errs) check_count(c, row, label, json_array_size(out), "items");
+  if (c->n != errs) {
+    json_decref(out);
+    return NULL;
+  }
+  return out;
+}
+
+static json_t *check_secrets(vctx_t *c, json_t *v, const char *path, const char *label, bool interp) {
+  size_t errs = c->n;
+  if (json_is_string(v)) {
+    json_t *sv = interp ? interpolate(c, v, label, true) : json_incref(v);
+    if (sv && json_string_length(sv) == 0) verr(c, "%s: must not be empty", label);
+    if (c->n == errs) return sv;
+    json_decref(sv);
+    return NULL;
+  }
+  if (!json_is_array(v)) {
+    type_error(c, label, "a string or a list of strings", v, true);
+    return NULL;
+  }
+  if (json_array_size(v) == 0) {
+    verr(c, "%s: must not be empty", label);
+    return NULL;
+  }
+  if (json_array_size(v) > MAX_SECRETS) {
+    verr(c, "%s: at most %d secrets", label, MAX_SECRETS);
+    return NULL;
+  }
+  json_t *out = json_array();
+  size_t i;
+  json_t *item;
+  json_array_foreach(v, i, item) {
+    char *ip = path_idx(path, i);
+    if (!json_is_string(item)) {
+      type_error(c, ip, "a string", item, true);
+    } else {
+      json_t *sv = interp ? interpolate(c, item, ip, true) : json_incref(item);
+      if (sv && json_string_length(sv) == 0) verr(c, "%s: must not be empty", ip);
+      else if (sv) json_array_append(out, sv);
+      json_decref(sv);
+    }
+    free(ip);
+  }
+  if (c->n == errs) return out;
+  json_decref(out);
+  return NULL;
+}
+
+static json_t *check_prefix(vctx_t *c, const char *label, const char *s) {
+  sbuf_t b = {0};
+  sb_add(&b, "", 0);
+  bool ok = true;
+  while (*s) {
+    const char *slash = strchr(s, '/');
+    size_t len = slash ? (size_t)(slash - s) : strlen(s);
+    if (len) {
+      bool good = !(len == 1 && s[0] == '.') && !(len == 2 && s[0] == '.' && s[1] == '.');
+      for (size_t i = 0; i < len && good; i++) {
+        char ch = s[i];
+        good = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+               ch == '.' || ch == '_' || ch == '~' || ch == '-';
+      }
+      if (!good) {
+        char *seg = strndup(s, len);
+        json_t *tmp = seg ? json_string(seg) : NULL;
+        char *r = tmp ? render(tmp, false) : NULL;
+        verr(c, "%s: invalid path segment %s; expected [A-Za-z0-9._~-]+ (and not . or ..)", label,
+             r ? r : "?");
+        free(r);
+        json_decref(tmp);
+        free(seg);
+        ok = false;
+        break;
+      }
+      sb_add(&b, "/", 1);
+      sb_add(&b, s, len);
+    }
+    s += len + (slash ? 1 : 0);
+  }
+  json_t *out = ok && b.s ? json_string(b.s) : NULL;
+  free(b.s);
+  return out;
+}
+
+/* A "plug-in" mapping whose `type` decides what else is allowed: check the type alone
+ * first, so a refused type does not also produce a pile of unknown-key errors. */
+static json_t *check_verifier(vctx_t *c, const ak_opt_t *row, json_t *obj, const char *path) {
+  if (is_empty_value(obj)) return json_pack("{s:s}", "type", "none");
+  const ak_opt_t *type_row = row_find(row->children, "type", NULL);
+  json_t *t = json_object_get(obj, "type");
+  if (!t) {
+    verr(c, "%s: missing required key \"type\"", path);
+    return NULL;
+  }
+  char *tp = path_key(path, "type");
+  json_t *tv = check_value(c, type_row, t, tp, tp, true);
+  free(tp);
+  if (!tv) return NULL;
+  json_decref(tv);
+  return check_map(c, row->children, obj, path);
+}
+
+static json_t *check_sink(vctx_t *c, json_t *item, const char *ip) {
+  if (!json_is_object(item)) {
+    type_error(c, ip, "a mapping", item, false);
+    return NULL;
+  }
+  json_t *t = json_object_get(item, "type");
+  if (!t) {
+    verr(c, "%s: missing required key \"type\"", ip);
+    return NULL;
+  }
+  char *tp = path_key(ip, "type");
+  json_t *tv = json_is_string(t) ? interpolate(c, t, tp, false) : json_incref(t);
+  char *type = tv ? as_text(tv) : NULL;
+  json_t *out = NULL;
+  const ak_sink_vtable_t *vt = NULL;
+  if (tv && !type) {
+    type_error(c, tp, "a string", tv, false);
+  } else if (type && !(vt = ak_sinks_find(type))) {
+    json_t *tmp = json_string(type);
+    char *r = tmp ? render(tmp, false) : NULL;
+    json_decref(tmp);
+    verr(c, "%s: unknown value %s; expected one of %s", tp, r ? r : "?", ak_sinks_type_list());
+    free(r);
+  } else if (vt && !vt->supported) {
+    verr(c, "%s: sink type \"%s\" is not supported yet", tp, type);
+  } else if (vt) {
+    json_t *rest = json_copy(item);
+    json_object_del(rest, "type");
+    json_t *opts = check_map(c, vt->options, rest, ip);
+    json_decref(rest);
+    if (opts) {
+      out = json_pack("{s:s}", "type", type);
+      json_object_update(out, opts);
+      json_decref(opts);
+    }
+  }
+  free(type);
+  json_decref(tv);
+  free(tp);
+  return out;
+}
+
+static json_t *check_sink_list(vctx_t *c, json_t *v, const char *path, const char *label) {
+  if (!json_is_null(v) && !json_is_array(v)) {
+    type_error(c, label, "a list", v, false);
+    return NULL;
+  }
+  if (json_array_size(v) == 0) {
+    verr(c, "%s: must not be empty", label);
+    return NULL;
+  }
+  size_t errs = c->n;
+  json_t *out = json_array();
+  size_t i;
+  json_t *item;
+  json_array_foreach(v, i, item) {
+    char *ip = path_idx(path, i);
+    json_t *sv = check_sink(c, item, ip);
+    if (sv) json_array_append_new(out, sv);
+    free(ip);
+  }
+  if (c->n == errs) return out;
+  json_decref(out);
+  return NULL;
+}
+
+static int cmp_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A mapping of id -> mapping (sources). Checked in file order, emitted sorted by id. */
+static json_t *check_map_of(vctx_t *c, const ak_opt_t *row, json_t *obj, const char *path) {
+  if (json_is_null(obj)) return json_object();
+  if (!json_is_object(obj)) {
+    type_error(c, path, "a mapping", obj, false);
+    return NULL;
+  }
+  size_t n = json_object_size(obj), k = 0;
+  const char **keys = calloc(n + 1, sizeof *keys);
+  json_t *checked = json_object();
+  const char *id;
+  json_t *val;
+  size_t noun_len = strlen(row->key);
+  if (noun_len > 1 && row->key[noun_len - 1] == 's') noun_len--; /* "sources" -> "source" */
+  json_object_foreach(obj, id, val) {
+    if (!is_id(id)) {
+      json_t *tmp = json_string(id);
+      char *r = render(tmp, false);
+      verr(c, "%s: invalid %.*s id %s; expected " ID_PATTERN, path, (int)noun_len, row->key,
+           r ? r : "?");
+      free(r);
+      json_decref(tmp);
+      continue;
+    }
+    char *ip = path_key(path, id);
+    json_t *cv = NULL;
+    size_t before = c->n;
+    if (!json_is_null(val) && !json_is_object(val)) type_error(c, ip, "a mapping", val, false);
+    else cv = check_map(c, row->children, val, ip);
+    if (cv && c->n == before) json_object_set_new(checked, id, cv); /* a bad entry is left out */
+    else json_decref(cv);
+    free(ip);
+  }
+  json_t *out = NULL;
+  if (keys) {
+    json_object_foreach(checked, id, val) keys[k++] = id;
+    qsort(keys, k, sizeof *keys, cmp_key);
+    out = json_object();
+    for (size_t i = 0; i < k; i++) json_object_set(out, keys[i], json_object_get(checked, keys[i]));
+  }
+  free(keys);
+  json_decref(checked);
+  return out;
+}
+
+static json_t *check_value(vctx_t *c, const ak_opt_t *row, json_t *v, const char *path,
+                           const char *label, bool interp) {
+  bool secret = row->flags & AK_OPTF_SECRET;
+  if (row->flags & AK_OPTF_UNSUPPORTED) {
+    if (!is_empty_value(v)) verr(c, "%s: not supported yet; " NOT_YET_HINT, label);
+    return NULL;
+  }
+  if (row->type == AK_OPT_SECRETS) return check_secrets(c, v, path, label, interp);
+  if (row->type == AK_OPT_STRLIST) return check_strlist(c, row, v, path, label, interp);
+  json_t *own = (interp && json_is_string(v)) ? interpolate(c, v, label, secret) : json_incref(v);
+  if (!own) return NULL;
+  v = own;
+  json_t *out = NULL;
+  char *text = NULL;
+  if (json_is_null(v) && (row->flags & AK_OPTF_NULLABLE)) {
+    out = json_null();
+    goto done;
+  }
+  switch (row->type) {
+  case AK_OPT_STRING:
+    if (!(text = as_text(v))) {
+      type_error(c, label, "a string", v, secret);
+    } else if ((row->flags & AK_OPTF_ID) && !is_id(text)) {
+      char *r = render(v, secret);
+      verr(c, "%s: invalid %s %s; expected " ID_PATTERN, label, row->key, r ? r : "?");
+      free(r);
+    } else if (check_count(c, row, label, strlen(text), "characters")) {
+      out = json_string(text);
+    }
+    break;
+  case AK_OPT_INT: {
+    int64_t x = 0;
+    bool ok = json_is_integer(v) ? (x = json_integer_value(v), true)
+                                 : json_is_string(v) && parse_int_text(json_string_value(v), &x);
+    if (!ok) {
+      type_error(c, label, "an integer", v, secret);
+    } else {
+      json_t *iv = json_integer(x);
+      if (in_bounds(row, (double)x)) out = iv;
+      else {
+        range_error(c, row, label, iv);
+        json_decref(iv);
+      }
+    }
+    break;
+  }
+  case AK_OPT_NUMBER: {
+    json_t *nv = NULL;
+    int64_t x;
+    if (json_is_number(v)) {
+      nv = json_incref(v);
+    } else if (json_is_string(v)) {
+      const char *s = json_string_value(v);
+      char *end = NULL;
+      if (parse_int_text(s, &x)) {
+        nv = json_integer(x);
+      } else if (*s) {
+        double d = strtod(s, &end);
+        if (end && !*end && d == d && d - d == 0) nv = json_real(d);
+      }
+    }
+    if (!nv) type_error(c, label, "a number", v, secret);
+    else if (!in_bounds(row, json_number_value(nv))) range_error(c, row, label, nv);
+    else out = json_incref(nv);
+    json_decref(nv);
+    break;
+  }
+  case AK_OPT_BOOL:
+    if (json_is_boolean(v)) out = json_incref(v);
+    else if (json_is_string(v) && !strcasecmp(json_string_value(v), "true")) out = json_true();
+    else if (json_is_string(v) && !strcasecmp(json_string_value(v), "false")) out = json_false();
+    else type_error(c, label, "a boolean", v, secret);
+    break;
+  case AK_OPT_ENUM:
+    if (!(text = as_text(v))) type_error(c, label, "a string", v, secret);
+    else if (check_enum_word(c, row, label, text)) out = json_string(text);
+    break;
+  case AK_OPT_IP: {
+    unsigned char buf[sizeof(struct in6_addr)];
+    text = json_is_string(v) ? strdup(json_string_value(v)) : NULL;
+    if (text && (inet_pton(AF_INET, text, buf) == 1 || inet_pton(AF_INET6, text, buf) == 1))
+      out = json_string(text);
+    else type_error(c, label, "an IP address literal", v, secret);
+    break;
+  }
+  case AK_OPT_URL_PREFIX:
+    if (!json_is_string(v)) type_error(c, label, "a string", v, secret);
+    else out = check_prefix(c, label, json_string_value(v));
+    break;
+  case AK_OPT_MAP:
+    if (!json_is_null(v) && !json_is_object(v)) type_error(c, label, "a mapping", v, secret);
+    else out = check_map(c, row->children, json_is_null(v) ? NULL : v, path);
+    break;
+  case AK_OPT_ANY_MAP: {
+    if (!json_is_null(v) && !json_is_object(v)) {
+      type_error(c, label, "a mapping", v, secret);
+      break;
+    }
+    size_t errs = c->n;
+    json_t *m = json_object();
+    const char *k;
+    json_t *item;
+    json_object_foreach(v, k, item) {
+      char *ip = path_key(path, k);
+      json_t *iv = (interp && json_is_string(item)) ? interpolate(c, item, ip, secret) : json_incref(item);
+      char *t = iv ? as_text(iv) : NULL;
+      if (iv && !t) type_error(c, ip, "a string", iv, secret);
+      if (t) json_object_set_new(m, k, json_string(t));
+      free(t);
+      json_decref(iv);
+      free(ip);
+    }
+    if (c->n == errs) out = m;
+    else json_decref(m);
+    break;
+  }
+  case AK_OPT_MAP_OF:
+    out = check_map_of(c, row, v, path);
+    break;
+  case AK_OPT_VERIFIER:
+    if (!json_is_null(v) && !json_is_object(v)) type_error(c, label, "a mapping", v, secret);
+    else out = check_verifier(c, row, v, path);
+    break;
+  case AK_OPT_SINK_LIST:
+    out = check_sink_list(c, v, path, label);
+    break;
+  case AK_OPT_STRLIST:
+  case AK_OPT_SECRETS:
+    break; /* handled above, before interpolation of the whole value */
+  }
+done:
+  free(text);
+  json_decref(own);
+  return out;
+}
+
+/* The value of a key the file does not set (nor the environment). */
+static json_t *default_value(vctx_t *c, const ak_opt_t *row, const char *path, const char *parent) {
+  if (row->flags & AK_OPTF_REQUIRED) {
+    if (*parent) verr(c, "%s: missing required key \"%s\"", parent, row->key);
+    else verr(c, "missing required key \"%s\"", row->key);
+    return NULL;
+  }
+  if (row->flags & AK_OPTF_UNSUPPORTED) return NULL;
+  switch (row->type) {
+  case AK_OPT_MAP: return check_map(c, row->children, NULL, path);
+  case AK_OPT_MAP_OF: return json_object();
+  case AK_OPT_VERIFIER: return json_pack("{s:s}", "type", "none");
+  case AK_OPT_ANY_MAP: return row->def ? NULL : json_object();
+  default: break;
+  }
+  if (!row->def) return (row->flags & AK_OPTF_NULLABLE) ? json_null() : NULL;
+  const char *d = row->def;
+  size_t dl = strlen(d);
+  json_t *dv = (row->type == AK_OPT_STRLIST && dl >= 2 && d[0] == '[' && d[dl - 1] == ']')
+                 ? json_stringn(d + 1, dl - 2)
+                 : json_string(d);
+  json_t *out = dv ? check_value(c, row, dv, path, path, false) : NULL;
+  json_decref(dv);
+  return out;
+}
+
+/* A mapping checked against rows: file keys in file order (so errors come in document
+ * order), then environment overrides, then defaults; emitted in row order. */
+static json_t *check_map(vctx_t *c, const ak_opt_t *rows, json_t *obj, const char *path) {
+  size_t n = row_count(rows);
+  json_t **vals = calloc(n + 1, sizeof *vals);
+  bool *seen = calloc(n + 1, sizeof *seen);
+  const char **ovr = calloc(n + 1, sizeof *ovr);
+  char (*ovr_name)[64] = calloc(n + 1, sizeof *ovr_name);
+  if (!vals || !seen || !ovr || !ovr_name) {
+    verr(c, "%s: out of memory", path);
+    free(vals);
+    free(seen);
+    free(ovr);
+    free(ovr_name);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (rows[i].env) ovr[i] = env_override(c->env, rows[i].env, ovr_name[i], sizeof ovr_name[i]);
+  if (obj) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v) {
+      size_t i;
+      if (!row_find(rows, k, &i)) {
+        json_t *tmp = json_string(k);
+        char *r = render(tmp, false);
+        if (*path) verr(c, "%s: unknown key %s", path, r ? r : "?");
+        else verr(c, "unknown key %s", r ? r : "?");
+        free(r);
+        json_decref(tmp);
+        continue;
+      }
+      seen[i] = true;
+      if (ovr[i]) continue; /* the environment beats the file */
+      char *cp = path_key(path, k);
+      vals[i] = check_value(c, &rows[i], v, cp, cp, true);
+      free(cp);
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    char *cp = path_key(path, rows[i].key);
+    if (ovr[i]) {
+      char *label = xasprintf("%s (from %s)", cp, ovr_name[i]);
+      json_t *ev = json_string(ovr[i]);
+      if (!ev) verr(c, "%s: not valid UTF-8", label);
+      else vals[i] = check_value(c, &rows[i], ev, cp, label, false);
+      json_decref(ev);
+      free(label);
+    } else if (!seen[i]) {
+      vals[i] = default_value(c, &rows[i], cp, path);
+    }
+    free(cp);
+  }
+  json_t *out = json_object();
+  for (size_t i = 0; i < n; i++)
+    if (vals[i]) json_object_set_new(out, rows[i].key, vals[i]);
+  free(vals);
+  free(seen);
+  free(ovr);
+  free(ovr_name);
+  /* Partial on error: the load fails anyway, but the cross-key rules can still look at
+   * the keys that were fine (http.routing next to a bad http.port). */
+  return out;
+}
+
+/* Rules across keys, run on the checked tree. */
+static void check_cross(vctx_t *c, json_t *eff) {
+  json_t *http = json_object_get(eff, "http");
+  const char *routing = json_string_value(json_object_get(http, "routing"));
+  json_t *sources = json_object_get(eff, "sources");
+  const char *id;
+  json_t *src;
+  if (routing && !strcmp(routing, "tenant_path")) {
+    json_object_foreach(sources, id, src) {
+      const char *tenant = json_string_value(json_object_get(src, "tenant"));
+      const char *vt = json_string_value(json_object_get(json_object_get(src, "verify"), "type"));
+      bool trust = json_is_true(json_object_get(src, "trust_url_tenant"));
+      if (tenant && !strcmp(tenant, "default") && vt && !strcmp(vt, "none") && !trust)
+        verr(c,
+             "sources.%s: a shared source (tenant \"default\") with no verifier under tenant_path "
+             "routing lets any URL tenant file hooks; set trust_url_tenant: true to allow it",
+             id);
+    }
+  }
+}
+
+/* ---------------------------------------------------------- typed configuration ---- */
+
+static int enum_of(const ak_opt_t *rows, const char *key, const json_t *section) {
+  const ak_opt_t *row = row_find(rows, key, NULL);
+  const char *v = json_string_value(json_object_get(section, key));
+  int i = (row && v) ? list_index(row->enum_vals, v) : -1;
+  return i < 0 ? 0 : i;
+}
+
+static int64_t int_of(const json_t *section, const char *key) {
+  return json_integer_value(json_object_get(section, key));
+}
+
+static char *str_of(const json_t *section, const char *key) {
+  const char *s = json_string_value(json_object_get(section, key));
+  return strdup(s ? s : "");
+}
+
+static const char *const role_names[] = {"edge", "dispatch", "storage", "claim_check"};
+
+static int build_typed(ak_config_t *cfg) {
+  json_t *e = cfg->effective;
+  json_t *node = json_object_get(e, "node"), *log = json_object_get(e, "log"),
+         *http = json_object_get(e, "http"), *admin = json_object_get(e, "admin"),
+         *batcher = json_object_get(e, "batcher"), *wal = json_object_get(e, "wal"),
+         *sources = json_object_get(e, "sources");
+  size_t i;
+  json_t *item;
+  json_array_foreach(json_object_get(node, "roles"), i, item) {
+    for (size_t r = 0; r < sizeof role_names / sizeof role_names[0]; r++)
+      if (!strcmp(json_string_value(item), role_names[r])) cfg->roles |= 1u << r;
+  }
+  cfg->data_dir = str_of(node, "data_dir");
+  cfg->log_level = (ak_log_level_t)enum_of(log_rows, "level", log);
+  cfg->http_port = (int)int_of(http, "port");
+  cfg->http_max_body_bytes = int_of(http, "max_body_bytes");
+  cfg->http_routing = (ak_routing_t)enum_of(http_rows, "routing", http);
+  cfg->http_prefix = str_of(http, "prefix");
+  cfg->admin_enabled = json_is_true(json_object_get(admin, "enabled"));
+  cfg->admin_ip = str_of(admin, "ip");
+  cfg->admin_port = (int)int_of(admin, "port");
+  cfg->admin_gauge_interval_ms = int_of(admin, "gauge_interval_ms");
+  cfg->batcher_partitions = int_of(batcher, "partitions");
+  cfg->batcher_max_batch = int_of(batcher, "max_batch");
+  cfg->batcher_max_delay_ms = int_of(batcher, "max_delay_ms");
+  cfg->batcher_max_queue = int_of(batcher, "max_queue");
+  cfg->batcher_max_queue_bytes = int_of(batcher, "max_queue_bytes");
+  cfg->wal_type = (ak_wal_type_t)enum_of(wal_rows, "type", wal);
+  if (!cfg->data_dir || !cfg->http_prefix || !cfg->admin_ip) return -1;
+
+  size_t n = json_object_size(sources);
+  cfg->sources = calloc(n ? n : 1, sizeof *cfg->sources);
+  if (!cfg->sources) return -1;
+  const char *id;
+  json_t *src;
+  json_object_foreach(sources, id, src) { /* already sorted by id */
+    ak_source_cfg_t *s = &cfg->sources[cfg->nsources++];
+    json_t *verify = json_object_get(src, "verify");
+    json_t *sinks = json_object_get(src, "sinks");
+    s->id = strdup(id);
+    s->tenant = str_of(src, "tenant");
+    s->on_verify_failure = (ak_on_verify_failure_t)enum_of(source_rows, "on_verify_failure", src);
+    s->verify_type = str_of(verify, "type");
+    s->verify = (s->verify_type && strcmp(s->verify_type, "none")) ? json_incref(verify) : NULL;
+    s->trust_url_tenant = json_is_true(json_object_get(src, "trust_url_tenant"));
+    s->sinks = calloc(json_array_size(sinks) + 1, sizeof *s->sinks);
+    if (!s->id || !s->tenant || !s->verify_type || !s->sinks) return -1;
+    json_array_foreach(sinks, i, item) {
+      ak_sink_cfg_t *k = &s->sinks[s->nsinks++];
+      k->type = str_of(item, "type");
+      k->opts = json_incref(item);
+      if (!k->type) return -1;
+    }
+  }
+  return 0;
+}
+
+void ak_config_free(ak_config_t *cfg) {
+  if (!cfg) return;
+  for (size_t i = 0; i < cfg->nsources; i++) {
+    ak_source_cfg_t *s = &cfg->sources[i];
+    for (size_t k = 0; k < s->nsinks; k++) {
+      free(s->sinks[k].type);
+      json_decref(s->sinks[k].opts);
+    }
+    free(s->sinks);
+    free(s->id);
+    free(s->tenant);
+    free(s->verify_type);
+    json_decref(s->verify);
+  }
+  free(cfg->sources);
+  free(cfg->path);
+  free(cfg->data_dir);
+  free(cfg->http_prefix);
+  free(cfg->admin_ip);
+  json_decref(cfg->effective);
+  free(cfg);
+}
+
+/* ----------------------------------------------------------------------- loading ---- */
+
+static int load_text(const char *yaml, size_t len, const char *path, const char *const *env,
+                     ak_config_t **out, char **err) {
+  *out = NULL;
+  *err = NULL;
+  json_t *doc = NULL;
+  char *perr = NULL;
+  if (ak_config_yaml_parse(yaml ? yaml : "", yaml ? len : 0, &doc, &perr) < 0) {
+    *err = path ? xasprintf("%s: %s", path, perr ? perr : "invalid YAML") : perr;
+    if (path) free(perr);
+    if (!*err) *err = strdup("invalid YAML");
+    return -1;
+  }
+  vctx_t c = {.env = env};
+  json_t *eff = check_map(&c, root_rows, doc, "");
+  json_decref(doc);
+  if (eff) check_cross(&c, eff);
+  if (c.n || !eff) {
+    *err = c.n ? vctx_join(&c) : strdup("out of memory");
+    vctx_free(&c);
+    json_decref(eff);
+    return -1;
+  }
+  vctx_free(&c);
+  ak_config_t *cfg = calloc(1, sizeof *cfg);
+  if (!cfg) {
+    json_decref(eff);
+    *err = strdup("out of memory");
+    return -1;
+  }
+  cfg->effective = eff;
+  if ((path && !(cfg->path = strdup(path))) || build_typed(cfg) < 0) {
+    ak_config_free(cfg);
+    *err = strdup("out of memory");
+    return -1;
+  }
+  *out = cfg;
+  return 0;
+}
+
+int ak_config_load_string(const char *yaml, size_t len, const char *const *env,
+                          ak_config_t **out, char **err) {
+  return load_text(yaml, len, NULL, env, out, err);
+}
+
+int ak_config_load_file(const char *path, const char *const *env, ak_config_t **out, char **err) {
+  *out = NULL;
+  *err = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    *err = xasprintf("config file %s: %s", path, strerror(errno));
+    return -1;
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
+  for (;;) {
+    if (len + 4096 > cap) {
+      cap = cap ? cap * 2 : 8192;
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        *err = strdup("out of memory");
+        rc = -1;
+        break;
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (len > MAX_CONFIG_BYTES) {
+      *err = xasprintf("config file %s: larger than %u bytes", path, MAX_CONFIG_BYTES);
+      rc = -1;
+      break;
+    }
+    if (got == 0) {
+      if (ferror(f)) {
+        *err = xasprintf("config file %s: %s", path, strerror(errno ? errno : EIO));
+        rc = -1;
+      }
+      break;
+    }
+  }
+  fclose(f);
+  if (rc == 0) rc = load_text(buf ? buf : "", len, path, env, out, err);
+  free(buf);
+  return rc;
+}
+
+static bool file_exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0;
+}
+
+int ak_config_find(const char *cli_path, const char *const *env, char **path_out, char **err) {
+  *path_out = NULL;
+  *err = NULL;
+  const char *chosen = NULL, *from = NULL;
+  if (cli_path) {
+    chosen = cli_path;
+    from = "";
+  } else {
+    const char *e = env_lookup(env, "ANKUSA_CONFIG");
+    if (e && *e) {
+      chosen = e;
+      from = " (from ANKUSA_CONFIG)";
+    }
+  }
+  if (chosen) {
+    struct stat st;
+    if (stat(chosen, &st) != 0) {
+      *err = xasprintf("config file %s%s: %s", chosen, from, strerror(errno));
+      return -1;
+    }
+  } else if (file_exists("/etc/ankusa/ankusa.yml")) {
+    chosen = "/etc/ankusa/ankusa.yml";
+  } else if (file_exists("./ankusa.yml")) {
+    chosen = "./ankusa.yml";
+  } else {
+    return 0;
+  }
+  if (!(*path_out = strdup(chosen))) {
+    *err = strdup("out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+int ak_config_load(const char *cli_path, const char *const *env, ak_config_t **out, char **err) {
+  char *path = NULL;
+  *out = NULL;
+  if (ak_config_find(cli_path, env, &path, err) < 0) return -1;
+  int rc = path ? ak_config_load_file(path, env, out, err) : load_text("", 0, NULL, env, out, err);
+  free(path);
+  return rc;
+}
+
+/* --------------------------------------------------------------------- redaction ---- */
+
+static bool secret_key_name(const char *k) {
+  static const char *const names[] = {"secret", "password", "token", "secret_access_key",
+                                      "session_token", "nkey_seed", "jwt", "signing_key"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(k, names[i])) return true;
+  return false;
+}
+
+/* scheme://user:pass@host -> scheme://user:[REDACTED]@host; anything else unchanged. */
+static json_t *mask_url(const json_t *v) {
+  const char *s = json_string_value(v);
+  const char *auth = strstr(s, "://");
+  if (!auth) return json_copy((json_t *)v);
+  auth += 3;
+  size_t alen = strcspn(auth, "/?#");
+  const char *at = NULL;
+  for (size_t i = 0; i < alen; i++)
+    if (auth[i] == '@') at = auth + i;
+  const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+  if (!colon) return json_copy((json_t *)v);
+  char *m = xasprintf("%.*s" REDACTED "%s", (int)(colon + 1 - s), s, at);
+  json_t *out = m ? json_string(m) : NULL;
+  free(m);
+  return out ? out : json_string(REDACTED);
+}
+
+static json_t *redact_obj(const json_t *obj, const ak_opt_t *rows);
+
+static json_t *redact_node(const json_t *v, const ak_opt_t *row, const char *key) {
+  if (!json_is_null(v) && ((row && (row->flags & AK_OPTF_SECRET)) || (key && secret_key_name(key))))
+    return json_string(REDACTED);
+  if (json_is_string(v)) return mask_url(v);
+  if (json_is_array(v)) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *item;
+    json_array_foreach(v, i, item) {
+      json_t *r = NULL;
+      if (row && row->type == AK_OPT_SINK_LIST) {
+        const ak_sink_vtable_t *vt = ak_sinks_find(json_string_value(json_object_get(item, "type")));
+        r = json_is_object(item) ? redact_obj(item, vt ? vt->options : NULL) : redact_node(item, NULL, NULL);
+      } else {
+        r = redact_node(item, NULL, key);
+      }
+      json_array_append_new(out, r);
+    }
+    return out;
+  }
+  if (json_is_object(v)) {
+    if (row && row->type == AK_OPT_MAP_OF) {
+      json_t *out = json_object();
+      const char *k;
+      json_t *item;
+      json_object_foreach((json_t *)v, k, item) {
+        json_t *r = json_is_object(item) ? redact_obj(item, row->children) : redact_node(item, NULL, k);
+        json_object_set_new(out, k, r);
+      }
+      return out;
+    }
+    bool typed = row && (row->type == AK_OPT_MAP || row->type == AK_OPT_VERIFIER);
+    return redact_obj(v, typed ? row->children : NULL);
+  }
+  return json_copy((json_t *)v);
+}
+
+static json_t *redact_obj(const json_t *obj, const ak_opt_t *rows) {
+  json_t *out = json_object();
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)obj, k, v)
+    json_object_set_new(out, k, redact_node(v, row_find(rows, k, NULL), k));
+  return out;
+}
+
+json_t *ak_config_redact_tree(const json_t *tree, const ak_opt_t *rows) {
+  if (!tree) return NULL;
+  if (!json_is_object(tree)) return redact_node(tree, NULL, NULL);
+  return redact_obj(tree, rows ? rows : root_rows);
+}
+
+json_t *ak_config_redacted(const ak_config_t *cfg) {
+  return cfg ? ak_config_redact_tree(cfg->effective, root_rows) : NULL;
+}
+
+/* ----------------------------------------------------------------------- lookups ---- */
+
+static int cmp_source(const void *key, const void *elem) {
+  return strcmp((const char *)key, ((const ak_source_cfg_t *)elem)->id);
+}
+
+const ak_source_cfg_t *ak_config_source(const ak_config_t *cfg, const char *id) {
+  if (!cfg || !id || !cfg->nsources) return NULL;
+  return bsearch(id, cfg->sources, cfg->nsources, sizeof *cfg->sources, cmp_source);
+}
+
+const char *ak_config_roles_text(unsigned roles, char *buf, size_t len) {
+  if (!buf || !len) return "";
+  size_t o = 0;
+  buf[0] = '\0';
+  for (size_t r = 0; r < sizeof role_names / sizeof role_names[0]; r++) {
+    if (!(roles & (1u << r))) continue;
+    int w = snprintf(buf + o, len - o, "%s%s", o ? "," : "", role_names[r]);
+    if (w < 0 || (size_t)w >= len - o) break;
+    o += (size_t)w;
+  }
+  return buf;
+}
+
+const char *ak_config_wal_text(ak_wal_type_t t) {
+  switch (t) {
+  case AK_WAL_DISK: return "disk";
+  case AK_WAL_NONE: return "none";
+  case AK_WAL_DUAL: return "dual";
+  }
+  return "disk";
+}

@@ -1,0 +1,100 @@
+/* Configuration: ankusa.yml (Ankusa-compatible schema), ${VAR} interpolation, ANKUSA_*
+ * overrides, validation with dotted-key messages. Owns the option tables of the core
+ * sections and the typed result. Never exits: errors come back as text for main.c. */
+#ifndef AK_CORE_CONFIG_H
+#define AK_CORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "core/options.h"
+
+#define AK_EXIT_CONFIG 78
+
+enum {
+  AK_ROLE_EDGE = 1u << 0,
+  AK_ROLE_DISPATCH = 1u << 1,
+  AK_ROLE_STORAGE = 1u << 2,
+  AK_ROLE_CLAIM_CHECK = 1u << 3,
+};
+
+typedef enum { AK_ROUTING_PATH = 0, AK_ROUTING_TENANT_PATH = 1 } ak_routing_t;
+typedef enum { AK_WAL_DISK = 0, AK_WAL_NONE = 1, AK_WAL_DUAL = 2 } ak_wal_type_t;
+typedef enum { AK_LOG_DEBUG = 0, AK_LOG_INFO = 1, AK_LOG_WARNING = 2, AK_LOG_ERROR = 3 } ak_log_level_t;
+typedef enum { AK_OVF_REJECT = 0, AK_OVF_QUARANTINE = 1, AK_OVF_ACCEPT_FLAG = 2 } ak_on_verify_failure_t;
+
+typedef struct ak_sink_cfg {
+  char *type;     /* e.g. "log" */
+  json_t *opts;   /* the validated mapping with defaults filled in (owned reference) */
+} ak_sink_cfg_t;
+
+typedef struct ak_source_cfg {
+  char *id;                    /* map key: the catch-URL segment */
+  char *tenant;                /* default "default" */
+  ak_on_verify_failure_t on_verify_failure;
+  char *verify_type;           /* "none" when verify is absent or {} */
+  json_t *verify;              /* validated verify mapping, or NULL */
+  bool trust_url_tenant;
+  ak_sink_cfg_t *sinks;
+  size_t nsinks;
+} ak_source_cfg_t;
+
+typedef struct ak_config {
+  char *path;                  /* file that was loaded, NULL when none */
+  unsigned roles;              /* AK_ROLE_* bits */
+  char *data_dir;
+  ak_log_level_t log_level;
+  int http_port;
+  int64_t http_max_body_bytes;
+  ak_routing_t http_routing;
+  char *http_prefix;           /* normalised: "" (no prefix) or "/a/b" (no trailing slash) */
+  bool admin_enabled;
+  char *admin_ip;
+  int admin_port;
+  int64_t admin_gauge_interval_ms;
+  int64_t batcher_partitions;
+  int64_t batcher_max_batch;
+  int64_t batcher_max_delay_ms;
+  int64_t batcher_max_queue;
+  int64_t batcher_max_queue_bytes;
+  ak_wal_type_t wal_type;
+  ak_source_cfg_t *sources;    /* sorted by id */
+  size_t nsources;
+  json_t *effective;           /* the whole effective tree, defaults applied (unredacted) */
+} ak_config_t;
+
+/* env: NULL-terminated "K=V" array; NULL means the process environment. */
+
+/* Pick the file: cli_path, else $ANKUSA_CONFIG (must exist), else /etc/ankusa/ankusa.yml,
+ * else ./ankusa.yml, else none (*path_out = NULL, returns 0). -1 with *err on error. */
+int ak_config_find(const char *cli_path, const char *const *env, char **path_out, char **err);
+
+/* Parse + interpolate + overrides + validate. 0 on success; -1 with *err (malloc'd,
+ * possibly several lines, each naming a dotted key) on failure. */
+int ak_config_load_string(const char *yaml, size_t len, const char *const *env,
+                          ak_config_t **out, char **err);
+int ak_config_load_file(const char *path, const char *const *env, ak_config_t **out, char **err);
+/* find + load; no file at all = defaults, no sources. */
+int ak_config_load(const char *cli_path, const char *const *env, ak_config_t **out, char **err);
+
+void ak_config_free(ak_config_t *cfg);
+
+/* The effective config with every secret replaced by "[REDACTED]" (new reference). */
+json_t *ak_config_redacted(const ak_config_t *cfg);
+
+/* Redaction of any tree: values of rows flagged AK_OPTF_SECRET (rows NULL = the root
+ * table, sinks by their registry rows), any key named like a secret, and the password of
+ * scheme://user:pass@ URLs. New reference. ak_config_redacted() is this on cfg->effective. */
+json_t *ak_config_redact_tree(const json_t *tree, const ak_opt_t *rows);
+
+const ak_source_cfg_t *ak_config_source(const ak_config_t *cfg, const char *id);
+
+/* "edge,dispatch,storage" style text of roles, into buf. */
+const char *ak_config_roles_text(unsigned roles, char *buf, size_t len);
+const char *ak_config_wal_text(ak_wal_type_t t);
+
+/* The root option table (for docs). */
+const ak_opt_t *ak_config_root_options(void);
+
+#endif

@@ -1,0 +1,672 @@
+/* Unit tests of the config loader: defaults, every error class with its exact text,
+ * interpolation, env overrides, coercions, redaction and file lookup. Tests never touch
+ * the process environment: every call gets an explicit env array. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/config.h"
+#include "core/yamltree.h"
+
+static const char *const NOENV[] = {NULL};
+
+static ak_config_t *load_ok_env(const char *yaml, const char *const *env) {
+  ak_config_t *cfg = NULL;
+  char *err = NULL;
+  int rc = ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err);
+  cr_assert_eq(rc, 0, "load failed: %s", err ? err : "(no message)");
+  cr_assert_not_null(cfg);
+  cr_assert_null(err);
+  return cfg;
+}
+
+static ak_config_t *load_ok(const char *yaml) { return load_ok_env(yaml, NOENV); }
+
+/* The error text of a load that must fail (caller frees). */
+static char *load_err_env(const char *yaml, const char *const *env) {
+  ak_config_t *cfg = NULL;
+  char *err = NULL;
+  int rc = ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err);
+  cr_assert_eq(rc, -1, "load unexpectedly succeeded for:\n%s", yaml);
+  cr_assert_null(cfg);
+  cr_assert_not_null(err);
+  return err;
+}
+
+static void expect_err_env(const char *yaml, const char *const *env, const char *want) {
+  char *err = load_err_env(yaml, env);
+  cr_expect_str_eq(err, want, "yaml:\n%s", yaml);
+  free(err);
+}
+
+static void expect_err(const char *yaml, const char *want) { expect_err_env(yaml, NOENV, want); }
+
+static char *dump(const json_t *v) { return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY); }
+
+static void expect_json(const json_t *v, const char *want) {
+  char *s = dump(v);
+  cr_expect_str_eq(s, want);
+  free(s);
+}
+
+#define SRC "sources:\n  a:\n    sinks: [{type: log}]\n"
+
+/* ------------------------------------------------------------------- defaults ---- */
+
+Test(config, defaults_from_empty_document) {
+  ak_config_t *cfg = load_ok("");
+  char roles[64];
+  cr_expect_null(cfg->path);
+  cr_expect_eq(cfg->roles, AK_ROLE_EDGE | AK_ROLE_DISPATCH | AK_ROLE_STORAGE);
+  cr_expect_str_eq(ak_config_roles_text(cfg->roles, roles, sizeof roles), "edge,dispatch,storage");
+  cr_expect_str_eq(cfg->data_dir, "./data");
+  cr_expect_eq(cfg->log_level, AK_LOG_INFO);
+  cr_expect_eq(cfg->http_port, 4000);
+  cr_expect_eq(cfg->http_max_body_bytes, 8000000);
+  cr_expect_eq(cfg->http_routing, AK_ROUTING_PATH);
+  cr_expect_str_eq(cfg->http_prefix, "/webhooks");
+  cr_expect(cfg->admin_enabled);
+  cr_expect_str_eq(cfg->admin_ip, "127.0.0.1");
+  cr_expect_eq(cfg->admin_port, 4002);
+  cr_expect_eq(cfg->admin_gauge_interval_ms, 15000);
+  cr_expect_eq(cfg->batcher_partitions, 2);
+  cr_expect_eq(cfg->batcher_max_batch, 256);
+  cr_expect_eq(cfg->batcher_max_delay_ms, 0);
+  cr_expect_eq(cfg->batcher_max_queue, 10000);
+  cr_expect_eq(cfg->batcher_max_queue_bytes, 268435456);
+  cr_expect_eq(cfg->wal_type, AK_WAL_DISK);
+  cr_expect_str_eq(ak_config_wal_text(cfg->wal_type), "disk");
+  cr_expect_eq(cfg->nsources, 0);
+  /* The effective tree: every key, defaults applied, in schema order. */
+  expect_json(cfg->effective,
+              "{\"node\":{\"roles\":[\"edge\",\"dispatch\",\"storage\"],\"data_dir\":\"./data\"},"
+              "\"log\":{\"level\":\"info\"},"
+              "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
+              "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000},"
+              "\"batcher\":{\"partitions\":2,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,"
+              "\"max_queue_bytes\":268435456},"
+              "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
+              "\"sources\":{}}");
+  ak_config_free(cfg);
+}
+
+Test(config, empty_documents_and_null_sections) {
+  const char *docs[] = {"---\n", "# only a comment\n", "~\n", "http:\nnode: ~\nsources:\nroutes:\n",
+                        "routes: {}\nstorage: []\nbackup: \"\"\n"};
+  for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+    ak_config_t *cfg = load_ok(docs[i]);
+    cr_expect_eq(cfg->http_port, 4000);
+    cr_expect_eq(cfg->nsources, 0);
+    cr_expect_null(json_object_get(cfg->effective, "routes"));
+    ak_config_free(cfg);
+  }
+}
+
+Test(config, full_source) {
+  ak_config_t *cfg = load_ok("http:\n  routing: tenant_path\n"
+                             "sources:\n"
+                             "  zeta:\n    tenant: acme\n    on_verify_failure: accept_flag\n"
+                             "    verify: {type: none}\n    sinks: [{type: log}, {type: log}]\n"
+                             "  alpha:\n    sinks:\n      - type: log\n    trust_url_tenant: true\n"
+                             "    on_verify_failure: quarantine\n    verify: {}\n");
+  cr_assert_eq(cfg->nsources, 2);
+  cr_expect_str_eq(cfg->sources[0].id, "alpha");
+  cr_expect_str_eq(cfg->sources[1].id, "zeta");
+  const ak_source_cfg_t *z = ak_config_source(cfg, "zeta");
+  cr_assert_not_null(z);
+  cr_expect_str_eq(z->tenant, "acme");
+  cr_expect_eq(z->on_verify_failure, AK_OVF_ACCEPT_FLAG);
+  cr_expect_str_eq(z->verify_type, "none");
+  cr_expect_null(z->verify);
+  cr_expect_not(z->trust_url_tenant);
+  cr_assert_eq(z->nsinks, 2);
+  cr_expect_str_eq(z->sinks[1].type, "log");
+  expect_json(z->sinks[1].opts, "{\"type\":\"log\"}");
+  const ak_source_cfg_t *a = ak_config_source(cfg, "alpha");
+  cr_assert_not_null(a);
+  cr_expect_str_eq(a->tenant, "default");
+  cr_expect_eq(a->on_verify_failure, AK_OVF_QUARANTINE);
+  cr_expect(a->trust_url_tenant);
+  cr_expect_null(ak_config_source(cfg, "nope"));
+  expect_json(json_object_get(cfg->effective, "sources"),
+              "{\"alpha\":{\"tenant\":\"default\",\"on_verify_failure\":\"quarantine\","
+              "\"verify\":{\"type\":\"none\"},\"sinks\":[{\"type\":\"log\"}],\"trust_url_tenant\":true},"
+              "\"zeta\":{\"tenant\":\"acme\",\"on_verify_failure\":\"accept_flag\","
+              "\"verify\":{\"type\":\"none\"},\"sinks\":[{\"type\":\"log\"},{\"type\":\"log\"}],"
+              "\"trust_url_tenant\":false}}");
+  ak_config_free(cfg);
+}
+
+/* ------------------------------------------------------------------------ YAML ---- */
+
+Test(config, yaml_syntax_error_names_line_and_column) {
+  char *err = load_err_env("http:\n  port: 1\n bad: [\n", NOENV);
+  cr_expect(strstr(err, "invalid YAML at line ") == err, "%s", err);
+  cr_expect(strstr(err, ", column ") != NULL, "%s", err);
+  free(err);
+  expect_err("a: 'x\n", "invalid YAML at line 2, column 1: found unexpected end of stream "
+                        "(while scanning a quoted scalar that started at line 1, column 4)");
+}
+
+Test(config, yaml_refusals) {
+  expect_err("- a\n- b\n", "invalid YAML at line 1, column 1: the top level must be a mapping, got a list");
+  expect_err("hello\n", "invalid YAML at line 1, column 1: the top level must be a mapping, got a string");
+  expect_err("x: &a 1\ny: *a\n", "invalid YAML at line 1, column 4: anchors (&a) are not supported");
+  expect_err("http:\n  port: 1\n  port: 2\n", "invalid YAML at line 3, column 3: duplicate key \"port\"");
+  expect_err("a: 1\n---\nb: 2\n", "invalid YAML at line 2, column 1: only one YAML document is allowed");
+  expect_err("? [a]\n: 1\n", "invalid YAML at line 1, column 3: a mapping key must be a plain or quoted scalar");
+  /* the reader only knows a byte offset; the message still names line and column */
+  expect_err("a: b\nc: \"x\x01\"\n", "invalid YAML at line 2, column 6: control characters are not allowed (byte 0x01)");
+}
+
+Test(config, yaml_scalar_resolution) {
+  json_t *t = NULL;
+  char *err = NULL;
+  const char *y = "a: 4000\nb: \"4000\"\nc: ~\nd:\ne: TRUE\nf: 1.5\ng: 007\nh: 'null'\ni: -3\nj: yes\n";
+  cr_assert_eq(ak_config_yaml_parse(y, strlen(y), &t, &err), 0, "%s", err);
+  expect_json(t, "{\"a\":4000,\"b\":\"4000\",\"c\":null,\"d\":null,\"e\":true,\"f\":1.5,"
+                 "\"g\":\"007\",\"h\":\"null\",\"i\":-3,\"j\":\"yes\"}");
+  json_decref(t);
+}
+
+/* --------------------------------------------------------------- error classes ---- */
+
+Test(config, unknown_keys) {
+  expect_err("bogus: 1\n", "unknown key \"bogus\"");
+  expect_err("http:\n  porty: 1\n", "http: unknown key \"porty\"");
+  expect_err(SRC "    colour: red\n", "sources.a: unknown key \"colour\"");
+  expect_err("sources:\n  a:\n    sinks: [{type: log, url: x}]\n", "sources.a.sinks[0]: unknown key \"url\"");
+  expect_err(SRC "    verify: {type: none, secret: s}\n", "sources.a.verify: unknown key \"secret\"");
+}
+
+Test(config, type_errors) {
+  expect_err("http:\n  port: abc\n", "http.port: expected an integer, got \"abc\"");
+  expect_err("http:\n  port: 4000.5\n", "http.port: expected an integer, got 4000.5");
+  expect_err("admin:\n  enabled: 12\n", "admin.enabled: expected a boolean, got 12");
+  expect_err("admin:\n  enabled: \"12\"\n", "admin.enabled: expected a boolean, got \"12\"");
+  expect_err("admin:\n  enabled: yes\n", "admin.enabled: expected a boolean, got \"yes\"");
+  expect_err("http: [1]\n", "http: expected a mapping, got [...]");
+  expect_err("http: 5\n", "http: expected a mapping, got 5");
+  expect_err("node:\n  data_dir: {a: 1}\n", "node.data_dir: expected a string, got {...}");
+  expect_err("node:\n  data_dir: true\n", "node.data_dir: expected a string, got true");
+  expect_err("node:\n  roles: 5\n", "node.roles: expected a list, got 5");
+  expect_err("node:\n  roles: [edge, [x]]\n", "node.roles[1]: expected a string, got [...]");
+  expect_err("sources:\n  a:\n    sinks: log\n", "sources.a.sinks: expected a list, got \"log\"");
+  expect_err("sources:\n  a:\n    sinks: [log]\n", "sources.a.sinks[0]: expected a mapping, got \"log\"");
+  expect_err("sources: [a]\n", "sources: expected a mapping, got [...]");
+  expect_err("sources:\n  a: 1\n", "sources.a: expected a mapping, got 1");
+  expect_err(SRC "    verify: github\n", "sources.a.verify: expected a mapping, got \"github\"");
+  expect_err("http:\n  port:\n", "http.port: expected an integer, got null");
+  char long_value[200];
+  snprintf(long_value, sizeof long_value, "http:\n  port: %s\n",
+           "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+  expect_err(long_value, "http.port: expected an integer, got "
+                         "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\"");
+}
+
+Test(config, unknown_values) {
+  expect_err("log:\n  level: verbose\n",
+             "log.level: unknown value \"verbose\"; expected one of debug, info, warning, error");
+  expect_err("http:\n  routing: host\n", "http.routing: unknown value \"host\"; expected one of path, tenant_path");
+  expect_err("node:\n  roles: [edge, gateway]\n",
+             "node.roles[1]: unknown value \"gateway\"; expected one of edge, dispatch, storage, claim_check");
+  expect_err("node:\n  roles: edge,gateway\n",
+             "node.roles: unknown value \"gateway\"; expected one of edge, dispatch, storage, claim_check");
+  expect_err("wal:\n  type: memory\n", "wal.type: unknown value \"memory\"; expected one of disk, none, dual");
+  expect_err(SRC "    on_verify_failure: drop\n",
+             "sources.a.on_verify_failure: unknown value \"drop\"; expected one of reject, quarantine, accept_flag");
+  expect_err(SRC "    verify: {type: pgp}\n",
+             "sources.a.verify.type: unknown value \"pgp\"; expected one of none, stripe, github, "
+             "standard_webhooks, shopify, slack, hmac");
+  expect_err("sources:\n  a:\n    sinks: [{type: carrier_pigeon}]\n",
+             "sources.a.sinks[0].type: unknown value \"carrier_pigeon\"; expected one of log, http, kafka, "
+             "rabbitmq, nats, redis, sqs, google_pubsub");
+  expect_err("sources:\n  a:\n    sinks: [{type: 5}]\n",
+             "sources.a.sinks[0].type: unknown value \"5\"; expected one of log, http, kafka, "
+             "rabbitmq, nats, redis, sqs, google_pubsub");
+}
+
+Test(config, missing_required_keys) {
+  expect_err("sources:\n  a:\n    tenant: t\n", "sources.a: missing required key \"sinks\"");
+  expect_err("sources:\n  a:\n", "sources.a: missing required key \"sinks\"");
+  expect_err("sources:\n  a:\n    sinks: [{}]\n", "sources.a.sinks[0]: missing required key \"type\"");
+  expect_err(SRC "    verify: {secret: s}\n", "sources.a.verify: missing required key \"type\"");
+  expect_err("sources:\n  a:\n    sinks: []\n", "sources.a.sinks: must not be empty");
+  expect_err("sources:\n  a:\n    sinks:\n", "sources.a.sinks: must not be empty");
+}
+
+Test(config, range_errors) {
+  expect_err("http:\n  port: 70000\n", "http.port must be between 0 and 65535, got 70000");
+  expect_err("admin:\n  port: -1\n", "admin.port must be between 0 and 65535, got -1");
+  expect_err("batcher:\n  max_batch: 0\n", "batcher.max_batch must be positive, got 0");
+  expect_err("batcher:\n  max_delay_ms: -5\n", "batcher.max_delay_ms must be non-negative, got -5");
+  expect_err("http:\n  max_body_bytes: \"0\"\n", "http.max_body_bytes must be positive, got 0");
+  expect_err("node:\n  roles: []\n", "node.roles: must not be empty");
+  expect_err("node:\n  roles: \" , \"\n", "node.roles: must not be empty");
+  expect_err("node:\n  data_dir: \"\"\n", "node.data_dir: must not be empty");
+  expect_err("http:\n  port: 99999999999999999999\n",
+             "http.port: expected an integer, got \"99999999999999999999\"");
+  ak_config_t *cfg = load_ok("batcher:\n  max_delay_ms: 0\nhttp:\n  port: 0\n");
+  cr_expect_eq(cfg->http_port, 0);
+  ak_config_free(cfg);
+}
+
+Test(config, ids) {
+  expect_err("sources:\n  \"a b\":\n    sinks: [{type: log}]\n",
+             "sources: invalid source id \"a b\"; expected [A-Za-z0-9_-]{1,64}");
+  expect_err(SRC "    tenant: \"acme corp\"\n",
+             "sources.a.tenant: invalid tenant \"acme corp\"; expected [A-Za-z0-9_-]{1,64}");
+  char yaml[256];
+  snprintf(yaml, sizeof yaml, "sources:\n  %0*d:\n    sinks: [{type: log}]\n", 65, 0);
+  char *err = load_err_env(yaml, NOENV);
+  cr_expect(strstr(err, "sources: invalid source id \"0000") == err, "%s", err);
+  free(err);
+  ak_config_t *cfg = load_ok("sources:\n  A-z_9:\n    tenant: 2024\n    sinks: [{type: log}]\n");
+  cr_expect_str_eq(cfg->sources[0].tenant, "2024");
+  ak_config_free(cfg);
+}
+
+Test(config, admin_ip) {
+  expect_err("admin:\n  ip: localhost\n", "admin.ip: expected an IP address literal, got \"localhost\"");
+  expect_err("admin:\n  ip: \"[::1]\"\n", "admin.ip: expected an IP address literal, got \"[::1]\"");
+  expect_err("admin:\n  ip: 10.0.0.256\n", "admin.ip: expected an IP address literal, got \"10.0.0.256\"");
+  ak_config_t *cfg = load_ok("admin:\n  ip: \"::1\"\n");
+  cr_expect_str_eq(cfg->admin_ip, "::1");
+  ak_config_free(cfg);
+  cfg = load_ok("admin:\n  ip: 0.0.0.0\n  enabled: false\n");
+  cr_expect_str_eq(cfg->admin_ip, "0.0.0.0");
+  cr_expect_not(cfg->admin_enabled);
+  ak_config_free(cfg);
+}
+
+/* ---------------------------------------------------------------- not yet ---- */
+
+Test(config, not_supported_sections) {
+  const char *sections[] = {"routes", "rate_limits", "quarantine", "dispatch", "storage",
+                            "claim_check", "backup", "source_store", "lifecycle"};
+  for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+    char yaml[128], want[160];
+    snprintf(yaml, sizeof yaml, "%s:\n  enabled: true\n", sections[i]);
+    snprintf(want, sizeof want, "%s: not supported yet; remove it or leave it empty", sections[i]);
+    expect_err(yaml, want);
+    snprintf(yaml, sizeof yaml, "%s:\n", sections[i]);
+    ak_config_t *cfg = load_ok(yaml);
+    ak_config_free(cfg);
+    snprintf(yaml, sizeof yaml, "%s: {}\n", sections[i]);
+    cfg = load_ok(yaml);
+    ak_config_free(cfg);
+  }
+}
+
+Test(config, not_supported_values) {
+  expect_err("wal:\n  type: none\n", "wal.type: \"none\" is not supported yet");
+  expect_err("wal:\n  type: dual\n", "wal.type: \"dual\" is not supported yet");
+  expect_err(SRC "    verify: {type: github, secret: s}\n", "sources.a.verify.type: \"github\" is not supported yet");
+  expect_err("sources:\n  a:\n    sinks: [{type: http, url: \"http://x\"}]\n",
+             "sources.a.sinks[0].type: sink type \"http\" is not supported yet");
+  expect_err(SRC "    dedupe: {ttl_ms: 1000}\n", "sources.a.dedupe: not supported yet; remove it or leave it empty");
+  expect_err(SRC "    forward_headers: [x-a]\n",
+             "sources.a.forward_headers: not supported yet; remove it or leave it empty");
+  ak_config_t *cfg = load_ok(SRC "    dedupe: {}\n    forward_headers: []\n");
+  cr_expect_null(json_object_get(json_object_get(json_object_get(cfg->effective, "sources"), "a"), "dedupe"));
+  ak_config_free(cfg);
+}
+
+/* ----------------------------------------------------------------- coercions ---- */
+
+Test(config, coercions) {
+  ak_config_t *cfg = load_ok("http:\n  port: \"4001\"\nadmin:\n  enabled: \"FALSE\"\n"
+                             "sources:\n  a:\n    sinks: [{type: log}]\n    trust_url_tenant: \"TRUE\"\n");
+  cr_expect_eq(cfg->http_port, 4001);
+  cr_expect_not(cfg->admin_enabled);
+  cr_expect(cfg->sources[0].trust_url_tenant);
+  expect_json(json_object_get(json_object_get(cfg->effective, "http"), "port"), "4001");
+  ak_config_free(cfg);
+}
+
+Test(config, prefix_normalisation) {
+  struct { const char *in, *out; } cases[] = {
+    {"/webhooks", "/webhooks"}, {"/a//b/", "/a/b"}, {"hooks", "/hooks"}, {"/", ""},
+    {"\"\"", ""}, {"//", ""}, {"/v1/in.bound~x-y_z", "/v1/in.bound~x-y_z"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char yaml[128];
+    snprintf(yaml, sizeof yaml, "http:\n  prefix: %s\n", cases[i].in);
+    ak_config_t *cfg = load_ok(yaml);
+    cr_expect_str_eq(cfg->http_prefix, cases[i].out, "prefix %s", cases[i].in);
+    ak_config_free(cfg);
+  }
+  expect_err("http:\n  prefix: /a b/c\n",
+             "http.prefix: invalid path segment \"a b\"; expected [A-Za-z0-9._~-]+ (and not . or ..)");
+  expect_err("http:\n  prefix: /a/../b\n",
+             "http.prefix: invalid path segment \"..\"; expected [A-Za-z0-9._~-]+ (and not . or ..)");
+  expect_err("http:\n  prefix: 5\n", "http.prefix: expected a string, got 5");
+}
+
+Test(config, roles) {
+  ak_config_t *cfg = load_ok("node:\n  roles: \"edge, storage\"\n");
+  cr_expect_eq(cfg->roles, AK_ROLE_EDGE | AK_ROLE_STORAGE);
+  expect_json(json_object_get(json_object_get(cfg->effective, "node"), "roles"), "[\"edge\",\"storage\"]");
+  ak_config_free(cfg);
+  cfg = load_ok("node:\n  roles: [claim_check, edge, edge]\n");
+  cr_expect_eq(cfg->roles, AK_ROLE_CLAIM_CHECK | AK_ROLE_EDGE);
+  char buf[64];
+  cr_expect_str_eq(ak_config_roles_text(cfg->roles, buf, sizeof buf), "edge,claim_check");
+  expect_json(json_object_get(json_object_get(cfg->effective, "node"), "roles"), "[\"claim_check\",\"edge\"]");
+  ak_config_free(cfg);
+  cr_expect_str_eq(ak_config_roles_text(0, buf, sizeof buf), "");
+  cr_expect_str_eq(ak_config_wal_text(AK_WAL_DUAL), "dual");
+}
+
+/* ------------------------------------------------------------- interpolation ---- */
+
+Test(config, interpolation) {
+  const char *env[] = {"DIR=/srv/data", "EMPTY=", "PORT_X=4100", "LIT=${NOT_ME}", NULL};
+  ak_config_t *cfg = load_ok_env("node:\n  data_dir: ${DIR}/x\n"
+                                 "http:\n  port: ${PORT_X}\n  prefix: /a${EMPTY}b${UNSET_Q:-/c}\n"
+                                 "log:\n  level: ${LEVEL:-debug}\n"
+                                 "sources:\n  s:\n    tenant: t${EMPTY:-zzz}\n    sinks: [{type: \"${SINK:-log}\"}]\n",
+                                 env);
+  cr_expect_str_eq(cfg->data_dir, "/srv/data/x");
+  cr_expect_eq(cfg->http_port, 4100);
+  cr_expect_str_eq(cfg->http_prefix, "/ab/c");
+  cr_expect_eq(cfg->log_level, AK_LOG_DEBUG);
+  cr_expect_str_eq(cfg->sources[0].tenant, "t");
+  ak_config_free(cfg);
+  /* a substituted value is taken literally, never scanned again */
+  cfg = load_ok_env("node:\n  data_dir: ${LIT}\n", env);
+  cr_expect_str_eq(cfg->data_dir, "${NOT_ME}");
+  ak_config_free(cfg);
+  cfg = load_ok_env("node:\n  data_dir: x${UNSET:-}\n", env);
+  cr_expect_str_eq(cfg->data_dir, "x");
+  ak_config_free(cfg);
+}
+
+Test(config, interpolation_errors) {
+  expect_err("node:\n  data_dir: ${NOPE}\n", "node.data_dir: ${NOPE} is not set");
+  expect_err("sources:\n  a:\n    sinks: [{type: \"${SINK_T}\"}]\n", "sources.a.sinks[0].type: ${SINK_T} is not set");
+  expect_err("node:\n  data_dir: ${lower}\n", "node.data_dir: unresolved ${lower}");
+  expect_err("node:\n  data_dir: a${X\n", "node.data_dir: unresolved ${X");
+  expect_err("node:\n  roles: [edge, \"${R}\"]\n", "node.roles[1]: ${R} is not set");
+  expect_err("node:\n  data_dir: ${A}${B}\n", "node.data_dir: ${A} is not set\nnode.data_dir: ${B} is not set");
+}
+
+/* -------------------------------------------------------------- env overrides ---- */
+
+Test(config, env_overrides) {
+  const char *env[] = {"ANKUSA_ROLES=edge,claim_check", "ANKUSA_DATA_DIR=/var/lib/ak",
+                       "ANKUSA_LOG_LEVEL=error",         "ANKUSA_HTTP_PORT=5000",
+                       "PORT=6000",                      "ANKUSA_ADMIN_PORT=5002",
+                       "ANKUSA_ADMIN_IP=::",             "ANKUSA_WAL_TYPE=disk",
+                       NULL};
+  ak_config_t *cfg = load_ok_env("node:\n  data_dir: /file\nhttp:\n  port: 1\nlog:\n  level: debug\n", env);
+  cr_expect_eq(cfg->roles, AK_ROLE_EDGE | AK_ROLE_CLAIM_CHECK);
+  cr_expect_str_eq(cfg->data_dir, "/var/lib/ak");
+  cr_expect_eq(cfg->log_level, AK_LOG_ERROR);
+  cr_expect_eq(cfg->http_port, 5000);
+  cr_expect_eq(cfg->admin_port, 5002);
+  cr_expect_str_eq(cfg->admin_ip, "::");
+  cr_expect_eq(cfg->wal_type, AK_WAL_DISK);
+  expect_json(json_object_get(json_object_get(cfg->effective, "http"), "port"), "5000");
+  ak_config_free(cfg);
+}
+
+Test(config, env_port_fallback) {
+  const char *env[] = {"PORT=6000", NULL};
+  ak_config_t *cfg = load_ok_env("http:\n  port: 1\n", env);
+  cr_expect_eq(cfg->http_port, 6000);
+  ak_config_free(cfg);
+  const char *env2[] = {"ANKUSA_HTTP_PORT=", "PORT=6001", NULL};
+  cfg = load_ok_env("", env2);
+  cr_expect_eq(cfg->http_port, 6001);
+  ak_config_free(cfg);
+}
+
+Test(config, env_bad_values) {
+  const char *env[] = {"ANKUSA_HTTP_PORT=x", NULL};
+  expect_err_env("", env, "http.port (from ANKUSA_HTTP_PORT): expected an integer, got \"x\"");
+  const char *env2[] = {"PORT=70000", NULL};
+  expect_err_env("", env2, "http.port (from PORT) must be between 0 and 65535, got 70000");
+  const char *env3[] = {"ANKUSA_WAL_TYPE=none", NULL};
+  expect_err_env("", env3, "wal.type (from ANKUSA_WAL_TYPE): \"none\" is not supported yet");
+  const char *env4[] = {"ANKUSA_ROLES=edge,web", NULL};
+  expect_err_env("", env4,
+                 "node.roles (from ANKUSA_ROLES): unknown value \"web\"; expected one of edge, dispatch, "
+                 "storage, claim_check");
+  const char *env5[] = {"ANKUSA_ADMIN_IP=localhost", NULL};
+  expect_err_env("", env5, "admin.ip (from ANKUSA_ADMIN_IP): expected an IP address literal, got \"localhost\"");
+  /* the file value an env var replaces is not checked (env beats the file) */
+  const char *env6[] = {"ANKUSA_LOG_LEVEL=warning", NULL};
+  ak_config_t *cfg = load_ok_env("log:\n  level: nonsense\n", env6);
+  cr_expect_eq(cfg->log_level, AK_LOG_WARNING);
+  ak_config_free(cfg);
+  /* env values are literal: no interpolation */
+  const char *env7[] = {"ANKUSA_DATA_DIR=${HOME}", NULL};
+  cfg = load_ok_env("", env7);
+  cr_expect_str_eq(cfg->data_dir, "${HOME}");
+  ak_config_free(cfg);
+}
+
+/* ---------------------------------------------------------------- trust rule ---- */
+
+Test(config, tenant_path_trust_rule) {
+  expect_err("http:\n  routing: tenant_path\n" SRC,
+             "sources.a: a shared source (tenant \"default\") with no verifier under tenant_path routing "
+             "lets any URL tenant file hooks; set trust_url_tenant: true to allow it");
+  ak_config_t *cfg = load_ok("http:\n  routing: tenant_path\n" SRC "    trust_url_tenant: true\n");
+  cr_expect_eq(cfg->http_routing, AK_ROUTING_TENANT_PATH);
+  ak_config_free(cfg);
+  cfg = load_ok("http:\n  routing: tenant_path\n" SRC "    tenant: acme\n");
+  ak_config_free(cfg);
+  cfg = load_ok(SRC); /* path routing: a shared source is fine */
+  ak_config_free(cfg);
+}
+
+/* ----------------------------------------------------------- several errors ---- */
+
+Test(config, all_errors_in_document_order) {
+  expect_err("log:\n  level: loud\n"
+             "bogus: 1\n"
+             "http:\n  port: 70000\n  routing: tenant_path\n  max_body_bytes: x\n"
+             "routes:\n  enabled: true\n"
+             "sources:\n"
+             "  a:\n    sinks: []\n"
+             "  b:\n    tenant: ${NOPE}\n    sinks: [{type: kafka}]\n"
+             "  c:\n    sinks: [{type: log}]\n",
+             "log.level: unknown value \"loud\"; expected one of debug, info, warning, error\n"
+             "unknown key \"bogus\"\n"
+             "http.port must be between 0 and 65535, got 70000\n"
+             "http.max_body_bytes: expected an integer, got \"x\"\n"
+             "routes: not supported yet; remove it or leave it empty\n"
+             "sources.a.sinks: must not be empty\n"
+             "sources.b.tenant: ${NOPE} is not set\n"
+             "sources.b.sinks[0].type: sink type \"kafka\" is not supported yet\n"
+             "sources.c: a shared source (tenant \"default\") with no verifier under tenant_path routing "
+             "lets any URL tenant file hooks; set trust_url_tenant: true to allow it");
+}
+
+/* ------------------------------------------------------------------ redaction ---- */
+
+Test(config, redaction) {
+  ak_config_t *cfg = load_ok(SRC);
+  /* Nothing in this build's schema holds a secret yet, so plant some the way a future
+   * section would: nested mappings, lists, URLs with credentials. */
+  json_t *extra = json_pack("{s:{s:s, s:[{s:s}], s:s, s:s}, s:s, s:[s]}", "deep", "password", "hunter2",
+                            "list", "token", "tok-123", "url", "amqp://user:pa55@mq:5672/vh",
+                            "plain", "visible", "nkey_seed", "SUAXYZ", "servers", "nats://u:pw9@n1:4222");
+  json_object_set_new(cfg->effective, "future", extra);
+  json_t *red = ak_config_redacted(cfg);
+  char *s = dump(red);
+  cr_expect(strstr(s, "hunter2") == NULL, "%s", s);
+  cr_expect(strstr(s, "tok-123") == NULL, "%s", s);
+  cr_expect(strstr(s, "pa55") == NULL, "%s", s);
+  cr_expect(strstr(s, "SUAXYZ") == NULL, "%s", s);
+  cr_expect(strstr(s, "pw9") == NULL, "%s", s);
+  cr_expect(strstr(s, "\"amqp://user:[REDACTED]@mq:5672/vh\"") != NULL, "%s", s);
+  cr_expect(strstr(s, "\"plain\":\"visible\"") != NULL, "%s", s);
+  cr_expect(strstr(s, "\"password\":\"[REDACTED]\"") != NULL, "%s", s);
+  free(s);
+  /* the rest of the tree is untouched, the original is not modified */
+  cr_expect(json_equal(json_object_get(red, "http"), json_object_get(cfg->effective, "http")));
+  cr_expect_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(cfg->effective, "future"),
+                                                                     "deep"), "password")), "hunter2");
+  json_decref(red);
+  ak_config_free(cfg);
+}
+
+Test(config, redaction_by_option_rows) {
+  static const ak_opt_t inner[] = {
+    {.key = "api_key", .type = AK_OPT_STRING, .flags = AK_OPTF_SECRET},
+    {.key = "name", .type = AK_OPT_STRING},
+    {0},
+  };
+  static const ak_opt_t rows[] = {
+    {.key = "svc", .type = AK_OPT_MAP, .children = inner},
+    {.key = "keys", .type = AK_OPT_SECRETS, .flags = AK_OPTF_SECRET},
+    {0},
+  };
+  json_t *tree = json_pack("{s:{s:s, s:s}, s:[s, s], s:s}", "svc", "api_key", "k-777", "name", "n",
+                           "keys", "s1-abc", "s2-def", "other", "o");
+  json_t *red = ak_config_redact_tree(tree, rows);
+  expect_json(red, "{\"svc\":{\"api_key\":\"[REDACTED]\",\"name\":\"n\"},\"keys\":\"[REDACTED]\",\"other\":\"o\"}");
+  json_decref(red);
+  json_decref(tree);
+}
+
+/* -------------------------------------------------------------------- files ---- */
+
+static char *make_tmpdir(void) {
+  char tmpl[] = "/tmp/ak-config-test-XXXXXX";
+  char *d = mkdtemp(tmpl);
+  cr_assert_not_null(d);
+  return strdup(d);
+}
+
+static char *write_file(const char *dir, const char *name, const char *text) {
+  char *p = NULL;
+  cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+  FILE *f = fopen(p, "w");
+  cr_assert_not_null(f);
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+Test(config, find_order) {
+  char *dir = make_tmpdir();
+  cr_assert_eq(chdir(dir), 0);
+  char *envfile = write_file(dir, "from-env.yml", "http:\n  port: 4100\n");
+  char *clifile = write_file(dir, "cli.yml", "http:\n  port: 4200\n");
+  char *missing = NULL;
+  cr_assert(asprintf(&missing, "%s/missing.yml", dir) > 0);
+  char *envvar = NULL, *envmissing = NULL;
+  cr_assert(asprintf(&envvar, "ANKUSA_CONFIG=%s", envfile) > 0);
+  cr_assert(asprintf(&envmissing, "ANKUSA_CONFIG=%s", missing) > 0);
+  const char *env[] = {envvar, NULL};
+  const char *envm[] = {envmissing, NULL};
+  bool etc = access("/etc/ankusa/ankusa.yml", F_OK) == 0;
+  char *path = NULL, *err = NULL;
+
+  /* cli beats ANKUSA_CONFIG */
+  cr_expect_eq(ak_config_find(clifile, env, &path, &err), 0);
+  cr_expect_str_eq(path, clifile);
+  free(path);
+  /* ANKUSA_CONFIG beats the default locations */
+  cr_expect_eq(ak_config_find(NULL, env, &path, &err), 0);
+  cr_expect_str_eq(path, envfile);
+  free(path);
+  /* a missing file named by ANKUSA_CONFIG or --config is an error naming it */
+  cr_expect_eq(ak_config_find(NULL, envm, &path, &err), -1);
+  cr_expect_null(path);
+  char *want = NULL;
+  cr_assert(asprintf(&want, "config file %s (from ANKUSA_CONFIG): No such file or directory", missing) > 0);
+  cr_expect_str_eq(err, want);
+  free(want);
+  free(err);
+  cr_expect_eq(ak_config_find(missing, env, &path, &err), -1);
+  cr_assert(asprintf(&want, "config file %s: No such file or directory", missing) > 0);
+  cr_expect_str_eq(err, want);
+  free(want);
+  free(err);
+  if (!etc) {
+    /* nothing anywhere: no file, defaults */
+    cr_expect_eq(ak_config_find(NULL, NOENV, &path, &err), 0);
+    cr_expect_null(path);
+    ak_config_t *cfg = NULL;
+    cr_expect_eq(ak_config_load(NULL, NOENV, &cfg, &err), 0);
+    cr_expect_null(cfg->path);
+    cr_expect_eq(cfg->http_port, 4000);
+    ak_config_free(cfg);
+    /* ./ankusa.yml when nothing else names a file */
+    char *local = write_file(dir, "ankusa.yml", "http:\n  port: 4300\n");
+    cr_expect_eq(ak_config_find(NULL, NOENV, &path, &err), 0);
+    cr_expect_str_eq(path, "./ankusa.yml");
+    free(path);
+    cr_expect_eq(ak_config_load(NULL, NOENV, &cfg, &err), 0);
+    cr_expect_str_eq(cfg->path, "./ankusa.yml");
+    cr_expect_eq(cfg->http_port, 4300);
+    ak_config_free(cfg);
+    unlink(local);
+    free(local);
+  }
+  /* load() follows the same order */
+  ak_config_t *cfg = NULL;
+  cr_expect_eq(ak_config_load(NULL, env, &cfg, &err), 0);
+  cr_expect_str_eq(cfg->path, envfile);
+  cr_expect_eq(cfg->http_port, 4100);
+  ak_config_free(cfg);
+  cr_expect_eq(ak_config_load(missing, NOENV, &cfg, &err), -1);
+  cr_expect(strstr(err, missing) != NULL, "%s", err);
+  free(err);
+
+  unlink(envfile);
+  unlink(clifile);
+  cr_expect_eq(chdir("/"), 0);
+  rmdir(dir);
+  free(envfile);
+  free(clifile);
+  free(missing);
+  free(envvar);
+  free(envmissing);
+  free(dir);
+}
+
+Test(config, load_file_errors_name_the_path) {
+  char *dir = make_tmpdir();
+  char *bad = write_file(dir, "bad.yml", "http:\n  port: [\n");
+  ak_config_t *cfg = NULL;
+  char *err = NULL;
+  cr_expect_eq(ak_config_load_file(bad, NOENV, &cfg, &err), -1);
+  cr_expect(strncmp(err, bad, strlen(bad)) == 0 && strstr(err, ": invalid YAML at line ") != NULL, "%s", err);
+  free(err);
+  cr_expect_eq(ak_config_load_file(dir, NOENV, &cfg, &err), -1); /* a directory */
+  cr_expect(strstr(err, dir) != NULL, "%s", err);
+  free(err);
+  char *good = write_file(dir, "good.yml", SRC);
+  cr_expect_eq(ak_config_load_file(good, NOENV, &cfg, &err), 0);
+  cr_expect_str_eq(cfg->path, good);
+  cr_expect_eq(cfg->nsources, 1);
+  ak_config_free(cfg);
+  unlink(bad);
+  unlink(good);
+  rmdir(dir);
+  free(bad);
+  free(good);
+  free(dir);
+}
+
+Test(config, root_options_table) {
+  const ak_opt_t *rows = ak_config_root_options();
+  const char *want[] = {"node", "log", "http", "admin", "routes", "rate_limits", "quarantine", "batcher",
+                        "dispatch", "wal", "storage", "claim_check", "backup", "sources", "source_store",
+                        "lifecycle"};
+  size_t n = 0;
+  while (rows[n].key) {
+    cr_assert_lt(n, sizeof want / sizeof want[0]);
+    cr_expect_str_eq(rows[n].key, want[n]);
+    n++;
+  }
+  cr_expect_eq(n, sizeof want / sizeof want[0]);
+}

@@ -1,0 +1,62 @@
+# Thin wrapper over meson. `make` builds build/ankusa; `make run` and `make test` install
+# their Debian dependencies first (scripts/deps.sh is idempotent and quick when all present).
+SHELL := /bin/bash
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+TEST_BUILD ?= build-test
+PYTEST ?= /usr/bin/python3 -m pytest
+CONFIG ?= examples/quickstart/ankusa.yml
+
+# Reconfigure when a source file appears or disappears (meson lists them at setup).
+SRCLIST := $(shell ls src/*/*.c src/*.c tests/unit/*.c 2>/dev/null | sort | md5sum | cut -c1-12)
+
+.PHONY: all deps run test unit e2e asan test-build bench fuzz clean format
+
+all: $(BUILD)/ankusa
+
+deps:
+	@bash scripts/deps.sh
+
+define setup
+	@if [ ! -f $(1)/build.ninja ] || [ "$$(cat $(1)/.srclist 2>/dev/null)" != "$(SRCLIST)" ]; then \
+	  if [ -f $(1)/build.ninja ]; then meson setup --reconfigure $(1) $(2) >/dev/null; \
+	  else meson setup $(1) $(2) >/dev/null; fi && echo "$(SRCLIST)" > $(1)/.srclist; fi
+endef
+
+$(BUILD)/ankusa: FORCE
+	$(call setup,$(BUILD),)
+	@ninja -C $(BUILD) >/dev/null
+	@echo "built $(BUILD)/ankusa"
+
+# The e2e suite runs against a build with test seams compiled in (clock override,
+# fault injection) and against the sanitizer build.
+test-build: FORCE
+	$(call setup,$(TEST_BUILD),-Dtest_hooks=true)
+	@ninja -C $(TEST_BUILD) >/dev/null
+
+asan: FORCE
+	$(call setup,$(ASAN_BUILD),-Dtest_hooks=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug)
+	@ninja -C $(ASAN_BUILD) >/dev/null
+
+run: deps $(BUILD)/ankusa
+	./$(BUILD)/ankusa serve --config $(CONFIG)
+
+unit: test-build asan
+	meson test -C $(TEST_BUILD) --print-errorlogs
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  meson test -C $(ASAN_BUILD) --print-errorlogs
+
+e2e: test-build asan
+	ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q tests/e2e
+	ANKUSA_BIN=$(abspath $(ASAN_BUILD))/ankusa ANKUSA_SANITIZER=1 $(PYTEST) -q tests/e2e -m "not slow"
+
+test: deps $(BUILD)/ankusa unit e2e
+	@echo "make test: all suites passed"
+
+bench: deps $(BUILD)/ankusa
+	bash bench/ingest.sh
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TEST_BUILD)
+
+FORCE:

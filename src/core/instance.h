@@ -1,0 +1,28 @@
+/* The instance: everything one running node owns (config, metrics, ids, store, writer,
+ * listeners). main.c builds it; modules receive it. Never a second instance per store. */
+#ifndef AK_CORE_INSTANCE_H
+#define AK_CORE_INSTANCE_H
+
+#include <stdatomic.h>
+#include "core/config.h"
+#include "core/ids.h"
+#include "core/metrics.h"
+
+struct ak_store;
+struct ak_writer;
+struct ak_edge;
+struct ak_admin;
+
+typedef struct ak_instance {
+  const char *name;            /* "default": Ankusa's YAML has no instance key */
+  ak_config_t *cfg;
+  ak_metrics_t *metrics;
+  ak_idgen_t ids;
+  struct ak_store *store;
+  struct ak_writer *writer;
+  struct ak_edge *edge;
+  struct ak_admin *admin;
+  _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
+} ak_instance_t;
+
+#endif

@@ -1,0 +1,411 @@
+/* Ingest on libmicrohttpd (epoll thread pool, suspend/resume). Request lifecycle:
+ *   1st call (headers only): health/ready, route shape, Content-Length, source lookup,
+ *       header bytes -> refuse here and MHD never reads the body or sends 100 Continue;
+ *   body calls: append to a buffer bounded by http.max_body_bytes (past it: swallow,
+ *       answer 413 at the end so the connection stays usable);
+ *   last call: encode the envelope, suspend the connection, submit to the writer;
+ *   resumed call: answer from the writer's status.
+ * The writer resumes the connection only after its commit returned. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/clock.h"
+#include "core/envelope.h"
+#include "core/httpx.h"
+#include "core/log.h"
+#include "edge/edge.h"
+#include "edge/route.h"
+#include "queue/writer.h"
+
+enum { ST_READING = 0, ST_SUBMITTED, ST_ANSWERED };
+
+typedef enum {
+  R_PAYLOAD_TOO_LARGE = 0, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
+  R_OVERLOAD, R_STORE_UNAVAILABLE, R_COMMIT_DEADLINE, R_DRAINING, R_COUNT
+} refuse_t;
+static const char *const refuse_names[R_COUNT] = {
+  "payload_too_large", "unknown_source", "not_found", "invalid_header", "body_read_failed",
+  "overload", "store_unavailable", "commit_deadline", "draining"};
+
+static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 413, 429, 503};
+#define NSTATUS (sizeof status_codes / sizeof status_codes[0])
+
+struct ak_edge {
+  ak_instance_t *inst;
+  struct MHD_Daemon *d;
+  int port;
+  _Atomic int waiting; /* requests suspended on the writer */
+  ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration;
+};
+
+typedef struct conn {
+  int state;
+  int64_t t0_ns;
+  int64_t received_at_ms;
+  const ak_source_cfg_t *src;
+  const char *tenant;
+  bool too_large;
+  uint8_t *body;
+  size_t len, cap;
+  ak_write_req_t req;
+  struct MHD_Connection *mc;
+  ak_edge_t *edge;
+} conn_t;
+
+static void count(ak_edge_t *e, unsigned status, int64_t t0_ns) {
+  ak_series_t *s = e->m_status_other;
+  for (size_t i = 0; i < NSTATUS; i++)
+    if (status_codes[i] == status) s = e->m_status[i];
+  ak_counter_add(s, 1);
+  if (t0_ns) ak_histogram_observe(e->m_duration, (double)(ak_mono_ns() - t0_ns) / 1e9);
+}
+
+static enum MHD_Result refuse(ak_edge_t *e, struct MHD_Connection *c, unsigned status, refuse_t why,
+                              const char *code, int retry_after, int64_t t0) {
+  ak_counter_add(e->m_refused[why], 1);
+  count(e, status, t0);
+  return ak_http_error(c, status, code, retry_after);
+}
+
+typedef struct {
+  const char *bad;
+  size_t bad_len;
+} hdrcheck_t;
+
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                    const char *value, size_t value_size) {
+  (void)kind;
+  hdrcheck_t *h = cls;
+  if (!ak_header_name_ok(key, key_size) || !ak_header_value_ok(value ? value : "", value ? value_size : 0)) {
+    h->bad = key;
+    h->bad_len = key_size;
+    return MHD_NO;
+  }
+  return MHD_YES;
+}
+
+typedef struct {
+  ak_header_t *v;
+  size_t n, cap;
+} hdrs_t;
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
+  (void)kind;
+  hdrs_t *h = cls;
+  if (h->n == h->cap) {
+    size_t nc = h->cap ? h->cap * 2 : 16;
+    ak_header_t *nv = realloc(h->v, nc * sizeof *nv);
+    if (!nv) return MHD_NO;
+    h->v = nv;
+    h->cap = nc;
+  }
+  h->v[h->n++] = (ak_header_t){key, key_size, value ? value : "", value ? value_size : 0};
+  return MHD_YES;
+}
+
+static void on_committed(ak_write_req_t *req, void *ctx) {
+  (void)req;
+  conn_t *c = ctx;
+  MHD_resume_connection(c->mc); /* last touch: c may be freed after this */
+}
+
+static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc) {
+  c->state = ST_ANSWERED;
+  atomic_fetch_sub(&e->waiting, 1);
+  free(c->req.rec);
+  c->req.rec = NULL;
+  switch (c->req.status) {
+    case AK_WR_COMMITTED: {
+      char id[AK_UUID_STR_LEN], body[96];
+      ak_uuid_format(c->req.id, id);
+      int n = snprintf(body, sizeof body, "{\"status\":\"accepted\",\"id\":\"%s\"}", id);
+      count(e, 201, c->t0_ns);
+      return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
+    }
+    case AK_WR_OVERLOAD:
+      return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+    case AK_WR_DEADLINE:
+      return refuse(e, mc, 503, R_COMMIT_DEADLINE, "store_unavailable", 1, c->t0_ns);
+    case AK_WR_DRAINING:
+      return refuse(e, mc, 503, R_DRAINING, "draining", 1, c->t0_ns);
+    case AK_WR_STORE_UNAVAILABLE:
+    default:
+      return refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, c->t0_ns);
+  }
+}
+
+static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, const char *url,
+                              const char *method) {
+  ak_instance_t *inst = e->inst;
+  hdrs_t h = {0};
+  MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_header, &h);
+  const char *ct = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+  ak_envelope_t env = {0};
+  ak_uuid7_new(&inst->ids, c->received_at_ms, env.id);
+  env.received_at_ms = c->received_at_ms;
+  env.tenant = c->tenant;
+  env.tenant_len = strlen(c->tenant);
+  env.source = c->src->id;
+  env.source_len = strlen(c->src->id);
+  env.method = method;
+  env.method_len = strlen(method);
+  env.path = url;
+  env.path_len = strlen(url);
+  env.content_type = ct;
+  env.content_type_len = ct ? strlen(ct) : 0;
+  env.headers = h.v;
+  env.nheaders = h.n;
+  env.body = c->body;
+  env.body_len = c->len;
+  size_t rl = 0;
+  uint8_t *rec = ak_envelope_encode(&env, &rl);
+  free(h.v);
+  if (!rec) return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+  c->req.rec = rec;
+  c->req.rec_len = rl;
+  c->req.body_len = c->len;
+  memcpy(c->req.id, env.id, 16);
+  c->req.received_at_ms = c->received_at_ms;
+  c->req.source = c->src;
+  c->req.done = on_committed;
+  c->req.ctx = c;
+  free(c->body);
+  c->body = NULL;
+  c->state = ST_SUBMITTED;
+  atomic_fetch_add(&e->waiting, 1);
+  /* suspend first: the writer may answer before submit() returns */
+  MHD_suspend_connection(mc);
+  ak_wr_status_t st = ak_writer_submit(inst->writer, &c->req);
+  if (st != AK_WR_QUEUED) {
+    c->req.status = st;
+    MHD_resume_connection(mc);
+  }
+  return MHD_YES;
+}
+
+static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const char *url, const char *method,
+                                  void **con_cls) {
+  ak_instance_t *inst = e->inst;
+  int64_t t0 = ak_mono_ns();
+  if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
+    if (strcmp(url, "/health") == 0) {
+      count(e, 200, 0);
+      return ak_http_health(inst, mc);
+    }
+    if (strcmp(url, "/ready") == 0) {
+      unsigned st;
+      enum MHD_Result r = ak_http_ready(inst, mc, &st);
+      count(e, st, 0);
+      return r;
+    }
+  }
+  if (strcmp(method, "POST") != 0) return refuse(e, mc, 404, R_NOT_FOUND, "not_found", 0, t0);
+  ak_route_t route;
+  ak_route_status_t rs = ak_route_parse(inst->cfg, url, &route);
+  if (rs == AK_ROUTE_NOT_FOUND) return refuse(e, mc, 404, R_NOT_FOUND, "not_found", 0, t0);
+  if (rs != AK_ROUTE_OK) return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+
+  int64_t max = inst->cfg->http_max_body_bytes;
+  const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  long long clen = -1;
+  if (cl) {
+    char *end;
+    clen = strtoll(cl, &end, 10);
+    if (clen > max) {
+      char b[96];
+      int n = snprintf(b, sizeof b, "{\"error\":\"payload_too_large\",\"limit\":%lld}", (long long)max);
+      ak_counter_add(e->m_refused[R_PAYLOAD_TOO_LARGE], 1);
+      count(e, 413, t0);
+      return ak_http_reply(mc, 413, "application/json", b, (size_t)n, 0);
+    }
+  }
+  const ak_source_cfg_t *src;
+  const char *tenant;
+  if (ak_route_bind(inst->cfg, &route, &src, &tenant) != AK_ROUTE_OK)
+    return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+
+  hdrcheck_t hc = {0};
+  MHD_get_connection_values_n(mc, MHD_HEADER_KIND, check_header, &hc);
+  if (hc.bad) {
+    char name[512], b[600];
+    ak_json_quote(name, sizeof name, hc.bad, hc.bad_len > 120 ? 120 : hc.bad_len);
+    int n = snprintf(b, sizeof b, "{\"error\":\"invalid_header\",\"header\":%s}", name);
+    ak_counter_add(e->m_refused[R_INVALID_HEADER], 1);
+    count(e, 400, t0);
+    return ak_http_reply(mc, 400, "application/json", b, (size_t)n, 0);
+  }
+
+  conn_t *c = calloc(1, sizeof *c);
+  if (!c) return MHD_NO;
+  c->t0_ns = t0;
+  c->received_at_ms = ak_now_ms();
+  c->src = src;
+  c->tenant = tenant; /* points into config or into route copy below */
+  c->mc = mc;
+  c->edge = e;
+  if (tenant != src->tenant) {
+    /* URL tenant of a shared source: keep our own copy */
+    char *t = strdup(tenant);
+    c->tenant = t ? t : "default";
+  }
+  if (clen > 0) {
+    /* a declared length is a hint, not a promise: preallocate at most 64 KiB */
+    c->cap = clen < 65536 ? (size_t)clen : 65536;
+    c->body = malloc(c->cap);
+    if (!c->body) c->cap = 0;
+  }
+  *con_cls = c;
+  return MHD_YES;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                               const char *version, const char *upload_data, size_t *upload_data_size,
+                               void **con_cls) {
+  (void)version;
+  ak_edge_t *e = cls;
+  conn_t *c = *con_cls;
+  if (!c) return first_call(e, mc, url, method, con_cls);
+  if (c->state == ST_SUBMITTED) return answer(e, c, mc);
+  if (c->state == ST_ANSWERED) return MHD_YES;
+  if (*upload_data_size > 0) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (c->too_large) return MHD_YES;
+    if ((int64_t)(c->len + n) > e->inst->cfg->http_max_body_bytes) {
+      c->too_large = true; /* swallow the rest; answer 413 at the end */
+      free(c->body);
+      c->body = NULL;
+      c->len = c->cap = 0;
+      return MHD_YES;
+    }
+    if (c->len + n > c->cap) {
+      size_t nc = c->cap ? c->cap * 2 : 4096;
+      while (nc < c->len + n) nc *= 2;
+      if ((int64_t)nc > e->inst->cfg->http_max_body_bytes) nc = (size_t)e->inst->cfg->http_max_body_bytes;
+      uint8_t *nb = realloc(c->body, nc);
+      if (!nb) return MHD_NO;
+      c->body = nb;
+      c->cap = nc;
+    }
+    memcpy(c->body + c->len, upload_data, n);
+    c->len += n;
+    return MHD_YES;
+  }
+  /* end of body */
+  if (c->too_large) {
+    c->state = ST_ANSWERED;
+    char b[96];
+    int n = snprintf(b, sizeof b, "{\"error\":\"payload_too_large\",\"limit\":%lld}",
+                     (long long)e->inst->cfg->http_max_body_bytes);
+    ak_counter_add(e->m_refused[R_PAYLOAD_TOO_LARGE], 1);
+    count(e, 413, c->t0_ns);
+    return ak_http_reply(mc, 413, "application/json", b, (size_t)n, 0);
+  }
+  return submit(e, c, mc, url, method);
+}
+
+static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+  (void)mc;
+  ak_edge_t *e = cls;
+  conn_t *c = *con_cls;
+  if (!c) return;
+  if (c->state == ST_READING && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    /* the client went away or timed out mid-body: nothing to answer, nothing stored */
+    ak_counter_add(e->m_refused[R_BODY_READ_FAILED], 1);
+    count(e, 400, c->t0_ns);
+  }
+  if (c->tenant != c->src->tenant) free((void *)c->tenant);
+  free(c->body);
+  free(c->req.rec);
+  free(c);
+  *con_cls = NULL;
+}
+
+/* Keep the path exactly as sent: no percent-decoding. */
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s) {
+  (void)cls;
+  (void)c;
+  return strlen(s);
+}
+
+ak_edge_t *ak_edge_new(ak_instance_t *inst) {
+  ak_edge_t *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->inst = inst;
+  ak_metrics_t *m = inst->metrics;
+  const char *const sl[] = {"instance", "status", NULL};
+  ak_family_t *sf = ak_metrics_family(m, "ankusa_ingest_requests_total", "Ingest requests by HTTP status.",
+                                      AK_METRIC_COUNTER, sl, NULL, 0);
+  for (size_t i = 0; i < NSTATUS; i++) {
+    char code[8];
+    snprintf(code, sizeof code, "%u", status_codes[i]);
+    const char *v[] = {inst->name, code};
+    e->m_status[i] = ak_metrics_series(sf, v);
+  }
+  const char *ov[] = {inst->name, "other"};
+  e->m_status_other = ak_metrics_series(sf, ov);
+  const char *const rl[] = {"instance", "reason", NULL};
+  ak_family_t *rf = ak_metrics_family(m, "ankusa_ingest_refused_total",
+                                      "Ingest requests refused, by reason (nothing stored).",
+                                      AK_METRIC_COUNTER, rl, NULL, 0);
+  for (int i = 0; i < R_COUNT; i++) {
+    const char *v[] = {inst->name, refuse_names[i]};
+    e->m_refused[i] = ak_metrics_series(rf, v);
+  }
+  const char *const il[] = {"instance", NULL};
+  const char *iv[] = {inst->name};
+  e->m_duration = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_duration_seconds",
+                                                      "Ack latency: time to answer one ingest request.",
+                                                      AK_METRIC_HISTOGRAM, il, ak_latency_bounds,
+                                                      ak_latency_nbounds), iv);
+  return e;
+}
+
+int ak_edge_start(ak_edge_t *e, char **err) {
+  long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned threads = nproc > 0 ? (unsigned)nproc : 2;
+  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+  e->d = MHD_start_daemon(flags, (uint16_t)e->inst->cfg->http_port, NULL, NULL, handler, e,
+                          MHD_OPTION_THREAD_POOL_SIZE, threads,
+                          MHD_OPTION_NOTIFY_COMPLETED, completed, e,
+                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
+                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)20000,
+                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024), /* MHD clears it per request */
+                          MHD_OPTION_END);
+  if (!e->d) {
+    char b[160];
+    snprintf(b, sizeof b, "cannot listen on http.port %d (in use, or no permission)", e->inst->cfg->http_port);
+    *err = strdup(b);
+    return -1;
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(e->d, MHD_DAEMON_INFO_BIND_PORT);
+  e->port = di ? di->port : e->inst->cfg->http_port;
+  return 0;
+}
+
+int ak_edge_port(const ak_edge_t *e) { return e->port; }
+
+void ak_edge_quiesce(ak_edge_t *e) {
+  if (!e->d) return;
+  MHD_socket s = MHD_quiesce_daemon(e->d);
+  if (s != MHD_INVALID_SOCKET) close(s);
+}
+
+void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms) {
+  for (int i = 0; i < timeout_ms / 10 && atomic_load(&e->waiting) > 0; i++) usleep(10000);
+}
+
+void ak_edge_stop(ak_edge_t *e) {
+  if (e->d) MHD_stop_daemon(e->d);
+  e->d = NULL;
+}
+
+void ak_edge_free(ak_edge_t *e) {
+  if (!e) return;
+  ak_edge_stop(e);
+  free(e);
+}

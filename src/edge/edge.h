@@ -1,0 +1,23 @@
+/* The ingest listener (http.port, 4000): routing, pre-read refusals, bounded body read,
+ * envelope, hand-off to the writer with the connection suspended, and the status
+ * mapping of the answer. Owns the libmicrohttpd daemon. Never answers 201 before the
+ * writer reported the hook committed. */
+#ifndef AK_EDGE_EDGE_H
+#define AK_EDGE_EDGE_H
+
+#include "core/instance.h"
+
+typedef struct ak_edge ak_edge_t;
+
+ak_edge_t *ak_edge_new(ak_instance_t *inst);
+/* Bind and serve. 0, or -1 with *err. */
+int ak_edge_start(ak_edge_t *e, char **err);
+int ak_edge_port(const ak_edge_t *e);
+/* Stop accepting new connections; requests in progress continue. */
+void ak_edge_quiesce(ak_edge_t *e);
+/* Wait (up to timeout_ms) until no request is waiting on the writer. */
+void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms);
+void ak_edge_stop(ak_edge_t *e);
+void ak_edge_free(ak_edge_t *e);
+
+#endif

@@ -1,0 +1,34 @@
+/* Route resolution: catch URL -> (tenant, source) under http.routing and http.prefix, the
+ * tenant-binding rule, and the header byte check. Pure functions over the config, so
+ * they are unit tested and fuzzed directly. Never reads a body. */
+#ifndef AK_EDGE_ROUTE_H
+#define AK_EDGE_ROUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "core/config.h"
+
+typedef enum {
+  AK_ROUTE_OK = 0,
+  AK_ROUTE_NOT_FOUND,      /* not under the prefix: 404 not_found */
+  AK_ROUTE_UNKNOWN_SOURCE, /* under the prefix but bad shape, unknown source, wrong tenant */
+} ak_route_status_t;
+
+typedef struct ak_route {
+  char url_tenant[65];     /* tenant_path only; "" otherwise */
+  char source_id[65];
+} ak_route_t;
+
+/* Shape only: split the path (without query) into prefix + segments. */
+ak_route_status_t ak_route_parse(const ak_config_t *cfg, const char *path, ak_route_t *out);
+/* Source lookup + tenant binding. *tenant_out gets the tenant the hook is filed under. */
+ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
+                                const ak_source_cfg_t **src_out, const char **tenant_out);
+
+bool ak_tenant_valid(const char *s, size_t len);
+/* 0 when every byte is allowed; else the offending header is invalid. Names: visible
+ * ASCII 0x21..0x7E. Values: visible ASCII plus space and tab. */
+bool ak_header_name_ok(const char *s, size_t len);
+bool ak_header_value_ok(const char *s, size_t len);
+
+#endif

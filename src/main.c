@@ -1,0 +1,272 @@
+/* CLI: serve (default), check-config, print-config, version, inspect hooks. The only
+ * place that calls exit(): every module returns errors here, and here they become exit
+ * codes (78 for an invalid configuration). */
+#include <errno.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "admin/admin.h"
+#include "core/config.h"
+#include "core/envelope.h"
+#include "core/instance.h"
+#include "core/log.h"
+#include "edge/edge.h"
+#include "queue/writer.h"
+#include "store/store.h"
+
+extern char **environ;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ankusa [serve] [--config FILE]\n"
+          "       ankusa check-config [--config FILE]\n"
+          "       ankusa print-config [--config FILE]\n"
+          "       ankusa inspect hooks --data-dir DIR\n"
+          "       ankusa version\n");
+}
+
+static int load_config(const char *path, ak_config_t **cfg) {
+  char *err = NULL;
+  if (ak_config_load(path, (const char *const *)environ, cfg, &err) != 0) {
+    fprintf(stderr, "ankusa: invalid configuration\n");
+    /* indent every line of the message */
+    for (char *line = err, *next; line && *line; line = next) {
+      next = strchr(line, '\n');
+      if (next) *next++ = 0;
+      fprintf(stderr, "  %s\n", line);
+    }
+    free(err);
+    return AK_EXIT_CONFIG;
+  }
+  return 0;
+}
+
+static char *store_path(const char *data_dir, const char *instance) {
+  size_t n = strlen(data_dir) + strlen(instance) + 16;
+  char *p = malloc(n);
+  snprintf(p, n, "%s/%s/store", data_dir, instance);
+  return p;
+}
+
+static int cmd_check(const char *path) {
+  ak_config_t *cfg;
+  int rc = load_config(path, &cfg);
+  if (rc) return rc;
+  char roles[128];
+  printf("config OK: roles=%s sources=", ak_config_roles_text(cfg->roles, roles, sizeof roles));
+  for (size_t i = 0; i < cfg->nsources; i++) printf("%s%s", i ? "," : "", cfg->sources[i].id);
+  printf(" wal=%s\n", ak_config_wal_text(cfg->wal_type));
+  ak_config_free(cfg);
+  return 0;
+}
+
+static int cmd_print(const char *path) {
+  ak_config_t *cfg;
+  int rc = load_config(path, &cfg);
+  if (rc) return rc;
+  json_t *j = ak_config_redacted(cfg);
+  char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  printf("%s\n", s);
+  free(s);
+  json_decref(j);
+  ak_config_free(cfg);
+  return 0;
+}
+
+typedef struct {
+  unsigned long long n;
+  int bad;
+} inspect_ctx_t;
+
+static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  inspect_ctx_t *ic = ctx;
+  ak_envelope_t env;
+  if (kl != AK_HOOK_KEY_LEN || ak_envelope_decode((const uint8_t *)v, vl, &env) != 0) {
+    fprintf(stderr, "ankusa: damaged hook record at seq %llu\n",
+            kl == AK_HOOK_KEY_LEN ? (unsigned long long)ak_get_u64((const uint8_t *)k) : 0ULL);
+    ic->bad = 1;
+    return 0;
+  }
+  json_t *j = ak_admin_hook_json(&env, 0);
+  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  fputs(s, stdout);
+  fputc('\n', stdout);
+  free(s);
+  json_decref(j);
+  ak_envelope_clear(&env);
+  ic->n++;
+  return 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+  const char *data_dir = NULL;
+  if (argc < 1 || strcmp(argv[0], "hooks") != 0) {
+    usage(stderr);
+    return 64;
+  }
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--data-dir") == 0 && i + 1 < argc) data_dir = argv[++i];
+    else if (strncmp(argv[i], "--data-dir=", 11) == 0) data_dir = argv[i] + 11;
+    else {
+      fprintf(stderr, "ankusa: unknown argument %s\n", argv[i]);
+      return 64;
+    }
+  }
+  if (!data_dir) {
+    fprintf(stderr, "ankusa: inspect hooks needs --data-dir DIR (the node.data_dir)\n");
+    return 64;
+  }
+  char *sp = store_path(data_dir, "default");
+  ak_store_t *st = ak_store_new(sp, true);
+  char *err = NULL;
+  if (ak_store_open(st, &err) != 0) {
+    fprintf(stderr, "ankusa: %s\n", err);
+    free(err);
+    ak_store_free(st);
+    free(sp);
+    return 1;
+  }
+  inspect_ctx_t ic = {0, 0};
+  int rc = ak_store_scan(st, AK_CF_HOOKS, NULL, 0, inspect_one, &ic);
+  fflush(stdout);
+  ak_store_free(st);
+  free(sp);
+  if (rc != 0) {
+    fprintf(stderr, "ankusa: reading the store failed part-way (corruption?); output is incomplete\n");
+    return 1;
+  }
+  return ic.bad ? 1 : 0;
+}
+
+static int cmd_serve(const char *path) {
+  ak_config_t *cfg;
+  int rc = load_config(path, &cfg);
+  if (rc) return rc;
+  ak_log_set_level(cfg->log_level);
+
+  /* signals are taken by sigwait in this thread only; block them before any thread starts */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  ak_instance_t inst = {.name = "default", .cfg = cfg};
+  inst.metrics = ak_metrics_new();
+  ak_idgen_init(&inst.ids);
+  if (cfg->nsources == 0)
+    ak_log(AK_LOG_WARNING, "config", "no sources configured: every POST will get 404", "config=%s",
+           cfg->path ? cfg->path : "(none)");
+
+  char *sp = store_path(cfg->data_dir, inst.name);
+  inst.store = ak_store_new(sp, false);
+  char *err = NULL;
+  if (ak_store_open(inst.store, &err) != 0) {
+    ak_log(AK_LOG_ERROR, "store", "store_open_failed: refusing to start", "reason=\"%s\"", err);
+    fprintf(stderr, "ankusa: store_open_failed: %s\n", err);
+    free(err);
+    ak_store_free(inst.store);
+    free(sp);
+    ak_metrics_free(inst.metrics);
+    ak_config_free(cfg);
+    return 1;
+  }
+  ak_log(AK_LOG_INFO, "store", "store opened", "path=%s next_seq=%llu hooks=%llu wal_replay_seconds=%.3f", sp,
+         (unsigned long long)ak_store_next_seq(inst.store), (unsigned long long)ak_store_hook_count(inst.store),
+         ak_store_last_open_seconds(inst.store));
+  ak_log(AK_LOG_INFO, "durability",
+         "wal.type=disk: a 201 means the hook is fsynced in this host's store; it survives a process crash "
+         "and power loss on this host, not the loss of this host (no backup configured)",
+         "store=%s", sp);
+
+  inst.writer = ak_writer_new(&inst);
+  inst.edge = ak_edge_new(&inst);
+  inst.admin = cfg->admin_enabled ? ak_admin_new(&inst) : NULL;
+  int exit_code = 0;
+  if (ak_writer_start(inst.writer) != 0) {
+    ak_log(AK_LOG_ERROR, "writer", "cannot start the writer thread", NULL);
+    exit_code = 1;
+    goto out;
+  }
+  if (inst.admin && ak_admin_start(inst.admin, &err) != 0) {
+    ak_log(AK_LOG_ERROR, "admin", "cannot start the admin listener", "reason=\"%s\"", err);
+    fprintf(stderr, "ankusa: %s\n", err);
+    free(err);
+    exit_code = 1;
+    goto out;
+  }
+  if (ak_edge_start(inst.edge, &err) != 0) {
+    ak_log(AK_LOG_ERROR, "edge", "cannot start the ingest listener", "reason=\"%s\"", err);
+    fprintf(stderr, "ankusa: %s\n", err);
+    free(err);
+    exit_code = 1;
+    goto out;
+  }
+  ak_log(AK_LOG_INFO, "node", "listening", "http_port=%d admin_port=%d admin_ip=%s sources=%zu version=%s",
+         ak_edge_port(inst.edge), inst.admin ? ak_admin_port(inst.admin) : 0, cfg->admin_ip, cfg->nsources,
+         AK_VERSION);
+
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  ak_log(AK_LOG_INFO, "node", "stopping: draining in-flight requests", "signal=%d", sig);
+  atomic_store(&inst.draining, 1);
+  /* drain order: stop accepting, commit and answer everything queued, let the answers
+   * go out, then close listeners (MHD must not be stopped with suspended connections) */
+  ak_edge_quiesce(inst.edge);
+  ak_writer_stop(inst.writer);
+  ak_edge_wait_idle(inst.edge, 5000);
+  usleep(200000);
+
+out:
+  ak_edge_free(inst.edge);
+  ak_admin_free(inst.admin);
+  ak_writer_free(inst.writer);
+  ak_store_free(inst.store);
+  free(sp);
+  ak_metrics_free(inst.metrics);
+  ak_config_free(cfg);
+  if (exit_code == 0) ak_log(AK_LOG_INFO, "node", "stopped", NULL);
+  return exit_code;
+}
+
+int main(int argc, char **argv) {
+  const char *cmd = "serve";
+  int i = 1;
+  if (argc > 1 && argv[1][0] != '-') {
+    cmd = argv[1];
+    i = 2;
+  }
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("ankusa %s\n", AK_VERSION);
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - i, argv + i);
+  const char *config = NULL;
+  for (; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];
+    else if (strncmp(argv[i], "--config=", 9) == 0) config = argv[i] + 9;
+    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "ankusa: unknown argument %s\n", argv[i]);
+      usage(stderr);
+      return 64;
+    }
+  }
+  if (strcmp(cmd, "serve") == 0 || strcmp(cmd, "start") == 0) return cmd_serve(config);
+  if (strcmp(cmd, "check-config") == 0) return cmd_check(config);
+  if (strcmp(cmd, "print-config") == 0) return cmd_print(config);
+  fprintf(stderr, "ankusa: unknown command %s\n", cmd);
+  usage(stderr);
+  return 64;
+}

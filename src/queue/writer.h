@@ -1,0 +1,59 @@
+/* The group-commit writer: the only seq assigner and the only thread that writes hooks.
+ * Takes everything queued, writes it as ONE synced WriteBatch (hook, a delivery row and
+ * due key per sink, archive obligation, id index, seq marker, hook count), then answers
+ * each caller. Owns the queue bounds, record deadlines, store close/reopen after a
+ * failed write, and readiness. Never answers "committed" before the write returned. */
+#ifndef AK_QUEUE_WRITER_H
+#define AK_QUEUE_WRITER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/config.h"
+#include "core/instance.h"
+
+typedef enum {
+  AK_WR_QUEUED = 0,           /* accepted into the queue; done() will be called */
+  AK_WR_COMMITTED,            /* durable; seq set */
+  AK_WR_OVERLOAD,             /* queue full (records or bytes) */
+  AK_WR_STORE_UNAVAILABLE,    /* store closed or the write failed */
+  AK_WR_DEADLINE,             /* did not start committing within the record deadline */
+  AK_WR_DRAINING,             /* node is stopping */
+} ak_wr_status_t;
+
+typedef struct ak_write_req {
+  struct ak_write_req *next;
+  uint8_t *rec;               /* encoded envelope, owned by the caller; seq stamped in place */
+  size_t rec_len;
+  size_t body_len;
+  uint8_t id[16];
+  int64_t received_at_ms;
+  const ak_source_cfg_t *source;
+  int64_t deadline_ns;        /* set by submit */
+  ak_wr_status_t status;      /* final status, valid when done() runs */
+  uint64_t seq;
+  void (*done)(struct ak_write_req *req, void *ctx);
+  void *ctx;
+} ak_write_req_t;
+
+typedef struct ak_writer ak_writer_t;
+
+#define AK_RECORD_DEADLINE_MS 15000
+
+ak_writer_t *ak_writer_new(ak_instance_t *inst);
+int ak_writer_start(ak_writer_t *w);
+/* AK_WR_QUEUED: done() will be called exactly once from a writer thread. Any other
+ * value: refused now, done() will NOT be called. */
+ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req);
+/* Commit everything already queued, answer it, refuse new submissions, stop threads. */
+void ak_writer_stop(ak_writer_t *w);
+void ak_writer_free(ak_writer_t *w);
+
+/* Readiness: true when the store takes a synced write (probe cached for 1 s) and no
+ * write failed in the last 5 s. reason gets "ok" or a failure class. */
+bool ak_writer_ready(ak_writer_t *w, const char **reason);
+/* Refresh gauges (queue depth, store unavailable seconds). */
+void ak_writer_sample(ak_writer_t *w);
+
+#endif

@@ -1,0 +1,366 @@
+/* RocksDB wrapper. A rwlock guards the handle's lifetime only: reads and writes share
+ * it, close/reopen takes it exclusively. Opening refuses damaged stores and a directory
+ * that holds data files without CURRENT (never "starts empty" over lost data). */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "core/clock.h"
+#include "store/store.h"
+
+const char *const ak_wf_class_names[AK_WF_COUNT] = {"no_space", "io_error", "read_only",
+                                                     "corruption", "busy", "other"};
+
+struct ak_store {
+  char *path;
+  bool read_only;
+  pthread_rwlock_t lock;
+  rocksdb_t *db;
+  rocksdb_options_t *opts;
+  rocksdb_options_t *cf_opts[AK_CF_COUNT];
+  rocksdb_column_family_handle_t *cf[AK_CF_COUNT];
+  rocksdb_writeoptions_t *wsync, *wnosync;
+  rocksdb_readoptions_t *ropts;
+  uint64_t next_seq, hook_count;
+  double open_seconds;
+};
+
+ak_store_t *ak_store_new(const char *path, bool read_only) {
+  ak_store_t *st = calloc(1, sizeof *st);
+  if (!st) return NULL;
+  st->path = strdup(path);
+  st->read_only = read_only;
+  pthread_rwlock_init(&st->lock, NULL);
+  st->wsync = rocksdb_writeoptions_create();
+  rocksdb_writeoptions_set_sync(st->wsync, 1);
+  st->wnosync = rocksdb_writeoptions_create();
+  st->ropts = rocksdb_readoptions_create();
+  rocksdb_readoptions_set_verify_checksums(st->ropts, 1);
+  return st;
+}
+
+static void destroy_options(ak_store_t *st) {
+  for (int i = 0; i < AK_CF_COUNT; i++)
+    if (st->cf_opts[i]) {
+      rocksdb_options_destroy(st->cf_opts[i]);
+      st->cf_opts[i] = NULL;
+    }
+  if (st->opts) {
+    rocksdb_options_destroy(st->opts);
+    st->opts = NULL;
+  }
+}
+
+static void close_locked(ak_store_t *st) {
+  if (!st->db) return;
+  for (int i = 0; i < AK_CF_COUNT; i++)
+    if (st->cf[i]) {
+      rocksdb_column_family_handle_destroy(st->cf[i]);
+      st->cf[i] = NULL;
+    }
+  rocksdb_close(st->db);
+  st->db = NULL;
+  destroy_options(st);
+}
+
+void ak_store_free(ak_store_t *st) {
+  if (!st) return;
+  pthread_rwlock_wrlock(&st->lock);
+  close_locked(st);
+  pthread_rwlock_unlock(&st->lock);
+  rocksdb_writeoptions_destroy(st->wsync);
+  rocksdb_writeoptions_destroy(st->wnosync);
+  rocksdb_readoptions_destroy(st->ropts);
+  pthread_rwlock_destroy(&st->lock);
+  free(st->path);
+  free(st);
+}
+
+static int mkdirs(const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(tmp, 0750) != 0 && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  }
+  if (mkdir(tmp, 0750) != 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+static char *fmt_err(const char *fmt, const char *a, const char *b) {
+  size_t n = strlen(fmt) + strlen(a) + (b ? strlen(b) : 0) + 1;
+  char *e = malloc(n);
+  snprintf(e, n, fmt, a, b ? b : "");
+  return e;
+}
+
+/* Data files with no CURRENT means a store whose pointer file was lost: opening would
+ * create an empty database on top of it. */
+static int check_orphan_files(const char *path, char **err) {
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  bool has_current = false, has_data = false;
+  char first[256] = "";
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    const char *n = de->d_name;
+    size_t l = strlen(n);
+    if (strcmp(n, "CURRENT") == 0) has_current = true;
+    else if (strncmp(n, "MANIFEST-", 9) == 0 || (l > 4 && strcmp(n + l - 4, ".sst") == 0) ||
+             (l > 4 && strcmp(n + l - 4, ".log") == 0) || (l > 5 && strcmp(n + l - 5, ".blob") == 0)) {
+      if (!has_data) snprintf(first, sizeof first, "%s", n);
+      has_data = true;
+    }
+  }
+  closedir(d);
+  if (has_data && !has_current) {
+    *err = fmt_err("store at %s holds data files (%s) but no CURRENT file; refusing to start "
+                   "empty over them (restore CURRENT or move the directory away)",
+                   path, first);
+    return -1;
+  }
+  return 0;
+}
+
+static void build_options(ak_store_t *st) {
+  st->opts = rocksdb_options_create();
+  rocksdb_options_set_create_if_missing(st->opts, !st->read_only);
+  rocksdb_options_set_create_missing_column_families(st->opts, !st->read_only);
+  rocksdb_options_set_paranoid_checks(st->opts, 1);
+  /* 0 = kTolerateCorruptedTailRecords: a torn last write (never acked) is dropped;
+   * damage anywhere before it fails the open. */
+  rocksdb_options_set_wal_recovery_mode(st->opts, 0);
+  rocksdb_options_set_max_total_wal_size(st->opts, 512ull << 20);
+  rocksdb_options_set_db_write_buffer_size(st->opts, 256ull << 20);
+  rocksdb_options_set_keep_log_file_num(st->opts, 3);
+  rocksdb_options_set_info_log_level(st->opts, 2); /* warn */
+  rocksdb_options_increase_parallelism(st->opts, 2);
+  for (int i = 0; i < AK_CF_COUNT; i++) {
+    rocksdb_options_t *o = rocksdb_options_create_copy(st->opts);
+    if (i == AK_CF_HOOKS) {
+      rocksdb_options_set_write_buffer_size(o, 64ull << 20);
+      rocksdb_options_set_compression(o, rocksdb_lz4_compression);
+      rocksdb_options_set_enable_blob_files(o, 1);
+      rocksdb_options_set_min_blob_size(o, 4096);
+    } else if (i == AK_CF_DELIVERIES || i == AK_CF_INDEX) {
+      rocksdb_options_set_write_buffer_size(o, 16ull << 20);
+    } else {
+      rocksdb_options_set_write_buffer_size(o, 4ull << 20);
+    }
+    st->cf_opts[i] = o;
+  }
+}
+
+static int read_u64(ak_store_t *st, const char *key, uint64_t *out, char **err) {
+  char *e = NULL;
+  size_t vl = 0;
+  char *v = rocksdb_get_cf(st->db, st->ropts, st->cf[AK_CF_DEFAULT], key, strlen(key), &vl, &e);
+  if (e) {
+    *err = fmt_err("store at %s: reading %s failed: ", st->path, key);
+    size_t n = strlen(*err) + strlen(e) + 1;
+    *err = realloc(*err, n);
+    strcat(*err, e);
+    free(e);
+    return -1;
+  }
+  if (!v) {
+    *out = 0;
+    return 0;
+  }
+  if (vl != 8) {
+    free(v);
+    *err = fmt_err("store at %s: %s is damaged (wrong length)", st->path, key);
+    return -1;
+  }
+  *out = ak_get_u64((const uint8_t *)v);
+  free(v);
+  return 0;
+}
+
+int ak_store_open(ak_store_t *st, char **err) {
+  pthread_rwlock_wrlock(&st->lock);
+  close_locked(st);
+  int64_t t0 = ak_mono_ns();
+  if (!st->read_only && mkdirs(st->path) != 0) {
+    *err = fmt_err("cannot create store directory %s: %s", st->path, strerror(errno));
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  if (check_orphan_files(st->path, err) != 0) {
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  build_options(st);
+  char *e = NULL;
+  if (st->read_only) {
+    /* open only the families that exist; a store that predates one is still readable */
+    size_t n = 0;
+    char **names = rocksdb_list_column_families(st->opts, st->path, &n, &e);
+    if (e) {
+      *err = fmt_err("cannot open store at %s: %s", st->path, e);
+      free(e);
+      destroy_options(st);
+      pthread_rwlock_unlock(&st->lock);
+      return -1;
+    }
+    const char *want[AK_CF_COUNT];
+    const rocksdb_options_t *wopts[AK_CF_COUNT];
+    int idx[AK_CF_COUNT], nw = 0;
+    for (int i = 0; i < AK_CF_COUNT; i++)
+      for (size_t j = 0; j < n; j++)
+        if (strcmp(names[j], ak_cf_names[i]) == 0) {
+          want[nw] = ak_cf_names[i];
+          wopts[nw] = st->cf_opts[i];
+          idx[nw++] = i;
+        }
+    rocksdb_list_column_families_destroy(names, n);
+    rocksdb_column_family_handle_t *h[AK_CF_COUNT] = {0};
+    st->db = rocksdb_open_for_read_only_column_families(st->opts, st->path, nw, want, wopts, h, 0, &e);
+    for (int i = 0; i < nw && st->db; i++) st->cf[idx[i]] = h[i];
+  } else {
+    st->db = rocksdb_open_column_families(st->opts, st->path, AK_CF_COUNT, (const char *const *)ak_cf_names,
+                                          (const rocksdb_options_t *const *)st->cf_opts, st->cf, &e);
+  }
+  if (e || !st->db) {
+    *err = fmt_err("cannot open store at %s: %s", st->path, e ? e : "unknown error");
+    free(e);
+    st->db = NULL;
+    destroy_options(st);
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  if (st->cf[AK_CF_DEFAULT] && (read_u64(st, AK_KEY_NEXT_SEQ, &st->next_seq, err) != 0 ||
+                                read_u64(st, AK_KEY_HOOK_COUNT, &st->hook_count, err) != 0)) {
+    close_locked(st);
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  if (st->next_seq == 0) st->next_seq = 1;
+  st->open_seconds = (double)(ak_mono_ns() - t0) / 1e9;
+  pthread_rwlock_unlock(&st->lock);
+  return 0;
+}
+
+void ak_store_close(ak_store_t *st) {
+  pthread_rwlock_wrlock(&st->lock);
+  close_locked(st);
+  pthread_rwlock_unlock(&st->lock);
+}
+
+bool ak_store_is_open(ak_store_t *st) {
+  pthread_rwlock_rdlock(&st->lock);
+  bool o = st->db != NULL;
+  pthread_rwlock_unlock(&st->lock);
+  return o;
+}
+
+const char *ak_store_path(const ak_store_t *st) { return st->path; }
+double ak_store_last_open_seconds(const ak_store_t *st) { return st->open_seconds; }
+uint64_t ak_store_next_seq(const ak_store_t *st) { return st->next_seq; }
+uint64_t ak_store_hook_count(const ak_store_t *st) { return st->hook_count; }
+rocksdb_column_family_handle_t *ak_store_cf(ak_store_t *st, int cf) { return st->cf[cf]; }
+
+ak_wf_class_t ak_store_classify(const char *e) {
+  if (!e) return AK_WF_OTHER;
+  if (strstr(e, "No space left") || strstr(e, "NoSpace") || strstr(e, "ENOSPC")) return AK_WF_NO_SPACE;
+  if (strstr(e, "Corruption")) return AK_WF_CORRUPTION;
+  if (strstr(e, "read only") || strstr(e, "Read-only") || strstr(e, "read-only") || strstr(e, "Not implemented: Not supported operation in read only mode"))
+    return AK_WF_READ_ONLY;
+  if (strstr(e, "Busy") || strstr(e, "TryAgain")) return AK_WF_BUSY;
+  if (strstr(e, "IO error")) return AK_WF_IO_ERROR;
+  return AK_WF_OTHER;
+}
+
+int ak_store_write(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err) {
+  pthread_rwlock_rdlock(&st->lock);
+  if (!st->db) {
+    pthread_rwlock_unlock(&st->lock);
+    if (cls) *cls = AK_WF_OTHER;
+    if (err) *err = strdup("store is closed");
+    return -1;
+  }
+  char *e = NULL;
+  rocksdb_write(st->db, sync ? st->wsync : st->wnosync, wb, &e);
+  pthread_rwlock_unlock(&st->lock);
+  if (e) {
+    if (cls) *cls = ak_store_classify(e);
+    if (err) *err = e;
+    else free(e);
+    return -1;
+  }
+  return 0;
+}
+
+int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen) {
+  pthread_rwlock_rdlock(&st->lock);
+  if (!st->db || !st->cf[cf]) {
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  char *e = NULL;
+  *val = rocksdb_get_cf(st->db, st->ropts, st->cf[cf], key, klen, vlen, &e);
+  pthread_rwlock_unlock(&st->lock);
+  if (e) {
+    free(e);
+    return -1;
+  }
+  return *val ? 0 : 1;
+}
+
+int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx) {
+  pthread_rwlock_rdlock(&st->lock);
+  if (!st->db || !st->cf[cf]) {
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->cf[cf]);
+  if (plen) rocksdb_iter_seek(it, prefix, plen);
+  else rocksdb_iter_seek_to_first(it);
+  int rc = 0;
+  for (; rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+    size_t kl, vl;
+    const char *k = rocksdb_iter_key(it, &kl);
+    if (plen && (kl < plen || memcmp(k, prefix, plen) != 0)) break;
+    const char *v = rocksdb_iter_value(it, &vl);
+    if (cb(k, kl, v, vl, ctx)) break;
+  }
+  char *e = NULL;
+  rocksdb_iter_get_error(it, &e);
+  if (e) {
+    free(e);
+    rc = -1;
+  }
+  rocksdb_iter_destroy(it);
+  pthread_rwlock_unlock(&st->lock);
+  return rc;
+}
+
+int ak_store_probe(ak_store_t *st, ak_wf_class_t *cls, char **err) {
+  pthread_rwlock_rdlock(&st->lock);
+  if (!st->db) {
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  uint8_t v[8];
+  ak_put_u64(v, (uint64_t)ak_now_ms());
+  rocksdb_writebatch_put_cf(wb, st->cf[AK_CF_DEFAULT], AK_KEY_READY_PROBE, strlen(AK_KEY_READY_PROBE),
+                            (const char *)v, 8);
+  char *e = NULL;
+  rocksdb_write(st->db, st->wsync, wb, &e);
+  pthread_rwlock_unlock(&st->lock);
+  rocksdb_writebatch_destroy(wb);
+  if (e) {
+    if (cls) *cls = ak_store_classify(e);
+    if (err) *err = e;
+    else free(e);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,62 @@
+/* The node's RocksDB store at <data_dir>/<instance>/store. Owns the handle, its column
+ * families, open/close/reopen and classification of write failures. Never decides what
+ * to write (the writer does) and never treats an unreadable store as empty. */
+#ifndef AK_STORE_STORE_H
+#define AK_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <rocksdb/c.h>
+#include "store/keys.h"
+
+typedef enum {
+  AK_WF_NO_SPACE = 0,
+  AK_WF_IO_ERROR,
+  AK_WF_READ_ONLY,
+  AK_WF_CORRUPTION,
+  AK_WF_BUSY,
+  AK_WF_OTHER,
+  AK_WF_COUNT
+} ak_wf_class_t;
+extern const char *const ak_wf_class_names[AK_WF_COUNT];
+
+typedef struct ak_store ak_store_t;
+
+/* path: the store directory itself. */
+ak_store_t *ak_store_new(const char *path, bool read_only);
+void ak_store_free(ak_store_t *st);
+
+/* Open (or reopen after close). 0, or -1 with *err (malloc'd, names the path). */
+int ak_store_open(ak_store_t *st, char **err);
+void ak_store_close(ak_store_t *st);
+bool ak_store_is_open(ak_store_t *st);
+const char *ak_store_path(const ak_store_t *st);
+double ak_store_last_open_seconds(const ak_store_t *st);
+
+/* Values read at open. */
+uint64_t ak_store_next_seq(const ak_store_t *st);
+uint64_t ak_store_hook_count(const ak_store_t *st);
+
+/* Column family handle. Only the thread that opens/closes the store may hold it across
+ * calls (the writer thread). */
+rocksdb_column_family_handle_t *ak_store_cf(ak_store_t *st, int cf);
+
+/* Write a batch. 0 on success; -1 unavailable (closed) or failed, with *cls and *err. */
+int ak_store_write(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err);
+
+/* Point read: 0 found (*val malloc'd), 1 not found, -1 unavailable or error. */
+int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
+
+/* Scan keys starting with prefix (plen may be 0) in order; cb returns nonzero to stop.
+ * Returns 0, or -1 when the store is closed or the iterator reported an error (a scan
+ * that fails is an error, never a short list). */
+typedef int (*ak_store_scan_fn)(const char *k, size_t kl, const char *v, size_t vl, void *ctx);
+int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx);
+
+/* A synced write of m:ready_probe. */
+int ak_store_probe(ak_store_t *st, ak_wf_class_t *cls, char **err);
+
+ak_wf_class_t ak_store_classify(const char *rocksdb_err);
+
+#endif

@@ -203,6 +203,7 @@ int ak_store_open(ak_store_t *st, char **err) {
     size_t n = 0;
     char **names = rocksdb_list_column_families(st->opts, st->path, &n, &e);
     if (e) {
+      if (names) rocksdb_list_column_families_destroy(names, n);
       *err = fmt_err("cannot open store at %s: %s", st->path, e);
       free(e);
       destroy_options(st);

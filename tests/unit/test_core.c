@@ -1,0 +1,225 @@
+/* Unit tests: UUIDv7 ids, the envelope record codec, store key codecs, metrics rendering. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/envelope.h"
+#include "core/ids.h"
+#include "core/metrics.h"
+#include "store/keys.h"
+
+Test(ids, uuid7_has_version_variant_and_time) {
+  ak_idgen_t g;
+  ak_idgen_init(&g);
+  uint8_t id[16];
+  ak_uuid7_new(&g, 1796008626701LL, id);
+  cr_assert_eq(id[6] >> 4, 7, "version nibble");
+  cr_assert_eq(id[8] >> 6, 2, "RFC 9562 variant");
+  cr_assert_eq(ak_uuid7_ms(id), 1796008626701LL);
+}
+
+Test(ids, strictly_increasing_and_unique_within_one_ms) {
+  ak_idgen_t g;
+  ak_idgen_init(&g);
+  uint8_t prev[16], cur[16];
+  ak_uuid7_new(&g, 1000, prev);
+  for (int i = 0; i < 10000; i++) {
+    ak_uuid7_new(&g, 1000, cur); /* same ms: counter must order them */
+    cr_assert(memcmp(prev, cur, 16) < 0, "id %d not greater than the previous one", i);
+    memcpy(prev, cur, 16);
+  }
+}
+
+Test(ids, clock_going_back_keeps_order) {
+  ak_idgen_t g;
+  ak_idgen_init(&g);
+  uint8_t a[16], b[16];
+  ak_uuid7_new(&g, 5000, a);
+  ak_uuid7_new(&g, 4000, b);
+  cr_assert(memcmp(a, b, 16) < 0);
+}
+
+Test(ids, format_parse_roundtrip_and_rejects) {
+  ak_idgen_t g;
+  ak_idgen_init(&g);
+  uint8_t id[16], back[16];
+  ak_uuid7_new(&g, 123456789, id);
+  char s[AK_UUID_STR_LEN];
+  ak_uuid_format(id, s);
+  cr_assert_eq(strlen(s), 36);
+  cr_assert(ak_uuid_parse(s, back));
+  cr_assert_eq(memcmp(id, back, 16), 0);
+  cr_assert_not(ak_uuid_parse("not-a-uuid", back));
+  cr_assert_not(ak_uuid_parse("01a22a74-ca0d-7000-bda9-f11bad53103", back));   /* short */
+  cr_assert_not(ak_uuid_parse("01a22a74-ca0d-7000-bda9-f11bad53103g", back));  /* bad hex */
+  cr_assert_not(ak_uuid_parse("01a22a74ca0d-7000-bda9-f11bad53103d0", back));  /* dashes misplaced */
+  cr_assert(ak_uuid_parse("01A22A74-CA0D-7000-BDA9-F11BAD53103D", back));
+}
+
+static ak_envelope_t sample(ak_header_t *h, uint8_t *body, size_t blen) {
+  ak_envelope_t e = {0};
+  for (int i = 0; i < 16; i++) e.id[i] = (uint8_t)(i * 7);
+  e.seq = 0;
+  e.received_at_ms = 1796008626701LL;
+  e.flags = AK_ENV_FLAG_VERIFY_FAILED;
+  e.tenant = "acme";
+  e.tenant_len = 4;
+  e.source = "github";
+  e.source_len = 6;
+  e.method = "POST";
+  e.method_len = 4;
+  e.path = "/webhooks/github";
+  e.path_len = 16;
+  e.content_type = "application/json";
+  e.content_type_len = 16;
+  e.headers = h;
+  e.nheaders = 2;
+  e.body = body;
+  e.body_len = blen;
+  return e;
+}
+
+Test(envelope, roundtrip_is_byte_exact) {
+  ak_header_t h[2] = {{"X-B", 3, "two", 3}, {"X-A", 3, "one\tv", 5}};
+  uint8_t body[256];
+  for (int i = 0; i < 256; i++) body[i] = (uint8_t)i; /* every byte value, NULs included */
+  ak_envelope_t e = sample(h, body, sizeof body);
+  size_t len;
+  uint8_t *rec = ak_envelope_encode(&e, &len);
+  cr_assert_not_null(rec);
+  ak_envelope_set_seq(rec, 424242);
+  ak_envelope_t d;
+  cr_assert_eq(ak_envelope_decode(rec, len, &d), 0);
+  cr_assert_eq(d.seq, 424242);
+  cr_assert_eq(memcmp(d.id, e.id, 16), 0);
+  cr_assert_eq(d.received_at_ms, e.received_at_ms);
+  cr_assert_eq(d.flags, AK_ENV_FLAG_VERIFY_FAILED);
+  cr_assert_eq(d.tenant_len, 4);
+  cr_assert_eq(memcmp(d.tenant, "acme", 4), 0);
+  cr_assert_eq(memcmp(d.source, "github", 6), 0);
+  cr_assert_eq(memcmp(d.path, "/webhooks/github", 16), 0);
+  cr_assert_eq(d.nheaders, 2);
+  cr_assert_eq(memcmp(d.headers[0].name, "X-B", 3), 0, "header order kept");
+  cr_assert_eq(d.headers[1].value_len, 5);
+  cr_assert_eq(d.body_len, 256);
+  cr_assert_eq(memcmp(d.body, body, 256), 0);
+  ak_envelope_clear(&d);
+  free(rec);
+}
+
+Test(envelope, empty_body_and_no_headers) {
+  ak_envelope_t e = sample(NULL, NULL, 0);
+  e.nheaders = 0;
+  e.content_type = NULL;
+  e.content_type_len = 0;
+  size_t len;
+  uint8_t *rec = ak_envelope_encode(&e, &len);
+  ak_envelope_t d;
+  cr_assert_eq(ak_envelope_decode(rec, len, &d), 0);
+  cr_assert_eq(d.body_len, 0);
+  cr_assert_eq(d.nheaders, 0);
+  cr_assert_eq(d.content_type_len, 0);
+  ak_envelope_clear(&d);
+  free(rec);
+}
+
+Test(envelope, every_truncation_is_rejected) {
+  ak_header_t h[2] = {{"X-B", 3, "two", 3}, {"X-A", 3, "one", 3}};
+  uint8_t body[40] = "the body";
+  ak_envelope_t e = sample(h, body, sizeof body);
+  size_t len;
+  uint8_t *rec = ak_envelope_encode(&e, &len);
+  for (size_t cut = 0; cut < len; cut++) {
+    ak_envelope_t d;
+    cr_assert_neq(ak_envelope_decode(rec, cut, &d), 0, "truncated at %zu accepted", cut);
+  }
+  /* trailing garbage is damage too */
+  uint8_t *longer = malloc(len + 1);
+  memcpy(longer, rec, len);
+  longer[len] = 0;
+  ak_envelope_t d;
+  cr_assert_neq(ak_envelope_decode(longer, len + 1, &d), 0);
+  /* an absurd header count must not allocate or overread */
+  rec[38 + 2 + 4 + 2 + 6 + 2 + 4 + 4 + 16 + 2 + 16] = 0xFF;
+  cr_assert_neq(ak_envelope_decode(rec, len, &d), 0);
+  rec[0] = 9; /* unknown version */
+  cr_assert_neq(ak_envelope_decode(rec, len, &d), 0);
+  free(longer);
+  free(rec);
+}
+
+Test(keys, big_endian_order_is_sort_order) {
+  uint8_t a[AK_HOOK_KEY_LEN], b[AK_HOOK_KEY_LEN];
+  ak_key_hook(a, 255);
+  ak_key_hook(b, 256);
+  cr_assert(memcmp(a, b, sizeof a) < 0);
+  uint8_t d1[AK_DUE_KEY_LEN], d2[AK_DUE_KEY_LEN], d3[AK_DUE_KEY_LEN];
+  ak_key_due(d1, 1000, 99, 1);
+  ak_key_due(d2, 1001, 1, 0);
+  ak_key_due(d3, 1001, 1, 1);
+  cr_assert(memcmp(d1, d2, sizeof d1) < 0, "due keys order by time first");
+  cr_assert(memcmp(d2, d3, sizeof d2) < 0, "then seq, then sink");
+  cr_assert_eq(d1[0], 'd');
+  cr_assert_eq(ak_get_u64(d1 + 1), 1000);
+  cr_assert_eq(ak_get_u64(d1 + 9), 99);
+  cr_assert_eq(ak_get_u16(d1 + 17), 1);
+  uint8_t dk[AK_DELIVERY_KEY_LEN];
+  ak_key_delivery(dk, 0x0102030405060708ULL, 0x0A0B);
+  cr_assert_eq(dk[0], 1);
+  cr_assert_eq(dk[7], 8);
+  cr_assert_eq(dk[8], 0x0A);
+  uint8_t ak[AK_ARCHIVE_KEY_LEN];
+  ak_key_archive(ak, 7);
+  cr_assert_eq(ak[0], 'a');
+  cr_assert_eq(ak_get_u64(ak + 1), 7);
+  uint8_t id[16] = {1, 2, 3}, ik[AK_ID_KEY_LEN];
+  ak_key_id(ik, id);
+  cr_assert_eq(ik[0], 'i');
+  cr_assert_eq(memcmp(ik + 1, id, 16), 0);
+}
+
+Test(keys, delivery_row_layout) {
+  uint8_t row[64];
+  size_t n = ak_delivery_row(row, sizeof row, AK_DELIVERY_PENDING, 3, 1234, "log");
+  cr_assert_eq(n, 15 + 3);
+  cr_assert_eq(row[0], 1);
+  cr_assert_eq(row[1], AK_DELIVERY_PENDING);
+  cr_assert_eq(ak_get_u32(row + 2), 3);
+  cr_assert_eq(ak_get_u64(row + 6), 1234);
+  cr_assert_eq(row[14], 3);
+  cr_assert_eq(memcmp(row + 15, "log", 3), 0);
+  cr_assert_eq(ak_delivery_row(row, 10, 0, 0, 0, "log"), 0, "too small a buffer is refused");
+}
+
+Test(metrics, render_counters_gauges_histograms) {
+  ak_metrics_t *m = ak_metrics_new();
+  const char *const labels[] = {"instance", "status", NULL};
+  ak_family_t *f = ak_metrics_family(m, "ankusa_test_total", "Test counter.", AK_METRIC_COUNTER, labels, NULL, 0);
+  const char *v[] = {"default", "201"};
+  ak_series_t *s = ak_metrics_series(f, v);
+  cr_assert_eq(ak_metrics_series(f, v), s, "same labels, same series");
+  ak_counter_add(s, 3);
+  const char *const none[] = {NULL};
+  ak_series_t *g = ak_metrics_series(ak_metrics_family(m, "ankusa_g", "G.", AK_METRIC_GAUGE, none, NULL, 0), NULL);
+  ak_gauge_set(g, 2.5);
+  const double b[] = {0.1, 1};
+  ak_series_t *h = ak_metrics_series(ak_metrics_family(m, "ankusa_h_seconds", "H.", AK_METRIC_HISTOGRAM, none, b, 2), NULL);
+  ak_histogram_observe(h, 0.05);
+  ak_histogram_observe(h, 0.5);
+  ak_histogram_observe(h, 5);
+  const char *qv[] = {"default", "a\"b"};
+  ak_counter_add(ak_metrics_series(f, qv), 1);
+  size_t len;
+  char *text = ak_metrics_render(m, &len);
+  cr_assert_eq(strlen(text), len);
+  cr_assert_not_null(strstr(text, "# TYPE ankusa_test_total counter\n"));
+  cr_assert_not_null(strstr(text, "ankusa_test_total{instance=\"default\",status=\"201\"} 3\n"));
+  cr_assert_not_null(strstr(text, "status=\"a\\\"b\"} 1\n"), "label values are escaped");
+  cr_assert_not_null(strstr(text, "ankusa_g 2.5\n"));
+  cr_assert_not_null(strstr(text, "ankusa_h_seconds_bucket{le=\"0.1\"} 1\n"));
+  cr_assert_not_null(strstr(text, "ankusa_h_seconds_bucket{le=\"1\"} 2\n"), "buckets are cumulative");
+  cr_assert_not_null(strstr(text, "ankusa_h_seconds_bucket{le=\"+Inf\"} 3\n"));
+  cr_assert_not_null(strstr(text, "ankusa_h_seconds_count 3\n"));
+  cr_assert_not_null(strstr(text, "ankusa_h_seconds_sum 5.55\n"));
+  free(text);
+  ak_metrics_free(m);
+}

@@ -1,0 +1,251 @@
+/* Unit tests: the RocksDB store (open, refusal of orphaned data files, read-only open)
+ * and the group-commit writer (dense seqs, one batch, bounds, closed store). */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "core/config.h"
+#include "core/envelope.h"
+#include "core/instance.h"
+#include "queue/writer.h"
+#include "store/store.h"
+
+static char dir[256];
+
+static void mk_tmp(void) {
+  snprintf(dir, sizeof dir, "/tmp/ak-store-test-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+}
+
+static void rm_tmp(void) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(store, .init = mk_tmp, .fini = rm_tmp);
+
+Test(store, open_creates_and_reopens_with_meta) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/default/store", dir);
+  ak_store_t *st = ak_store_new(p, false);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_store_next_seq(st), 1, "a new store starts at seq 1");
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  uint8_t v[8];
+  ak_put_u64(v, 42);
+  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, AK_CF_DEFAULT), AK_KEY_NEXT_SEQ, strlen(AK_KEY_NEXT_SEQ),
+                            (const char *)v, 8);
+  ak_wf_class_t cls;
+  cr_assert_eq(ak_store_write(st, wb, true, &cls, &err), 0);
+  rocksdb_writebatch_destroy(wb);
+  ak_store_close(st);
+  cr_assert_not(ak_store_is_open(st));
+  wb = rocksdb_writebatch_create();
+  cr_assert_neq(ak_store_write(st, wb, true, &cls, NULL), 0, "closed store refuses");
+  rocksdb_writebatch_destroy(wb);
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  cr_assert_eq(ak_store_next_seq(st), 42);
+  ak_store_free(st);
+}
+
+Test(store, refuses_data_files_without_current) {
+  char p[300], f[400];
+  snprintf(p, sizeof p, "%s/store", dir);
+  mkdir(p, 0700);
+  snprintf(f, sizeof f, "%s/000012.sst", p);
+  int fd = open(f, O_CREAT | O_WRONLY, 0600);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, "x", 1), 1);
+  close(fd);
+  ak_store_t *st = ak_store_new(p, false);
+  char *err = NULL;
+  cr_assert_neq(ak_store_open(st, &err), 0, "must not start empty over data files");
+  cr_assert_not_null(strstr(err, "CURRENT"), "message names the missing file: %s", err);
+  cr_assert_not_null(strstr(err, p), "message names the path: %s", err);
+  free(err);
+  struct stat sb;
+  cr_assert_eq(stat(f, &sb), 0, "the data file is left alone");
+  ak_store_free(st);
+}
+
+Test(store, read_only_open_of_missing_store_fails) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/nothing", dir);
+  ak_store_t *st = ak_store_new(p, true);
+  char *err = NULL;
+  cr_assert_neq(ak_store_open(st, &err), 0);
+  free(err);
+  struct stat sb;
+  cr_assert_neq(stat(p, &sb), 0, "read-only open creates nothing");
+  ak_store_free(st);
+}
+
+Test(store, classify) {
+  cr_assert_eq(ak_store_classify("IO error: No space left on device: While appending to file"), AK_WF_NO_SPACE);
+  cr_assert_eq(ak_store_classify("Corruption: block checksum mismatch"), AK_WF_CORRUPTION);
+  cr_assert_eq(ak_store_classify("IO error: Input/output error"), AK_WF_IO_ERROR);
+  cr_assert_eq(ak_store_classify("Busy: "), AK_WF_BUSY);
+  cr_assert_eq(ak_store_classify("something else"), AK_WF_OTHER);
+}
+
+/* ---- writer ---- */
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+} waiter_t;
+
+static void on_done(ak_write_req_t *r, void *ctx) {
+  (void)r;
+  waiter_t *w = ctx;
+  pthread_mutex_lock(&w->mu);
+  w->done++;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void wait_for(waiter_t *w, int n) {
+  pthread_mutex_lock(&w->mu);
+  while (w->done < n) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static ak_config_t *cfg_with(const char *extra) {
+  char yaml[512];
+  snprintf(yaml, sizeof yaml, "%ssources:\n  demo: {sinks: [{type: log}, {type: log}]}\n", extra);
+  const char *const env[] = {NULL};
+  ak_config_t *cfg = NULL;
+  char *err = NULL;
+  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
+  return cfg;
+}
+
+static uint8_t *make_rec(ak_idgen_t *ids, uint8_t id[16], size_t *len, const char *body) {
+  ak_envelope_t e = {0};
+  ak_uuid7_new(ids, 1000, e.id);
+  memcpy(id, e.id, 16);
+  e.tenant = "default";
+  e.tenant_len = 7;
+  e.source = "demo";
+  e.source_len = 4;
+  e.body = (const uint8_t *)body;
+  e.body_len = strlen(body);
+  return ak_envelope_encode(&e, len);
+}
+
+typedef struct {
+  int n;
+  uint64_t min_seq, max_seq;
+} scan_t;
+
+static int count_hook(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  scan_t *s = ctx;
+  uint64_t seq = ak_get_u64((const uint8_t *)k);
+  cr_assert_eq(kl, 8);
+  if (!s->n || seq < s->min_seq) s->min_seq = seq;
+  if (seq > s->max_seq) s->max_seq = seq;
+  s->n++;
+  return 0;
+}
+
+static int count_any(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)k; (void)kl; (void)v; (void)vl;
+  (*(int *)ctx)++;
+  return 0;
+}
+
+Test(store, writer_commits_dense_seqs_and_all_rows) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/store", dir);
+  ak_instance_t inst = {.name = "default", .cfg = cfg_with("")};
+  inst.metrics = ak_metrics_new();
+  ak_idgen_init(&inst.ids);
+  inst.store = ak_store_new(p, false);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(inst.store, &err), 0);
+  ak_writer_t *w = ak_writer_new(&inst);
+  cr_assert_eq(ak_writer_start(w), 0);
+  enum { N = 300 };
+  static ak_write_req_t reqs[N];
+  waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  for (int i = 0; i < N; i++) {
+    memset(&reqs[i], 0, sizeof reqs[i]);
+    reqs[i].rec = make_rec(&inst.ids, reqs[i].id, &reqs[i].rec_len, "hello");
+    reqs[i].body_len = 5;
+    reqs[i].source = &inst.cfg->sources[0];
+    reqs[i].done = on_done;
+    reqs[i].ctx = &wt;
+    cr_assert_eq(ak_writer_submit(w, &reqs[i]), AK_WR_QUEUED);
+  }
+  wait_for(&wt, N);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(reqs[i].status, AK_WR_COMMITTED);
+    cr_assert_eq(reqs[i].seq, (uint64_t)i + 1, "seqs are dense in submission order");
+    ak_envelope_t d;
+    cr_assert_eq(ak_envelope_decode(reqs[i].rec, reqs[i].rec_len, &d), 0);
+    cr_assert_eq(d.seq, reqs[i].seq, "the stored record carries its seq");
+    ak_envelope_clear(&d);
+    free(reqs[i].rec);
+  }
+  scan_t s = {0};
+  cr_assert_eq(ak_store_scan(inst.store, AK_CF_HOOKS, NULL, 0, count_hook, &s), 0);
+  cr_assert_eq(s.n, N);
+  cr_assert_eq(s.min_seq, 1);
+  cr_assert_eq(s.max_seq, N);
+  int deliveries = 0, due = 0, arch = 0, ids = 0;
+  ak_store_scan(inst.store, AK_CF_DELIVERIES, NULL, 0, count_any, &deliveries);
+  ak_store_scan(inst.store, AK_CF_INDEX, "d", 1, count_any, &due);
+  ak_store_scan(inst.store, AK_CF_INDEX, "a", 1, count_any, &arch);
+  ak_store_scan(inst.store, AK_CF_INDEX, "i", 1, count_any, &ids);
+  cr_assert_eq(deliveries, 2 * N, "one delivery row per sink");
+  cr_assert_eq(due, 2 * N, "one due key per sink");
+  cr_assert_eq(arch, N, "one archive obligation per hook");
+  cr_assert_eq(ids, N);
+  ak_writer_free(w);
+  /* reopen: the seq marker and hook count were committed with the hooks */
+  ak_store_close(inst.store);
+  cr_assert_eq(ak_store_open(inst.store, &err), 0);
+  cr_assert_eq(ak_store_next_seq(inst.store), N + 1);
+  cr_assert_eq(ak_store_hook_count(inst.store), N);
+  ak_store_free(inst.store);
+  ak_metrics_free(inst.metrics);
+  ak_config_free(inst.cfg);
+}
+
+Test(store, writer_bounds_and_closed_store) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/store", dir);
+  ak_instance_t inst = {.name = "default", .cfg = cfg_with("batcher: {max_queue: 2, max_queue_bytes: 100}\n")};
+  inst.metrics = ak_metrics_new();
+  ak_idgen_init(&inst.ids);
+  inst.store = ak_store_new(p, false);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(inst.store, &err), 0);
+  ak_writer_t *w = ak_writer_new(&inst); /* not started: records stay queued */
+  ak_write_req_t a = {0}, b = {0}, c = {0}, big = {0};
+  a.body_len = b.body_len = c.body_len = 10;
+  big.body_len = 101;
+  cr_assert_eq(ak_writer_submit(w, &big), AK_WR_OVERLOAD, "bytes bound");
+  cr_assert_eq(ak_writer_submit(w, &a), AK_WR_QUEUED);
+  cr_assert_eq(ak_writer_submit(w, &b), AK_WR_QUEUED);
+  cr_assert_eq(ak_writer_submit(w, &c), AK_WR_OVERLOAD, "records bound");
+  ak_writer_free(w); /* never started: nothing to answer */
+  ak_store_close(inst.store);
+  w = ak_writer_new(&inst);
+  cr_assert_eq(ak_writer_submit(w, &c), AK_WR_STORE_UNAVAILABLE, "a closed store refuses at once");
+  const char *reason;
+  cr_assert_not(ak_writer_ready(w, &reason));
+  ak_writer_free(w);
+  ak_store_free(inst.store);
+  ak_metrics_free(inst.metrics);
+  ak_config_free(inst.cfg);
+}

@@ -29,8 +29,9 @@ static void log_deliver(void *self, const ak_envelope_t *env, void *ctx, ak_sink
   log_sink_t *s = self;
   char id[AK_UUID_STR_LEN];
   ak_uuid_format(env->id, id);
-  ak_log(AK_LOG_INFO, "sink.log", "delivered", "id=%s seq=%llu tenant=%s source=%s size=%zu",
-         id, (unsigned long long)env->seq, env->tenant, s->source_id, env->body_len);
+  ak_log(AK_LOG_INFO, "sink.log", "delivered", "id=%s seq=%llu tenant=%.*s source=%s size=%zu", id,
+         (unsigned long long)env->seq, (int)env->tenant_len, env->tenant ? env->tenant : "", s->source_id,
+         env->body_len);
   ak_sink_outcome_t out = {.result = AK_SINK_OK};
   done(ctx, &out);
 }

@@ -223,3 +223,36 @@ Test(metrics, render_counters_gauges_histograms) {
   free(text);
   ak_metrics_free(m);
 }
+
+#include "sinks/sink.h"
+
+static int sink_calls;
+static ak_sink_result_t sink_last;
+static void sink_done(void *ctx, const ak_sink_outcome_t *o) {
+  (void)ctx;
+  sink_calls++;
+  sink_last = o->result;
+}
+
+Test(sinks, registry_and_log_sink) {
+  const ak_sink_vtable_t *log = ak_sinks_find("log");
+  cr_assert_not_null(log);
+  cr_assert(log->supported);
+  cr_assert_not(log->durable, "a log line is not a durable destination");
+  const ak_sink_vtable_t *http = ak_sinks_find("http");
+  cr_assert_not_null(http, "known types are listed even before they are built");
+  cr_assert_not(http->supported);
+  cr_assert_null(ak_sinks_find("carrier_pigeon"));
+  cr_assert_not_null(strstr(ak_sinks_type_list(), "google_pubsub"));
+  char err[64] = "";
+  void *s = log->create(NULL, "demo", err, sizeof err);
+  cr_assert_not_null(s);
+  ak_envelope_t e = {0};
+  e.tenant = "default";
+  e.tenant_len = 7;
+  e.body_len = 3;
+  log->deliver(s, &e, NULL, sink_done);
+  cr_assert_eq(sink_calls, 1, "done is called exactly once");
+  cr_assert_eq(sink_last, AK_SINK_OK);
+  log->destroy(s);
+}

@@ -1,0 +1,226 @@
+"""CLI: version, check-config, print-config, config lookup, interpolation, env overrides."""
+import json
+import os
+import re
+
+import pytest
+
+from helpers import free_ports, http_request, run_cli
+
+MINIMAL = "sources:\n  demo:\n    sinks:\n      - type: log\n"
+
+
+def write(tmp_path, text, name="ankusa.yml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def assert_invalid(p, key, fragment=None):
+    """Exit 78, stderr starts with the fixed line, and an indented line names `key`."""
+    assert p.returncode == 78, f"exit {p.returncode}, expected 78\nstdout: {p.stdout}\nstderr: {p.stderr}"
+    lines = p.stderr.splitlines()
+    assert lines and lines[0] == "ankusa: invalid configuration", p.stderr
+    detail = [ln for ln in lines[1:] if ln.startswith("  ")]
+    assert detail, f"no indented detail line:\n{p.stderr}"
+    hit = [ln for ln in detail if key in ln]
+    assert hit, f"no detail line names {key!r}:\n{p.stderr}"
+    if fragment is not None:
+        assert any(fragment in ln for ln in hit), f"expected {fragment!r} in:\n{p.stderr}"
+    return hit[0]
+
+
+def test_version():
+    p = run_cli("version")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "ankusa 0.1.0"
+
+
+def test_check_config_ok_line_sorts_sources(tmp_path):
+    cfg = write(tmp_path, "node: {data_dir: %s}\nsources:\n  b: {sinks: [{type: log}]}\n"
+                          "  a: {tenant: acme, sinks: [{type: log}]}\n" % (tmp_path / "d"))
+    p = run_cli("check-config", "--config", cfg)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "config OK: roles=edge,dispatch,storage sources=a,b wal=disk"
+    assert not (tmp_path / "d").exists(), "check-config must not create the data dir"
+
+
+# (yaml, dotted key the message must name, exact detail line the binary is expected to give)
+INVALID = [
+    pytest.param("sources:\n  a:\n    sinks:\n      - type: x\n", "sources.a.sinks[0].type",
+                 '  sources.a.sinks[0].type: unknown value "x"; expected one of log, http, kafka, rabbitmq, '
+                 'nats, redis, sqs, google_pubsub', id="unknown-sink-type"),
+    pytest.param("http: {port: 70000}\n", "http.port",
+                 "  http.port must be between 0 and 65535, got 70000", id="port-range"),
+    pytest.param("nope: 1\n", "nope", None, id="unknown-root-key"),
+    pytest.param("sources:\n  a:\n    sinks: [{type: log}]\n    bogus: 1\n", "sources.a",
+                 '  sources.a: unknown key "bogus"', id="unknown-nested-key"),
+    pytest.param("batcher: {max_batch: abc}\n", "batcher.max_batch",
+                 '  batcher.max_batch: expected an integer, got "abc"', id="wrong-type"),
+    pytest.param("batcher: {max_batch: 0}\n", "batcher.max_batch", None, id="not-positive"),
+    pytest.param("wal: {type: none}\n", "wal.type", None, id="wal-none-unsupported"),
+    pytest.param("http: {routing: tenant_path}\nsources:\n  a: {sinks: [{type: log}]}\n", "sources.a", None,
+                 id="tenant-path-untrusted-shared-source"),
+    pytest.param("http: {routing: sideways}\n", "http.routing", None, id="unknown-routing"),
+]
+
+
+@pytest.mark.parametrize("yaml_text,key,exact", INVALID)
+def test_invalid_config_exit_78_names_key(tmp_path, yaml_text, key, exact):
+    cfg = write(tmp_path, yaml_text)
+    p = run_cli("check-config", "--config", cfg)
+    line = assert_invalid(p, key)
+    if exact is not None:
+        assert exact in p.stderr.splitlines(), f"expected line {exact!r}, got:\n{p.stderr}"
+    if key == "nope":
+        # root unknown key: the key itself must be named (quoted or as the path)
+        assert '"nope"' in line or line.startswith("  nope:"), line
+    if key == "wal.type":
+        assert "not supported yet" in line, line
+
+
+def test_invalid_config_refused_by_every_command(tmp_path):
+    cfg = write(tmp_path, "http: {port: 70000}\n")
+    for cmd in ("check-config", "print-config", "serve"):
+        p = run_cli(cmd, "--config", cfg)
+        assert_invalid(p, "http.port")
+    p = run_cli("--config", cfg)  # plain `ankusa --config` is serve
+    assert_invalid(p, "http.port")
+
+
+def test_ankusa_config_missing_file_named(tmp_path):
+    missing = tmp_path / "no-such-dir" / "ankusa.yml"
+    p = run_cli("check-config", env={"ANKUSA_CONFIG": missing})
+    assert p.returncode == 78, p.stderr
+    assert p.stderr.splitlines()[0] == "ankusa: invalid configuration"
+    assert str(missing) in p.stderr
+
+
+def test_missing_config_flag_file_named(tmp_path):
+    missing = tmp_path / "absent.yml"
+    p = run_cli("check-config", "--config", missing)
+    assert p.returncode == 78, p.stderr
+    assert str(missing) in p.stderr
+
+
+def test_config_lookup_order(tmp_path):
+    env_cfg = write(tmp_path, "sources: {from_env: {sinks: [{type: log}]}}\n", "env.yml")
+    flag_cfg = write(tmp_path, "sources: {from_flag: {sinks: [{type: log}]}}\n", "flag.yml")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    write(cwd, "sources: {from_cwd: {sinks: [{type: log}]}}\n", "ankusa.yml")
+    p = run_cli("check-config", "--config", flag_cfg, env={"ANKUSA_CONFIG": env_cfg}, cwd=cwd)
+    assert p.returncode == 0 and "sources=from_flag " in p.stdout, (p.stdout, p.stderr)
+    p = run_cli("check-config", env={"ANKUSA_CONFIG": env_cfg}, cwd=cwd)
+    assert p.returncode == 0 and "sources=from_env " in p.stdout, (p.stdout, p.stderr)
+    if os.path.exists("/etc/ankusa/ankusa.yml"):
+        pytest.skip("/etc/ankusa/ankusa.yml exists on this host; ./ankusa.yml lookup not testable")
+    p = run_cli("check-config", cwd=cwd)
+    assert p.returncode == 0 and "sources=from_cwd " in p.stdout, (p.stdout, p.stderr)
+
+
+def test_print_config_defaults(tmp_path):
+    cfg = write(tmp_path, MINIMAL)
+    p = run_cli("print-config", "--config", cfg)
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    assert c["http"]["port"] == 4000
+    assert c["http"]["max_body_bytes"] == 8000000
+    assert c["http"]["routing"] == "path"
+    assert c["http"]["prefix"] == "/webhooks"
+    assert c["admin"]["enabled"] is True
+    assert c["admin"]["ip"] == "127.0.0.1"
+    assert c["admin"]["port"] == 4002
+    assert c["batcher"]["max_batch"] == 256
+    assert c["batcher"]["max_delay_ms"] == 0
+    assert c["batcher"]["max_queue"] == 10000
+    assert c["batcher"]["max_queue_bytes"] == 268435456
+    assert c["wal"]["type"] == "disk"
+    assert c["node"]["roles"] == ["edge", "dispatch", "storage"]
+    assert c["sources"]["demo"]["tenant"] == "default"
+    assert c["sources"]["demo"]["sinks"] == [{"type": "log"}]
+
+
+def test_interpolation(tmp_path):
+    text = ("node: {data_dir: \"${AK_E2E_DIR}/data\"}\n"
+            "http: {prefix: \"${AK_E2E_PREFIX:-/hooks-default}\"}\n"
+            "log: {level: \"${AK_E2E_LEVEL:-warning}\"}\n" + MINIMAL)
+    cfg = write(tmp_path, text)
+    p = run_cli("print-config", "--config", cfg, env={"AK_E2E_DIR": "/srv/x", "AK_E2E_LEVEL": "debug"})
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    assert c["node"]["data_dir"] == "/srv/x/data"
+    assert c["http"]["prefix"] == "/hooks-default"  # unset -> default
+    assert c["log"]["level"] == "debug"  # set -> the value, not the default
+    p = run_cli("print-config", "--config", cfg,
+                env={"AK_E2E_DIR": "/srv/y", "AK_E2E_PREFIX": "/in"})
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["http"]["prefix"] == "/in"
+
+
+def test_interpolation_unset_without_default_names_key(tmp_path):
+    cfg = write(tmp_path, "node: {data_dir: \"${AK_E2E_UNSET_VAR}\"}\n" + MINIMAL)
+    p = run_cli("check-config", "--config", cfg)
+    line = assert_invalid(p, "node.data_dir")
+    assert "AK_E2E_UNSET_VAR" in line, line
+
+
+def test_env_overrides_beat_file(tmp_path):
+    cfg = write(tmp_path, "node: {data_dir: /from/file, roles: [edge, dispatch, storage]}\n"
+                          "log: {level: info}\nhttp: {port: 4100}\nadmin: {port: 4102}\n" + MINIMAL)
+    env = {"ANKUSA_HTTP_PORT": "5100", "PORT": "6100", "ANKUSA_ADMIN_PORT": "5102",
+           "ANKUSA_DATA_DIR": "/from/env", "ANKUSA_LOG_LEVEL": "debug", "ANKUSA_ROLES": "edge,storage"}
+    p = run_cli("print-config", "--config", cfg, env=env)
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)
+    assert c["http"]["port"] == 5100  # ANKUSA_HTTP_PORT beats PORT and the file
+    assert c["admin"]["port"] == 5102
+    assert c["node"]["data_dir"] == "/from/env"
+    assert c["log"]["level"] == "debug"
+    assert c["node"]["roles"] == ["edge", "storage"]
+    p = run_cli("print-config", "--config", cfg, env={"PORT": "6100"})
+    assert json.loads(p.stdout)["http"]["port"] == 6100  # PORT when ANKUSA_HTTP_PORT is unset
+    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_ROLES": "edge"})
+    assert p.returncode == 0 and p.stdout.startswith("config OK: roles=edge sources="), p.stdout
+
+
+def test_env_override_bad_values_refused(tmp_path):
+    cfg = write(tmp_path, MINIMAL)
+    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_WAL_TYPE": "none"})
+    line = assert_invalid(p, "wal.type")
+    assert "not supported yet" in line
+    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_HTTP_PORT": "abc"})
+    assert_invalid(p, "http.port")
+
+
+def test_env_ports_make_the_node_listen_there(ankusa, tmp_path):
+    http_port, admin_port = free_ports(2)
+    s = ankusa(start=False, env={"ANKUSA_HTTP_PORT": http_port, "ANKUSA_ADMIN_PORT": admin_port})
+    file_http = s.http_port
+    s.http_port, s.admin_port = http_port, admin_port
+    s.start()
+    m = re.search(r'msg="listening" http_port=(\d+) admin_port=(\d+)', s.log_text())
+    assert m, s.log_tail()
+    assert (int(m.group(1)), int(m.group(2))) == (http_port, admin_port)
+    r = s.post("/webhooks/demo", b"env-port")
+    assert r.status == 201, r
+    assert s.admin("/health").status == 200
+    with pytest.raises(OSError):
+        http_request(file_http, "GET", "/health", timeout=2)
+
+
+def test_plain_config_flag_serves(ankusa):
+    s = ankusa(start=False)
+    s.args = ["--config", str(s.config_path)]
+    s.start()
+    assert 'msg="listening"' in s.log_text()
+    r = s.post("/webhooks/demo", b"x")
+    assert r.status == 201, r
+
+
+def test_ankusa_config_env_serves(ankusa):
+    s = ankusa(start=False)
+    s.args = ["serve"]
+    s.env = {"ANKUSA_CONFIG": str(s.config_path)}
+    s.start()
+    assert s.post("/webhooks/demo", b"y").status == 201

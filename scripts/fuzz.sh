@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config uuid)
+# Every run starts from a throwaway copy of fuzz/corpus/<target>/, so the committed seeds
+# never grow. Crash, leak, timeout and UBSan reproducers land in build-fuzz/artifacts/.
+# Prints one line per harness and exits non-zero when any harness fails. Installs nothing
+# itself beyond calling scripts/deps.sh when clang is missing.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 2
+
+DURATION="${1:-20}"
+if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
+  echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2
+  exit 2
+fi
+shift $(( $# > 0 ? 1 : 0 ))
+TARGETS=("$@")
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid)
+
+if ! command -v clang >/dev/null 2>&1; then
+  bash scripts/deps.sh || exit 2
+fi
+CC="${FUZZ_CC:-clang}"
+
+# The code under test of each harness (compiled together with it, no library).
+CONFIG_SRCS="src/core/config.c src/core/yamltree.c src/sinks/registry.c src/sinks/log.c src/core/log.c src/core/ids.c"
+declare -A SRCS=(
+  [route]="src/edge/route.c $CONFIG_SRCS"
+  [envelope]="src/core/envelope.c"
+  [config]="src/edge/route.c $CONFIG_SRCS"
+  [uuid]="src/core/ids.c"
+)
+
+# shellcheck disable=SC2054  # the commas belong to -fsanitize=
+CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -g -O1 -fno-omit-frame-pointer
+        -fsanitize=fuzzer,address,undefined)
+read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto) -lm -pthread"
+
+OUT=build-fuzz
+mkdir -p "$OUT/artifacts" || exit 2
+
+for t in "${TARGETS[@]}"; do
+  if [ -z "${SRCS[$t]+x}" ]; then
+    echo "fuzz: unknown target '$t' (known: ${!SRCS[*]})" >&2
+    exit 2
+  fi
+  # shellcheck disable=SC2086
+  if ! "$CC" "${CFLAGS[@]}" -o "$OUT/fuzz_$t" "fuzz/fuzz_$t.c" ${SRCS[$t]} "${LIBS[@]}" \
+      2>"$OUT/fuzz_$t.build.log"; then
+    cat "$OUT/fuzz_$t.build.log" >&2
+    echo "fuzz: building fuzz_$t failed" >&2
+    exit 2
+  fi
+done
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/ankusa-fuzz.XXXXXX")" || exit 2
+trap 'rm -rf "$TMP"' EXIT
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+
+failed=0
+for t in "${TARGETS[@]}"; do
+  name="fuzz_$t"
+  corpus="$TMP/$t"
+  mkdir -p "$corpus"
+  [ -d "fuzz/corpus/$t" ] && cp -R "fuzz/corpus/$t/." "$corpus/"
+  extra=()
+  [ -f "fuzz/$t.dict" ] && extra+=("-dict=fuzz/$t.dict")
+  log="$OUT/$name.log"
+  "./$OUT/$name" -max_total_time="$DURATION" -timeout=5 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$OUT/artifacts/$name-" "${extra[@]}" "$corpus" \
+    >"$log" 2>&1
+  rc=$?
+  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
+  if [ -z "$execs" ]; then
+    execs="$(grep -Eo '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')"
+  fi
+  if [ "$rc" -eq 0 ] && ! grep -q -e 'runtime error:' -e 'ERROR: LeakSanitizer' "$log"; then
+    result="ok"
+  else
+    failed=1
+    if grep -q 'ERROR: LeakSanitizer' "$log"; then result="LEAK"
+    elif grep -q 'runtime error:' "$log"; then result="UBSAN"
+    elif grep -q 'ERROR: AddressSanitizer' "$log"; then result="ASAN"
+    elif grep -q 'ERROR: libFuzzer: timeout' "$log"; then result="TIMEOUT"
+    elif grep -q 'ERROR: libFuzzer: out-of-memory' "$log"; then result="OOM"
+    else result="CRASH(rc=$rc)"
+    fi
+    art="$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)"
+    [ -n "$art" ] && result="$result reproducer=$art"
+    result="$result log=$log"
+  fi
+  printf '%-14s executions=%-10s result=%s\n' "$name" "${execs:-?}" "$result"
+done
+
+exit "$failed"

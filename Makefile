@@ -54,7 +54,12 @@ e2e: test-build asan
 	ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q tests/e2e
 	ANKUSA_BIN=$(abspath $(ASAN_BUILD))/ankusa ANKUSA_SANITIZER=1 $(PYTEST) -q tests/e2e -m "not slow"
 
-test: deps $(BUILD)/ankusa unit e2e
+# Every harness in fuzz/ runs briefly on each `make test`; `make fuzz FUZZ_SECONDS=600` digs.
+FUZZ_SECONDS ?= 10
+fuzz:
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+test: deps $(BUILD)/ankusa unit e2e fuzz
 	@echo "make test: all suites passed"
 
 bench: deps $(BUILD)/ankusa

@@ -32,6 +32,9 @@ static const ak_opt_t node_rows[] = {
    .env = "ANKUSA_ROLES", .doc = "what this node runs: a list or a comma-separated string"},
   {.key = "data_dir", .type = AK_OPT_STRING, .def = "./data", .min = 1, .flags = AK_OPTF_HAS_MIN,
    .env = "ANKUSA_DATA_DIR", .doc = "directory of the node's store"},
+  {.key = "min_free_bytes", .type = AK_OPT_INT, .def = "268435456", .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "free space the data volume must keep: below it commits are refused (503) before RocksDB "
+          "could hit ENOSPC"},
   {0},
 };
 
@@ -1040,6 +1043,7 @@ static int build_typed(ak_config_t *cfg) {
       if (!strcmp(json_string_value(item), role_names[r])) cfg->roles |= 1u << r;
   }
   cfg->data_dir = str_of(node, "data_dir");
+  cfg->min_free_bytes = int_of(node, "min_free_bytes");
   cfg->log_level = (ak_log_level_t)enum_of(log_rows, "level", log);
   cfg->http_port = (int)int_of(http, "port");
   cfg->http_max_body_bytes = int_of(http, "max_body_bytes");

@@ -44,6 +44,7 @@ typedef struct ak_config {
   char *path;                  /* file that was loaded, NULL when none */
   unsigned roles;              /* AK_ROLE_* bits */
   char *data_dir;
+  int64_t min_free_bytes;      /* node.min_free_bytes: commits refused below this much free disk */
   ak_log_level_t log_level;
   int http_port;
   int64_t http_max_body_bytes;

@@ -69,23 +69,6 @@ static enum MHD_Result refuse(ak_edge_t *e, struct MHD_Connection *c, unsigned s
 }
 
 typedef struct {
-  const char *bad;
-  size_t bad_len;
-} hdrcheck_t;
-
-static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                    const char *value, size_t value_size) {
-  (void)kind;
-  hdrcheck_t *h = cls;
-  if (!ak_header_name_ok(key, key_size) || !ak_header_value_ok(value ? value : "", value ? value_size : 0)) {
-    h->bad = key;
-    h->bad_len = key_size;
-    return MHD_NO;
-  }
-  return MHD_YES;
-}
-
-typedef struct {
   ak_header_t *v;
   size_t n, cap;
 } hdrs_t;
@@ -103,6 +86,21 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
   }
   h->v[h->n++] = (ak_header_t){key, key_size, value ? value : "", value ? value_size : 0};
   return MHD_YES;
+}
+
+/* libmicrohttpd 0.9.75 measures header values with strlen, so "a\0b" arrives as "a"
+ * and the rest would be silently dropped from what we store. Headers sit in order in
+ * the connection's read buffer, each line ending in CRLF or LF (zeroed in place): the
+ * next header's name starts 1 or 2 bytes after a value's end, unless a NUL cut the
+ * value short. For the last header only the byte after its terminator can be checked. */
+static bool value_cut_at_nul(const ak_header_t *h, const ak_header_t *next) {
+  const char *end = h->value + h->value_len;
+  if (next) {
+    ptrdiff_t gap = next->name - end;
+    return gap > 2 && gap < 65536;
+  }
+  char c = end[1];
+  return c != '\0' && c != '\r' && c != '\n';
 }
 
 static void on_committed(ak_write_req_t *req, void *ctx) {
@@ -226,16 +224,25 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   if (ak_route_bind(inst->cfg, &route, &src, &tenant) != AK_ROUTE_OK)
     return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
 
-  hdrcheck_t hc = {0};
-  MHD_get_connection_values_n(mc, MHD_HEADER_KIND, check_header, &hc);
-  if (hc.bad) {
+  const ak_header_t *bad = NULL;
+  hdrs_t hs = {0};
+  MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_header, &hs);
+  for (size_t i = 0; i < hs.n && !bad; i++) {
+    const ak_header_t *h = &hs.v[i];
+    if (!ak_header_name_ok(h->name, h->name_len) || !ak_header_value_ok(h->value, h->value_len) ||
+        value_cut_at_nul(h, i + 1 < hs.n ? &hs.v[i + 1] : NULL))
+      bad = h;
+  }
+  if (bad) {
     char name[512], b[600];
-    ak_json_quote(name, sizeof name, hc.bad, hc.bad_len > 120 ? 120 : hc.bad_len);
+    ak_json_quote(name, sizeof name, bad->name, bad->name_len > 120 ? 120 : bad->name_len);
+    free(hs.v);
     int n = snprintf(b, sizeof b, "{\"error\":\"invalid_header\",\"header\":%s}", name);
     ak_counter_add(e->m_refused[R_INVALID_HEADER], 1);
     count(e, 400, t0);
     return ak_http_reply(mc, 400, "application/json", b, (size_t)n, 0);
   }
+  free(hs.v);
 
   conn_t *c = calloc(1, sizeof *c);
   if (!c) return MHD_NO;
@@ -375,6 +382,7 @@ int ak_edge_start(ak_edge_t *e, char **err) {
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)20000,
                           MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
                           MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024), /* MHD clears it per request */
+                          MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
                           MHD_OPTION_END);
   if (!e->d) {
     char b[160];

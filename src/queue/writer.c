@@ -5,6 +5,7 @@
  * A failed write closes the store; the writer reopens it with backoff and only declares
  * it usable after a synced probe write succeeds. */
 #include <pthread.h>
+#include <sys/statvfs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +50,11 @@ struct ak_writer {
   uint64_t next_seq, hook_count;
   int64_t test_commit_delay_ms;
   int64_t deadline_ms;
+  uint64_t min_free_bytes;
+  int64_t last_space_log_ns;
 
   ak_series_t *m_batch, *m_commit, *m_hooks, *m_fail[AK_WF_COUNT], *m_reopen_ok, *m_reopen_err,
-      *m_unavail, *m_replay, *m_queue_records, *m_queue_bytes;
+      *m_unavail, *m_replay, *m_queue_records, *m_queue_bytes, *m_disk_free;
 };
 
 static void set_unavailable(ak_writer_t *w, ak_wf_class_t cls) {
@@ -60,6 +63,31 @@ static void set_unavailable(ak_writer_t *w, ak_wf_class_t cls) {
   atomic_store(&w->last_failure_class, (int)cls);
   int64_t zero = 0;
   atomic_compare_exchange_strong(&w->unavailable_since_ns, &zero, ak_mono_ns());
+}
+
+/* Debian's RocksDB 7.8.3 is built with assertions: a WAL append that fails with ENOSPC
+ * aborts the process inside rocksdb_write (WritableFileWriter asserts on the errored
+ * file). So RocksDB must never meet a full disk: every write is preceded by a statvfs
+ * and refused while less than node.min_free_bytes (plus what the write needs) is free. */
+static bool disk_has_room(ak_writer_t *w, uint64_t need, uint64_t *free_out) {
+  struct statvfs sv;
+  if (statvfs(ak_store_path(w->store), &sv) != 0) return true; /* cannot tell: let the store answer */
+  uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+  if (free_out) *free_out = avail;
+  return avail >= w->min_free_bytes + need;
+}
+
+static void note_no_space(ak_writer_t *w, size_t hooks) {
+  ak_counter_add(w->m_fail[AK_WF_NO_SPACE], 1);
+  atomic_store(&w->last_failure_ns, ak_mono_ns());
+  atomic_store(&w->last_failure_class, (int)AK_WF_NO_SPACE);
+  int64_t now = ak_mono_ns();
+  if (now - w->last_space_log_ns > 10000000000LL || w->last_space_log_ns == 0) {
+    w->last_space_log_ns = now;
+    ak_log(AK_LOG_ERROR, "store", "data volume below node.min_free_bytes: refusing commits (503)",
+           "path=%s min_free_bytes=%llu hooks=%zu", ak_store_path(w->store), (unsigned long long)w->min_free_bytes,
+           hooks);
+  }
 }
 
 ak_writer_t *ak_writer_new(ak_instance_t *inst) {
@@ -81,6 +109,7 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->hook_count = ak_store_hook_count(w->store);
   atomic_store(&w->store_ok, ak_store_is_open(w->store) ? 1 : 0);
   w->deadline_ms = AK_RECORD_DEADLINE_MS;
+  w->min_free_bytes = (uint64_t)c->min_free_bytes;
 #ifdef AK_TEST_HOOKS
   /* test builds only: stall every commit, shorten the record deadline */
   const char *d = getenv("ANKUSA_TEST_COMMIT_DELAY_MS");
@@ -125,6 +154,9 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->m_queue_bytes = ak_metrics_series(ak_metrics_family(m, "ankusa_batcher_queue_bytes",
                                                          "Body bytes buffered or in flight in the writer.",
                                                          AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
+  w->m_disk_free = ak_metrics_series(ak_metrics_family(m, "ankusa_disk_free_bytes",
+                                                      "Free bytes on the data volume (for unprivileged use).",
+                                                      AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
   ak_gauge_set(w->m_hooks, (double)w->hook_count);
   ak_gauge_set(w->m_replay, ak_store_last_open_seconds(w->store));
   return w;
@@ -209,8 +241,8 @@ static void try_reopen(ak_writer_t *w) {
     w->reopen_at_ns = ak_mono_ns() + backoff_ms(w->reopen_attempt) * 1000000;
     return;
   }
-  ak_wf_class_t cls = AK_WF_OTHER;
-  if (ak_store_probe(w->store, &cls, &err) != 0) {
+  ak_wf_class_t cls = AK_WF_NO_SPACE;
+  if (!disk_has_room(w, 64 * 1024, NULL) || ak_store_probe(w->store, &cls, &err) != 0) {
     ak_counter_add(w->m_reopen_err, 1);
     ak_counter_add(w->m_fail[cls], 1);
     ak_log(AK_LOG_ERROR, "store", "reopened store refuses writes", "class=%s attempt=%d",
@@ -249,6 +281,16 @@ static void commit_batch(ak_writer_t *w, ak_write_req_t *batch, size_t n) {
   }
   (void)n;
   if (!keep) return;
+  uint64_t need = 64 * 1024;
+  for (ak_write_req_t *r = keep; r; r = r->next) need += 2 * (uint64_t)r->rec_len + 256;
+  if (!disk_has_room(w, need, NULL)) {
+    note_no_space(w, nk);
+    for (ak_write_req_t *r = keep, *nx; r; r = nx) {
+      nx = r->next;
+      finish(w, r, AK_WR_STORE_UNAVAILABLE);
+    }
+    return;
+  }
 
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   rocksdb_column_family_handle_t *cf_hooks = ak_store_cf(w->store, AK_CF_HOOKS),
@@ -473,6 +515,10 @@ bool ak_writer_ready(ak_writer_t *w, const char **reason) {
     *reason = ak_wf_class_names[atomic_load(&w->last_failure_class)];
     return false;
   }
+  if (!disk_has_room(w, 64 * 1024, NULL)) {
+    *reason = ak_wf_class_names[AK_WF_NO_SPACE];
+    return false;
+  }
   pthread_mutex_lock(&w->probe_mu);
   if (now - w->probe_at_ns > 1000000000LL || w->probe_at_ns == 0) {
     ak_wf_class_t cls = AK_WF_OTHER;
@@ -501,6 +547,9 @@ void ak_writer_sample(ak_writer_t *w) {
   pthread_mutex_lock(&w->mu);
   size_t r = w->held_records, b = w->held_bytes;
   pthread_mutex_unlock(&w->mu);
+  uint64_t free_bytes = 0;
+  disk_has_room(w, 0, &free_bytes);
+  ak_gauge_set(w->m_disk_free, (double)free_bytes);
   ak_gauge_set(w->m_queue_records, (double)r);
   ak_gauge_set(w->m_queue_bytes, (double)b);
 }

@@ -81,7 +81,7 @@ Test(config, defaults_from_empty_document) {
   cr_expect_eq(cfg->nsources, 0);
   /* The effective tree: every key, defaults applied, in schema order. */
   expect_json(cfg->effective,
-              "{\"node\":{\"roles\":[\"edge\",\"dispatch\",\"storage\"],\"data_dir\":\"./data\"},"
+              "{\"node\":{\"roles\":[\"edge\",\"dispatch\",\"storage\"],\"data_dir\":\"./data\",\"min_free_bytes\":268435456},"
               "\"log\":{\"level\":\"info\"},"
               "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
               "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000},"

@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# Ingest benchmark: ankusa's durable 201/s next to nginx answering a static 201, same load,
+# same machine, same run. Run by `make bench` (which builds build/ankusa first).
+#
+#   bash bench/ingest.sh                     # one nginx run, one ankusa run
+#   RUNS=3 DURATION=15 bash bench/ingest.sh  # alternate runs, report the median of each
+#
+# Environment:
+#   DURATION     seconds per wrk run (10)        CONNECTIONS  wrk connections (64)
+#   THREADS      wrk threads (2)                 RUNS         runs of each server (1)
+#   STRICT=1     exit 1 when the ratio misses the target (default: print only)
+#   INSPECT=0    skip counting the stored hooks with `ankusa inspect hooks` after each run
+#   ANKUSA_BIN   binary under test (build/ankusa)  NGINX  nginx binary (/usr/sbin/nginx)
+#   KEEP_TMP=1   keep the temporary directory (configs, logs, wrk output) for a post-mortem
+#   BENCH_TMP    parent of the temporary directory (bench/out, i.e. the repo's filesystem,
+#                so the fsync is real; do not point it at a tmpfs)
+#
+# Exit status: 0 when the run was honest (and, with STRICT=1, met the target); 1 when a
+# check failed: a server did not start or died, or the 201s do not match the stored hooks.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DURATION=${DURATION:-10}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+RUNS=${RUNS:-1}
+STRICT=${STRICT:-0}
+INSPECT=${INSPECT:-1}
+TARGET=0.50
+ANKUSA=${ANKUSA_BIN:-$REPO/build/ankusa}
+NGINX=${NGINX:-/usr/sbin/nginx}
+WRK=${WRK:-wrk}
+LUA=$REPO/bench/post1k.lua
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+
+die() { echo "ingest.sh: $*" >&2; exit 1; }
+
+for v in DURATION CONNECTIONS THREADS RUNS; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
+done
+[ -x "$ANKUSA" ] || die "$ANKUSA not found: run 'make' first (or 'make bench')"
+[ -x "$NGINX" ] || die "$NGINX not found: install nginx-light (scripts/deps.sh)"
+command -v "$WRK" >/dev/null || die "wrk not found: install wrk (scripts/deps.sh)"
+command -v curl >/dev/null || die "curl not found"
+[ -f "$LUA" ] || die "$LUA missing"
+
+# ---------------------------------------------------------------- temp dir and cleanup
+BENCH_TMP=${BENCH_TMP:-$REPO/bench/out}
+mkdir -p "$BENCH_TMP"
+TMP=$(mktemp -d "$BENCH_TMP/ingest.XXXXXX")
+PIDS=() # every process this script started; stopped by PID, never by name
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# stop_pid PID [SECONDS]: SIGTERM, wait up to SECONDS (10), then SIGKILL. Returns the
+# process's exit status when it is our child, else 0.
+stop_pid() {
+  local pid=$1 limit=${2:-10} i rc=0
+  alive "$pid" || { wait "$pid" 2>/dev/null || rc=$?; return $rc; }
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < limit * 10; i++)); do
+    alive "$pid" || break
+    sleep 0.1
+  done
+  if alive "$pid"; then
+    echo "ingest.sh: PID $pid did not stop within ${limit}s after SIGTERM; sending SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || rc=$?
+  return $rc
+}
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do stop_pid "$pid" 10 || true; done
+  if [ "${KEEP_TMP:-0}" = 1 ]; then echo "ingest.sh: kept $TMP" >&2; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+forget_pid() { # drop a stopped PID from PIDS
+  local keep=() p
+  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+# ---------------------------------------------------------------- free loopback ports
+# Bind three sockets to port 0 at once (so they differ), print the ports, release them.
+read -r NGINX_PORT HTTP_PORT ADMIN_PORT < <("$PY" -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+for s in ss: s.close()
+')
+
+# ---------------------------------------------------------------- helpers
+# to_ms VALUE: wrk's latency ("850.00us", "1.23ms", "1.02s", "1.50m") in milliseconds.
+to_ms() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+    if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+    printf "%.3f", n }'
+}
+
+median() { # median of the arguments (mean of the middle two for an even count)
+  printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
+    if (NR == 0) { print "nan"; exit }
+    if (NR % 2) printf "%.3f", a[(NR + 1) / 2]; else printf "%.3f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# run_wrk URL OUT: the same load for both servers; parses into W_RPS W_P50 W_P99 W_REQS
+# W_NON2XX W_SOCKERR W_SOCKLINE.
+run_wrk() {
+  local url=$1 out=$2
+  local wpid wrc=0
+  # in the background and waited for, so that a signal to this script is handled at once
+  "$WRK" -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" -s "$LUA" --latency "$url" >"$out" 2>&1 &
+  wpid=$!
+  PIDS+=("$wpid")
+  wait "$wpid" || wrc=$?
+  forget_pid "$wpid"
+  [ "$wrc" = 0 ] || { cat "$out" >&2; die "wrk failed against $url (status $wrc)"; }
+  W_RPS=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
+  W_P50=$(to_ms "$(awk '$1 == "50%" { print $2; exit }' "$out")")
+  W_P99=$(to_ms "$(awk '$1 == "99%" { print $2; exit }' "$out")")
+  W_REQS=$(awk '/ requests in / { print $1 }' "$out")
+  W_NON2XX=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "$out")
+  W_NON2XX=${W_NON2XX:-0}
+  W_SOCKLINE=$(grep -m1 'Socket errors:' "$out" | sed 's/^ *//' || true)
+  W_SOCKERR=$(awk '/Socket errors:/ { for (k = 1; k <= NF; k++) s += $k + 0 } END { print s + 0 }' "$out")
+  [ -n "$W_RPS" ] && [ -n "$W_REQS" ] || { cat "$out" >&2; die "could not parse wrk output"; }
+}
+
+report_wrk_errors() { # NAME: print non-2xx and socket errors of the last wrk run clearly
+  if [ "$W_NON2XX" != 0 ] || [ "$W_SOCKERR" != 0 ]; then
+    echo "  !! $1: wrk saw $W_NON2XX non-2xx responses; ${W_SOCKLINE:-Socket errors: none}"
+  else
+    echo "  $1: no non-2xx responses, no socket errors"
+  fi
+}
+
+wait_http() { # URL EXPECTED_CODE PID SECONDS [curl args...]
+  local url=$1 want=$2 pid=$3 limit=$4 i code
+  shift 4
+  for ((i = 0; i < limit * 20; i++)); do
+    alive "$pid" || return 1
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$@" "$url" || true)
+    [ "$code" = "$want" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+cpu_ticks() { # PID...: user+system clock ticks used so far by these processes
+  local p t=0 u
+  for p in "$@"; do
+    u=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+    t=$((t + u))
+  done
+  echo "$t"
+}
+
+cpu_pct() { # TICKS_BEFORE TICKS_AFTER: share of one core over the wrk run, in percent
+  awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" -v d="$DURATION" 'BEGIN { printf "%.0f", 100 * (b - a) / hz / d }'
+}
+
+metric() { # FILE NAME{labels}: the value of one series (empty when absent)
+  awk -v k="$2" '$1 == k { print $2; exit }' "$1"
+}
+
+metric_sum() { # FILE NAME: sum of every series of a family without a suffix
+  awk -v n="$1" '$1 ~ ("^" n "({|$)") { s += $2 } END { print s + 0 }' "$2"
+}
+
+# ---------------------------------------------------------------- nginx
+nginx_run() { # RUN_INDEX
+  local i=$1 conf=$TMP/nginx.conf pid kids c
+  sed -e "s|@PREFIX@|$TMP|g" -e "s|@PORT@|$NGINX_PORT|g" "$REPO/bench/nginx.conf.in" >"$conf"
+  "$NGINX" -e "$TMP/nginx-error.log" -p "$TMP/" -c "$conf" >"$TMP/nginx.out" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  if ! wait_http "http://127.0.0.1:$NGINX_PORT/webhooks/bench" 201 "$pid" 10 -X POST -d '{}'; then
+    cat "$TMP/nginx.out" "$TMP/nginx-error.log" >&2 2>/dev/null || true
+    die "nginx did not answer 201 on 127.0.0.1:$NGINX_PORT"
+  fi
+  # the workers too, by PID, in case the master is killed before it can stop them
+  kids=$(ps -o pid= --ppid "$pid" || true)
+  for c in $kids; do PIDS+=("$c"); done
+
+  local t0 t1
+  # shellcheck disable=SC2086 # kids is a list of PIDs
+  t0=$(cpu_ticks "$pid" $kids)
+  run_wrk "http://127.0.0.1:$NGINX_PORT/webhooks/bench" "$TMP/wrk-nginx-$i.txt"
+  # shellcheck disable=SC2086
+  t1=$(cpu_ticks "$pid" $kids)
+  N_RPS+=("$W_RPS") N_P50+=("$W_P50") N_P99+=("$W_P99")
+  printf '  nginx  run %d: %10.0f req/s  p50 %7.3f ms  p99 %7.3f ms  (%s requests)  nginx CPU %s%% of a core\n' \
+    "$i" "$W_RPS" "$W_P50" "$W_P99" "$W_REQS" "$(cpu_pct "$t0" "$t1")"
+  report_wrk_errors nginx
+  [ "$W_NON2XX" = 0 ] && [ "$W_SOCKERR" = 0 ] || N_ERRORS=1
+
+  stop_pid "$pid" 10 || true # nginx exits 0 on SIGTERM (fast shutdown)
+  forget_pid "$pid"
+  for c in $kids; do
+    alive "$c" && stop_pid "$c" 5 || true
+    forget_pid "$c"
+  done
+}
+
+# ---------------------------------------------------------------- ankusa
+ankusa_run() { # RUN_INDEX
+  local i=$1
+  local dir=$TMP/ankusa-$1 pid rc=0 m j q c201 hooks bsum bcnt csum ccnt n503 refused \
+    wrk2xx diff stored dups
+  mkdir -p "$dir/data"
+  cat >"$dir/ankusa.yml" <<EOF
+# written by bench/ingest.sh
+node:
+  data_dir: $dir/data
+log:
+  level: warning
+http:
+  port: $HTTP_PORT
+admin:
+  enabled: true
+  ip: 127.0.0.1
+  port: $ADMIN_PORT
+sources:
+  bench:
+    sinks:
+      - type: log
+EOF
+  [ -z "$DATA_FS" ] && DATA_FS=$(df -T "$dir/data" | awk 'NR == 2 { print $2 " (" $1 ", mounted on " $7 ")" }')
+  "$ANKUSA" serve --config "$dir/ankusa.yml" >"$dir/ankusa.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  if ! wait_http "http://127.0.0.1:$HTTP_PORT/ready" 200 "$pid" 30; then
+    cat "$dir/ankusa.log" >&2
+    die "ankusa did not become ready on 127.0.0.1:$HTTP_PORT"
+  fi
+
+  local t0 t1
+  t0=$(cpu_ticks "$pid")
+  run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench" "$TMP/wrk-ankusa-$i.txt"
+  t1=$(cpu_ticks "$pid")
+  A_RPS+=("$W_RPS") A_P50+=("$W_P50") A_P99+=("$W_P99")
+  printf '  ankusa run %d: %10.0f req/s  p50 %7.3f ms  p99 %7.3f ms  (%s requests)  ankusa CPU %s%% of a core\n' \
+    "$i" "$W_RPS" "$W_P50" "$W_P99" "$W_REQS" "$(cpu_pct "$t0" "$t1")"
+  report_wrk_errors ankusa
+  [ "$W_NON2XX" = 0 ] && [ "$W_SOCKERR" = 0 ] || A_ERRORS=1
+  alive "$pid" || { cat "$dir/ankusa.log" >&2; die "ankusa died during the run"; }
+
+  # Let the writers finish what wrk left in flight when it stopped and the resumed
+  # connections be answered: read /metrics until the queue is empty and the counts hold
+  # still between two reads (10 s at most).
+  m=$dir/metrics.txt
+  local prev="" now
+  for ((j = 0; j < 50; j++)); do
+    curl -sf --max-time 2 "http://127.0.0.1:$ADMIN_PORT/metrics" >"$m" || die "GET /metrics failed"
+    q=$(metric_sum ankusa_batcher_queue_records "$m")
+    now="$(metric "$m" 'ankusa_ingest_requests_total{instance="default",status="201"}') $(metric "$m" 'ankusa_store_hooks{instance="default"}')"
+    [ "$q" = 0 ] && [ "$now" = "$prev" ] && break
+    prev=$now
+    sleep 0.2
+  done
+  c201=$(metric "$m" 'ankusa_ingest_requests_total{instance="default",status="201"}')
+  n503=$(metric "$m" 'ankusa_ingest_requests_total{instance="default",status="503"}')
+  hooks=$(metric "$m" 'ankusa_store_hooks{instance="default"}')
+  bsum=$(metric "$m" 'ankusa_commit_batch_size_sum{instance="default"}')
+  bcnt=$(metric "$m" 'ankusa_commit_batch_size_count{instance="default"}')
+  csum=$(metric "$m" 'ankusa_commit_duration_seconds_sum{instance="default"}')
+  ccnt=$(metric "$m" 'ankusa_commit_duration_seconds_count{instance="default"}')
+  [ -n "$c201" ] && [ -n "$hooks" ] && [ -n "$bcnt" ] && [ -n "$ccnt" ] ||
+    die "expected series missing from /metrics (see $m)"
+  refused=$(awk '/^ankusa_ingest_refused_total/ && $2 != 0 { printf "%s%s=%s", sep, $1, $2; sep = ", " }' "$m")
+
+  A_BATCH+=("$(awk -v s="$bsum" -v c="$bcnt" 'BEGIN { printf "%.1f", c ? s / c : 0 }')")
+  A_COMMIT+=("$(awk -v s="$csum" -v c="$ccnt" 'BEGIN { printf "%.3f", c ? 1000 * s / c : 0 }')")
+  A_COMMITS+=("$bcnt")
+  printf '  ankusa run %d: %s commits, mean batch %s hooks, mean commit %s ms\n' \
+    "$i" "$bcnt" "${A_BATCH[-1]}" "${A_COMMIT[-1]}"
+
+  # Honesty: every 201 the server sent is a hook in the store. When wrk stops it closes its
+  # connections with requests in flight; a hook committed for a connection that is already
+  # closed is stored but never answered, so the store may hold up to one hook per
+  # connection more than the 201 count -- never fewer.
+  if [ "$c201" = "$hooks" ]; then
+    echo "  ankusa run $i: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 = ankusa_store_hooks"
+  elif ((c201 < hooks && hooks - c201 <= CONNECTIONS)); then
+    echo "  ankusa run $i: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 <= ankusa_store_hooks = $hooks;"
+    echo "    $((hooks - c201)) hooks were committed for connections wrk had closed at the end (stored, never answered)"
+  else
+    echo "  !! ankusa run $i: ankusa_ingest_requests_total{status=\"201\"} = $c201 but ankusa_store_hooks = $hooks"
+    HONEST=0
+  fi
+  [ "${n503:-0}" = 0 ] || echo "  !! ankusa run $i: $n503 answers were 503"
+  [ -z "$refused" ] || echo "  !! ankusa run $i: refused: $refused"
+  # wrk counts the answers it read; the server may also have answered requests whose
+  # connection wrk closed when the duration ended (at most one per connection).
+  wrk2xx=$((W_REQS - W_NON2XX))
+  diff=$((c201 - wrk2xx))
+  if ((diff < 0 || hooks - wrk2xx > CONNECTIONS)); then
+    echo "  !! ankusa run $i: wrk read $wrk2xx 2xx answers, the server counted $c201 201s and stored $hooks hooks"
+    HONEST=0
+  else
+    echo "  ankusa run $i: wrk read $wrk2xx 2xx answers; $diff more 201s were sent after wrk stopped reading"
+  fi
+
+  stop_pid "$pid" 30 || rc=$?
+  forget_pid "$pid"
+  [ "$rc" = 0 ] || { tail -20 "$dir/ankusa.log" >&2; echo "  !! ankusa exited with status $rc on SIGTERM"; HONEST=0; }
+  if grep -q 'level=error' "$dir/ankusa.log"; then
+    echo "  !! ankusa logged errors:"
+    grep 'level=error' "$dir/ankusa.log" | head -5 | sed 's/^/     /'
+  fi
+
+  # Independent count: read the stopped node's store back.
+  if [ "$INSPECT" = 1 ]; then
+    "$ANKUSA" inspect hooks --data-dir "$dir/data" >"$dir/hooks.jsonl" 2>"$dir/inspect.err" ||
+      { cat "$dir/inspect.err" >&2; echo "  !! ankusa inspect hooks failed"; HONEST=0; }
+    stored=$(wc -l <"$dir/hooks.jsonl")
+    dups=$(awk 'match($0, /"id":"[^"]*"/) { print substr($0, RSTART, RLENGTH) }' "$dir/hooks.jsonl" |
+      sort | uniq -d | wc -l)
+    if [ "$stored" = "$hooks" ] && [ "$dups" = 0 ]; then
+      echo "  ankusa run $i: ankusa inspect hooks reads back $stored hooks, ids unique"
+    else
+      echo "  !! ankusa run $i: ankusa inspect hooks reads back $stored hooks ($dups duplicate ids); ankusa_store_hooks: $hooks"
+      HONEST=0
+    fi
+  fi
+  rm -rf "$dir/data" "$dir/hooks.jsonl" # a run leaves a few hundred MB
+}
+
+# ---------------------------------------------------------------- the runs
+N_RPS=() N_P50=() N_P99=() A_RPS=() A_P50=() A_P99=() A_BATCH=() A_COMMIT=() A_COMMITS=()
+N_ERRORS=0 A_ERRORS=0 HONEST=1 DATA_FS=""
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$REPO" diff --quiet HEAD -- src meson.build 2>/dev/null || REV="$REV + uncommitted changes in src"
+BUILT=$(date -u -r "$ANKUSA" '+%Y-%m-%d %H:%M UTC')
+
+echo "ankusa ingest benchmark: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s -s bench/post1k.lua --latency, $RUNS run(s) each"
+for ((r = 1; r <= RUNS; r++)); do
+  nginx_run "$r"
+  ankusa_run "$r"
+done
+
+# ---------------------------------------------------------------- summary
+NR=$(median "${N_RPS[@]}") NP50=$(median "${N_P50[@]}") NP99=$(median "${N_P99[@]}")
+AR=$(median "${A_RPS[@]}") AP50=$(median "${A_P50[@]}") AP99=$(median "${A_P99[@]}")
+AB=$(printf '%.1f' "$(median "${A_BATCH[@]}")") AC=$(median "${A_COMMIT[@]}")
+RATIO=$(awk -v a="$AR" -v n="$NR" 'BEGIN { printf "%.3f", (n > 0) ? a / n : 0 }')
+VERDICT=$(awk -v r="$RATIO" -v t="$TARGET" 'BEGIN { print ((r >= t) ? "PASS" : "FAIL") }')
+[ "$RUNS" -gt 1 ] && WHAT="median of $RUNS runs" || WHAT="1 run"
+
+CPU=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+
+echo
+echo "== machine"
+echo "  date:        $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "  nproc:       $(nproc)   cpu: ${CPU:-unknown}   kernel: $(uname -r)"
+echo "  data dir fs: $DATA_FS"
+echo "  load avg:    $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+echo "  ankusa:      $("$ANKUSA" version 2>&1), binary built $BUILT; checkout at start: $REV"
+echo "  baseline:    $("$NGINX" -v 2>&1 | sed 's/^nginx version: //'); load: wrk $("$WRK" -v 2>&1 | awk 'NR == 1 { print $2 }')"
+echo
+echo "== summary ($WHAT; wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, 1 KiB POST)"
+printf '  %-30s %12s %10s %10s\n' server 'req/s' 'p50 ms' 'p99 ms'
+printf '  %-30s %12.0f %10.3f %10.3f\n' 'nginx (static 201)' "$NR" "$NP50" "$NP99"
+printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa (201 after fsync)' "$AR" "$AP50" "$AP99"
+if [ "$RUNS" -gt 1 ]; then
+  echo "  runs, nginx req/s:  ${N_RPS[*]}"
+  echo "  runs, ankusa req/s: ${A_RPS[*]}"
+fi
+echo "  ankusa commits: mean batch $AB hooks, mean commit duration $AC ms"
+echo "  ratio ankusa/nginx: $RATIO   target >= $TARGET: $VERDICT"
+[ "$N_ERRORS" = 0 ] || echo "  !! nginx runs had non-2xx answers or socket errors (see above)"
+[ "$A_ERRORS" = 0 ] || echo "  !! ankusa runs had non-2xx answers or socket errors (see above)"
+if [ "$HONEST" = 1 ]; then
+  echo "  honesty: every 201 is a stored hook (metrics$([ "$INSPECT" = 1 ] && echo " and ankusa inspect hooks"))"
+else
+  echo "  !! honesty check FAILED (see above)"
+  exit 1
+fi
+if [ "$VERDICT" = FAIL ] && [ "$STRICT" = 1 ]; then exit 1; fi
+exit 0

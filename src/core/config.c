@@ -70,8 +70,9 @@ static const ak_opt_t admin_rows[] = {
 };
 
 static const ak_opt_t batcher_rows[] = {
-  {.key = "partitions", .type = AK_OPT_INT, .def = "2", .min = 1, .flags = AK_OPTF_HAS_MIN,
-   .doc = "group-commit writers"},
+  {.key = "partitions", .type = AK_OPT_INT, .def = "1", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "group-commit writer threads; more than one overlaps commits (RocksDB pipelined writes), "
+          "worth it only with cores to spare; at most 16 are started"},
   {.key = "max_batch", .type = AK_OPT_INT, .def = "256", .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "records per commit at most"},
   {.key = "max_delay_ms", .type = AK_OPT_INT, .def = "0", .min = 0, .flags = AK_OPTF_HAS_MIN,

@@ -36,7 +36,7 @@ struct ak_edge {
   struct MHD_Daemon *d;
   int port;
   _Atomic int waiting; /* requests suspended on the writer */
-  ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration;
+  ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration, *m_abandoned;
 };
 
 typedef struct conn {
@@ -322,6 +322,11 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
     /* the client went away or timed out mid-body: nothing to answer, nothing stored */
     ak_counter_add(e->m_refused[R_BODY_READ_FAILED], 1);
     count(e, 400, c->t0_ns);
+  } else if (c->state == ST_SUBMITTED) {
+    /* resumed, but the client had closed meanwhile: the answer has nobody to go to (the
+     * hook may well be stored; the provider's retry is what covers it) */
+    atomic_fetch_sub(&e->waiting, 1);
+    ak_counter_add(e->m_abandoned, 1);
   }
   if (c->tenant != c->src->tenant) free((void *)c->tenant);
   free(c->body);
@@ -367,6 +372,10 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
                                                       "Ack latency: time to answer one ingest request.",
                                                       AK_METRIC_HISTOGRAM, il, ak_latency_bounds,
                                                       ak_latency_nbounds), iv);
+  e->m_abandoned = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_abandoned_total",
+                                                       "Requests whose client left before its answer was sent "
+                                                       "(the hook may be stored).",
+                                                       AK_METRIC_COUNTER, il, NULL, 0), iv);
   return e;
 }
 

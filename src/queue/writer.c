@@ -1,9 +1,11 @@
-/* Group commit. Edge threads append to one FIFO under a mutex (no I/O under it); the
- * writer thread swaps out everything queued, writes one synced batch, and answers. While
- * it is in fsync, the next batch accumulates. A reaper thread answers records whose
- * deadline passed while still queued, so a stalled fsync cannot hold callers forever.
- * A failed write closes the store; the writer reopens it with backoff and only declares
- * it usable after a synced probe write succeeds. */
+/* Group commit. Edge threads append to one FIFO under a mutex (no I/O under it). Writer
+ * threads (batcher.partitions of them) each take what is queued, give it seqs under the
+ * same mutex (so seqs are dense in queue order), and write it as one synced batch; with
+ * RocksDB's pipelined writes, one group's memtable inserts overlap the next group's WAL
+ * write and fsync. Each caller is answered only when its own write returned. A reaper
+ * thread answers records whose deadline passed while still queued, so a stalled fsync
+ * cannot hold callers forever. A failed write closes the store; writer 0 reopens it with
+ * backoff and declares it usable only after a synced probe write succeeds. */
 #include <pthread.h>
 #include <sys/statvfs.h>
 #include <stdio.h>
@@ -26,8 +28,10 @@ struct ak_writer {
   size_t queued;            /* records buffered (not yet taken) */
   size_t held_records;      /* buffered + in flight */
   size_t held_bytes;
-  bool stopping, stopped;
-  pthread_t thread, reaper;
+  bool stopping;
+  int running;              /* writer threads not yet exited */
+  int nthreads;
+  pthread_t *threads, reaper;
   bool started;
 
   int64_t max_queue, max_queue_bytes, max_batch, max_delay_ms;
@@ -47,7 +51,9 @@ struct ak_writer {
   int64_t probe_at_ns;
   bool probe_ok;
 
-  uint64_t next_seq, hook_count;
+  uint64_t next_seq;        /* guarded by mu */
+  uint64_t *hook_count;     /* per writer thread: its own m:hook_count:<i> */
+  _Atomic uint64_t hooks_total;
   int64_t test_commit_delay_ms;
   int64_t deadline_ms;
   uint64_t min_free_bytes;
@@ -59,6 +65,7 @@ struct ak_writer {
 
 static void set_unavailable(ak_writer_t *w, ak_wf_class_t cls) {
   atomic_store(&w->store_ok, 0);
+  atomic_store(&w->need_reopen, 1);
   atomic_store(&w->last_failure_ns, ak_mono_ns());
   atomic_store(&w->last_failure_class, (int)cls);
   int64_t zero = 0;
@@ -90,6 +97,24 @@ static void note_no_space(ak_writer_t *w, size_t hooks) {
   }
 }
 
+static void meta_key(char *out, size_t n, const char *base, int i) { snprintf(out, n, "%s:%d", base, i); }
+
+/* Seq and per-writer hook counters as the store has them (at start and after a reopen). */
+static void load_counts(ak_writer_t *w) {
+  w->next_seq = ak_store_next_seq(w->store);
+  for (int i = 0; i < w->nthreads; i++) {
+    char k[48];
+    meta_key(k, sizeof k, AK_KEY_HOOK_COUNT, i);
+    char *v = NULL;
+    size_t vl = 0;
+    w->hook_count[i] = 0;
+    if (ak_store_get(w->store, AK_CF_DEFAULT, k, strlen(k), &v, &vl) == 0 && vl == 8)
+      w->hook_count[i] = ak_get_u64((const uint8_t *)v);
+    free(v);
+  }
+  atomic_store(&w->hooks_total, ak_store_hook_count(w->store));
+}
+
 ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   ak_writer_t *w = calloc(1, sizeof *w);
   if (!w) return NULL;
@@ -105,9 +130,12 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->max_batch = c->batcher_max_batch;
   w->max_delay_ms = c->batcher_max_delay_ms;
   w->write_archive = (c->roles & AK_ROLE_STORAGE) != 0;
-  w->next_seq = ak_store_next_seq(w->store);
-  w->hook_count = ak_store_hook_count(w->store);
+  w->nthreads = c->batcher_partitions > 0 ? (int)c->batcher_partitions : 1;
+  if (w->nthreads > 16) w->nthreads = 16;
+  w->threads = calloc((size_t)w->nthreads, sizeof *w->threads);
+  w->hook_count = calloc((size_t)w->nthreads, sizeof *w->hook_count);
   atomic_store(&w->store_ok, ak_store_is_open(w->store) ? 1 : 0);
+  load_counts(w);
   w->deadline_ms = AK_RECORD_DEADLINE_MS;
   w->min_free_bytes = (uint64_t)c->min_free_bytes;
 #ifdef AK_TEST_HOOKS
@@ -157,7 +185,7 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->m_disk_free = ak_metrics_series(ak_metrics_family(m, "ankusa_disk_free_bytes",
                                                       "Free bytes on the data volume (for unprivileged use).",
                                                       AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
-  ak_gauge_set(w->m_hooks, (double)w->hook_count);
+  ak_gauge_set(w->m_hooks, (double)atomic_load(&w->hooks_total));
   ak_gauge_set(w->m_replay, ak_store_last_open_seconds(w->store));
   return w;
 }
@@ -198,25 +226,33 @@ ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
   return AK_WR_QUEUED;
 }
 
-/* Take up to max_batch records off the queue. Caller holds mu. */
-static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n) {
-  ak_write_req_t *first = w->head, *last = NULL, *r = w->head;
-  size_t k = 0;
-  while (r && (int64_t)k < w->max_batch) {
-    last = r;
-    r = r->next;
+/* Take up to max_batch records off the queue and give the live ones their seqs, all
+ * under mu, so seqs follow queue order whichever writer thread takes the batch. Records
+ * past their deadline go to *expired (answered by the caller, outside the lock). */
+static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n, ak_write_req_t **expired) {
+  int64_t now = ak_mono_ns();
+  ak_write_req_t *keep = NULL, **kt = &keep, **et = expired;
+  size_t k = 0, taken = 0;
+  *expired = NULL;
+  while (w->head && (int64_t)taken < w->max_batch) {
+    ak_write_req_t *r = w->head;
+    w->head = r->next;
+    r->next = NULL;
+    taken++;
+    if (r->deadline_ns < now) {
+      *et = r;
+      et = &r->next;
+      continue;
+    }
+    r->seq = w->next_seq++;
+    *kt = r;
+    kt = &r->next;
     k++;
   }
-  if (!last) {
-    *n = 0;
-    return NULL;
-  }
-  w->head = r;
-  if (!r) w->tail = NULL;
-  last->next = NULL;
-  w->queued -= k;
+  if (!w->head) w->tail = NULL;
+  w->queued -= taken;
   *n = k;
-  return first;
+  return keep;
 }
 
 static int64_t backoff_ms(int attempt) {
@@ -251,58 +287,57 @@ static void try_reopen(ak_writer_t *w) {
     close_for_reopen(w);
     return;
   }
-  w->next_seq = ak_store_next_seq(w->store);
-  w->hook_count = ak_store_hook_count(w->store);
-  ak_gauge_set(w->m_hooks, (double)w->hook_count);
+  pthread_mutex_lock(&w->mu);
+  load_counts(w);
+  uint64_t ns = w->next_seq;
+  pthread_mutex_unlock(&w->mu);
+  ak_gauge_set(w->m_hooks, (double)atomic_load(&w->hooks_total));
   ak_gauge_set(w->m_replay, ak_store_last_open_seconds(w->store));
   ak_counter_add(w->m_reopen_ok, 1);
   ak_log(AK_LOG_INFO, "store", "store reopened", "path=%s next_seq=%llu", ak_store_path(w->store),
-         (unsigned long long)w->next_seq);
+         (unsigned long long)ns);
   w->reopen_attempt = 0;
   atomic_store(&w->unavailable_since_ns, 0);
   atomic_store(&w->store_ok, 1);
 }
 
-static void commit_batch(ak_writer_t *w, ak_write_req_t *batch, size_t n) {
-  int64_t now_ns = ak_mono_ns();
-  /* drop what missed its deadline or cannot be written; the rest forms the group */
-  ak_write_req_t *keep = NULL, **kt = &keep;
-  size_t nk = 0;
-  for (ak_write_req_t *r = batch, *nx; r; r = nx) {
+static void finish_all(ak_writer_t *w, ak_write_req_t *list, ak_wr_status_t st) {
+  for (ak_write_req_t *r = list, *nx; r; r = nx) {
     nx = r->next;
-    r->next = NULL;
-    if (r->deadline_ns < now_ns) finish(w, r, AK_WR_DEADLINE);
-    else if (!atomic_load(&w->store_ok)) finish(w, r, AK_WR_STORE_UNAVAILABLE);
-    else {
-      *kt = r;
-      kt = &r->next;
-      nk++;
-    }
+    finish(w, r, st);
   }
-  (void)n;
+}
+
+/* One group (seqs already assigned by take_locked): write one synced batch, answer. */
+static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk) {
   if (!keep) return;
+  if (!atomic_load(&w->store_ok)) {
+    finish_all(w, keep, AK_WR_STORE_UNAVAILABLE);
+    return;
+  }
   uint64_t need = 64 * 1024;
   for (ak_write_req_t *r = keep; r; r = r->next) need += 2 * (uint64_t)r->rec_len + 256;
   if (!disk_has_room(w, need, NULL)) {
     note_no_space(w, nk);
-    for (ak_write_req_t *r = keep, *nx; r; r = nx) {
-      nx = r->next;
-      finish(w, r, AK_WR_STORE_UNAVAILABLE);
-    }
+    finish_all(w, keep, AK_WR_STORE_UNAVAILABLE);
     return;
   }
-
+  /* pinned: a failing sibling cannot close the store while this batch holds its handles */
+  if (ak_store_pin(w->store) != 0) {
+    finish_all(w, keep, AK_WR_STORE_UNAVAILABLE);
+    return;
+  }
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   rocksdb_column_family_handle_t *cf_hooks = ak_store_cf(w->store, AK_CF_HOOKS),
                                   *cf_del = ak_store_cf(w->store, AK_CF_DELIVERIES),
                                   *cf_idx = ak_store_cf(w->store, AK_CF_INDEX),
                                   *cf_def = ak_store_cf(w->store, AK_CF_DEFAULT);
-  uint64_t seq = w->next_seq;
+  uint64_t seq = keep->seq;
   int64_t now_ms = ak_now_ms();
   /* Puts are grouped by column family and key family: consecutive ascending keys let
    * each memtable's skiplist reuse its insert position instead of searching. */
   for (ak_write_req_t *r = keep; r; r = r->next) {
-    r->seq = seq++;
+    seq = r->seq + 1;
     ak_envelope_set_seq(r->rec, r->seq);
     uint8_t hk[AK_HOOK_KEY_LEN];
     ak_key_hook(hk, r->seq);
@@ -334,106 +369,115 @@ static void commit_batch(ak_writer_t *w, ak_write_req_t *batch, size_t n) {
     ak_put_u64(sv, r->seq);
     rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)ik, sizeof ik, (const char *)sv, 8);
   }
+  char nk_key[48], hc_key[48];
   uint8_t ns[8], hc[8];
+  meta_key(nk_key, sizeof nk_key, AK_KEY_NEXT_SEQ, wi);
+  meta_key(hc_key, sizeof hc_key, AK_KEY_HOOK_COUNT, wi);
   ak_put_u64(ns, seq);
-  ak_put_u64(hc, w->hook_count + nk);
-  rocksdb_writebatch_put_cf(wb, cf_def, AK_KEY_NEXT_SEQ, strlen(AK_KEY_NEXT_SEQ), (const char *)ns, 8);
-  rocksdb_writebatch_put_cf(wb, cf_def, AK_KEY_HOOK_COUNT, strlen(AK_KEY_HOOK_COUNT), (const char *)hc, 8);
+  ak_put_u64(hc, w->hook_count[wi] + nk);
+  rocksdb_writebatch_put_cf(wb, cf_def, nk_key, strlen(nk_key), (const char *)ns, 8);
+  rocksdb_writebatch_put_cf(wb, cf_def, hc_key, strlen(hc_key), (const char *)hc, 8);
 
   if (w->test_commit_delay_ms > 0) usleep((useconds_t)(w->test_commit_delay_ms * 1000));
   int64_t t0 = ak_mono_ns();
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
-  int rc = ak_store_write(w->store, wb, true, &cls, &err);
+  int rc = ak_store_write_pinned(w->store, wb, true, &cls, &err);
+  ak_store_unpin(w->store);
   double dur = (double)(ak_mono_ns() - t0) / 1e9;
   rocksdb_writebatch_destroy(wb);
   ak_histogram_observe(w->m_commit, dur);
   ak_histogram_observe(w->m_batch, (double)nk);
   if (rc == 0) {
-    w->next_seq = seq;
-    w->hook_count += nk;
-    ak_gauge_set(w->m_hooks, (double)w->hook_count);
-    for (ak_write_req_t *r = keep, *nx; r; r = nx) {
-      nx = r->next;
-      finish(w, r, AK_WR_COMMITTED);
-    }
+    w->hook_count[wi] += nk;
+    ak_gauge_set(w->m_hooks, (double)(atomic_fetch_add(&w->hooks_total, nk) + nk));
+    finish_all(w, keep, AK_WR_COMMITTED);
     return;
   }
   ak_counter_add(w->m_fail[cls], 1);
-  ak_log(AK_LOG_ERROR, "store", "commit failed; closing store to reopen", "class=%s hooks=%zu",
-         ak_wf_class_names[cls], nk);
+  if (atomic_load(&w->store_ok))
+    ak_log(AK_LOG_ERROR, "store", "commit failed; closing store to reopen", "class=%s hooks=%zu",
+           ak_wf_class_names[cls], nk);
   free(err);
   set_unavailable(w, cls);
-  close_for_reopen(w);
-  for (ak_write_req_t *r = keep, *nx; r; r = nx) {
-    nx = r->next;
-    finish(w, r, AK_WR_STORE_UNAVAILABLE);
-  }
+  finish_all(w, keep, AK_WR_STORE_UNAVAILABLE);
+  pthread_mutex_lock(&w->mu);
+  pthread_cond_broadcast(&w->cv); /* wake writer 0 to close and schedule the reopen */
+  pthread_mutex_unlock(&w->mu);
 }
 
+static void timed_wait(ak_writer_t *w, pthread_cond_t *cv, int64_t wait_ns) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += wait_ns % 1000000000;
+  ts.tv_sec += wait_ns / 1000000000 + ts.tv_nsec / 1000000000;
+  ts.tv_nsec %= 1000000000;
+  pthread_cond_timedwait(cv, &w->mu, &ts);
+}
+
+typedef struct {
+  ak_writer_t *w;
+  int index;
+} writer_arg_t;
+
 static void *writer_main(void *arg) {
-  ak_writer_t *w = arg;
+  writer_arg_t *wa = arg;
+  ak_writer_t *w = wa->w;
+  int wi = wa->index;
+  free(wa);
   pthread_mutex_lock(&w->mu);
   for (;;) {
-    while (!w->head && !w->stopping && !atomic_load(&w->need_reopen) && atomic_load(&w->store_ok)) {
-      pthread_cond_wait(&w->cv, &w->mu);
-    }
-    if (!atomic_load(&w->store_ok) || atomic_load(&w->need_reopen)) {
-      if (atomic_load(&w->need_reopen) && ak_store_is_open(w->store)) {
-        pthread_mutex_unlock(&w->mu);
-        close_for_reopen(w);
-        pthread_mutex_lock(&w->mu);
-      }
-      /* answer whatever is queued: the store is closed */
-      if (w->head) {
-        size_t n;
-        ak_write_req_t *b = take_locked(w, &n);
-        pthread_mutex_unlock(&w->mu);
-        for (ak_write_req_t *r = b, *nx; r; r = nx) {
-          nx = r->next;
-          finish(w, r, AK_WR_STORE_UNAVAILABLE);
-        }
-        pthread_mutex_lock(&w->mu);
+    bool ok = atomic_load(&w->store_ok) && !atomic_load(&w->need_reopen);
+    if (ok) {
+      if (!w->head) {
+        if (w->stopping) break;
+        pthread_cond_wait(&w->cv, &w->mu);
         continue;
       }
-      if (w->stopping) break;
-      int64_t now = ak_mono_ns();
-      if (now >= w->reopen_at_ns) {
-        pthread_mutex_unlock(&w->mu);
-        try_reopen(w);
-        pthread_mutex_lock(&w->mu);
-        continue;
-      }
-      int64_t wait_ns = w->reopen_at_ns - now;
-      if (wait_ns > 200000000) wait_ns = 200000000;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += wait_ns % 1000000000;
-      ts.tv_sec += wait_ns / 1000000000 + ts.tv_nsec / 1000000000;
-      ts.tv_nsec %= 1000000000;
-      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+      if (w->max_delay_ms > 0 && (int64_t)w->queued < w->max_batch && !w->stopping)
+        timed_wait(w, &w->cv, w->max_delay_ms * 1000000);
+      size_t n;
+      ak_write_req_t *expired, *b = take_locked(w, &n, &expired);
+      pthread_mutex_unlock(&w->mu);
+      finish_all(w, expired, AK_WR_DEADLINE);
+      commit_batch(w, wi, b, n);
+      pthread_mutex_lock(&w->mu);
       continue;
     }
-    if (!w->head) {
-      if (w->stopping) break;
+    /* the store is closed or must be reopened: answer what is queued at once */
+    if (w->head) {
+      size_t n;
+      ak_write_req_t *expired, *b = take_locked(w, &n, &expired);
+      pthread_mutex_unlock(&w->mu);
+      finish_all(w, expired, AK_WR_DEADLINE);
+      finish_all(w, b, AK_WR_STORE_UNAVAILABLE);
+      pthread_mutex_lock(&w->mu);
       continue;
     }
-    if (w->max_delay_ms > 0 && (int64_t)w->queued < w->max_batch && !w->stopping) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += (w->max_delay_ms % 1000) * 1000000;
-      ts.tv_sec += w->max_delay_ms / 1000 + ts.tv_nsec / 1000000000;
-      ts.tv_nsec %= 1000000000;
-      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    if (w->stopping) break;
+    if (wi != 0) { /* writer 0 owns close and reopen */
+      timed_wait(w, &w->cv, 200000000);
+      continue;
     }
-    size_t n;
-    ak_write_req_t *b = take_locked(w, &n);
-    pthread_mutex_unlock(&w->mu);
-    commit_batch(w, b, n);
-    pthread_mutex_lock(&w->mu);
+    if (atomic_load(&w->need_reopen)) {
+      pthread_mutex_unlock(&w->mu);
+      close_for_reopen(w); /* waits for sibling writes in flight (store lock) */
+      pthread_mutex_lock(&w->mu);
+      continue;
+    }
+    int64_t now = ak_mono_ns();
+    if (now >= w->reopen_at_ns) {
+      pthread_mutex_unlock(&w->mu);
+      try_reopen(w);
+      pthread_mutex_lock(&w->mu);
+      pthread_cond_broadcast(&w->cv);
+      continue;
+    }
+    int64_t wait_ns = w->reopen_at_ns - now;
+    timed_wait(w, &w->cv, wait_ns < 200000000 ? wait_ns : 200000000);
   }
-  w->stopped = true;
-  pthread_cond_broadcast(&w->reaper_cv);
+  if (--w->running == 0) pthread_cond_broadcast(&w->reaper_cv);
+  pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   return NULL;
 }
@@ -443,7 +487,7 @@ static void *writer_main(void *arg) {
 static void *reaper_main(void *arg) {
   ak_writer_t *w = arg;
   pthread_mutex_lock(&w->mu);
-  while (!w->stopped) {
+  while (w->running > 0) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 100000000;
@@ -476,7 +520,15 @@ static void *reaper_main(void *arg) {
 }
 
 int ak_writer_start(ak_writer_t *w) {
-  if (pthread_create(&w->thread, NULL, writer_main, w) != 0) return -1;
+  pthread_mutex_lock(&w->mu);
+  w->running = w->nthreads;
+  pthread_mutex_unlock(&w->mu);
+  for (int i = 0; i < w->nthreads; i++) {
+    writer_arg_t *wa = malloc(sizeof *wa);
+    wa->w = w;
+    wa->index = i;
+    if (pthread_create(&w->threads[i], NULL, writer_main, wa) != 0) return -1;
+  }
   if (pthread_create(&w->reaper, NULL, reaper_main, w) != 0) return -1;
   w->started = true;
   return 0;
@@ -488,7 +540,7 @@ void ak_writer_stop(ak_writer_t *w) {
   w->stopping = true;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
-  pthread_join(w->thread, NULL);
+  for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
   pthread_join(w->reaper, NULL);
   w->started = false;
 }
@@ -500,6 +552,8 @@ void ak_writer_free(ak_writer_t *w) {
   pthread_cond_destroy(&w->cv);
   pthread_cond_destroy(&w->reaper_cv);
   pthread_mutex_destroy(&w->probe_mu);
+  free(w->threads);
+  free(w->hook_count);
   free(w);
 }
 
@@ -529,9 +583,8 @@ bool ak_writer_ready(ak_writer_t *w, const char **reason) {
       ak_counter_add(w->m_fail[cls], 1);
       free(err);
       set_unavailable(w, cls);
-      atomic_store(&w->need_reopen, 1);
       pthread_mutex_lock(&w->mu);
-      pthread_cond_signal(&w->cv);
+      pthread_cond_broadcast(&w->cv);
       pthread_mutex_unlock(&w->mu);
     }
   }

@@ -42,6 +42,13 @@ uint64_t ak_store_hook_count(const ak_store_t *st);
  * calls (the writer thread). */
 rocksdb_column_family_handle_t *ak_store_cf(ak_store_t *st, int cf);
 
+/* Pin the open handle (shared lock) so it cannot be closed while a caller builds a batch
+ * from ak_store_cf() handles and writes it. -1 (nothing held) when the store is closed. */
+int ak_store_pin(ak_store_t *st);
+void ak_store_unpin(ak_store_t *st);
+/* ak_store_write for a caller that holds a pin. */
+int ak_store_write_pinned(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err);
+
 /* Write a batch. 0 on success; -1 unavailable (closed) or failed, with *cls and *err. */
 int ak_store_write(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err);
 

@@ -101,10 +101,12 @@ def check_store(hooks, acked, sent, max_unacked):
     return stored
 
 
-def test_kill9_random_moments_lose_no_acked_hook(ankusa):
+@pytest.mark.parametrize("partitions", [1, 2], ids=["one-writer", "two-writers"])
+def test_kill9_random_moments_lose_no_acked_hook(ankusa, partitions):
+    # with two writer threads, commits overlap (pipelined) and seq markers are per writer
     threads = 12
     cycles = 6
-    s = ankusa()
+    s = ankusa(config={"batcher": {"partitions": partitions}})
     load = Load(s.http_port, threads=threads).start()
     rnd = random.Random()
     try:

@@ -71,7 +71,7 @@ Test(config, defaults_from_empty_document) {
   cr_expect_str_eq(cfg->admin_ip, "127.0.0.1");
   cr_expect_eq(cfg->admin_port, 4002);
   cr_expect_eq(cfg->admin_gauge_interval_ms, 15000);
-  cr_expect_eq(cfg->batcher_partitions, 2);
+  cr_expect_eq(cfg->batcher_partitions, 1);
   cr_expect_eq(cfg->batcher_max_batch, 256);
   cr_expect_eq(cfg->batcher_max_delay_ms, 0);
   cr_expect_eq(cfg->batcher_max_queue, 10000);
@@ -85,7 +85,7 @@ Test(config, defaults_from_empty_document) {
               "\"log\":{\"level\":\"info\"},"
               "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
               "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000},"
-              "\"batcher\":{\"partitions\":2,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,"
+              "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,"
               "\"max_queue_bytes\":268435456},"
               "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
               "\"sources\":{}}");

@@ -163,10 +163,10 @@ static int count_any(const char *k, size_t kl, const char *v, size_t vl, void *c
   return 0;
 }
 
-Test(store, writer_commits_dense_seqs_and_all_rows) {
+static void writer_roundtrip(const char *batcher_yaml) {
   char p[300];
   snprintf(p, sizeof p, "%s/store", dir);
-  ak_instance_t inst = {.name = "default", .cfg = cfg_with("")};
+  ak_instance_t inst = {.name = "default", .cfg = cfg_with(batcher_yaml)};
   inst.metrics = ak_metrics_new();
   ak_idgen_init(&inst.ids);
   inst.store = ak_store_new(p, false);
@@ -220,6 +220,12 @@ Test(store, writer_commits_dense_seqs_and_all_rows) {
   ak_metrics_free(inst.metrics);
   ak_config_free(inst.cfg);
 }
+
+Test(store, writer_commits_dense_seqs_and_all_rows) { writer_roundtrip(""); }
+
+/* three writer threads with small batches: seqs still dense in submission order, and the
+ * per-writer seq markers and hook counters add up after a reopen */
+Test(store, writer_threads_share_the_queue) { writer_roundtrip("batcher: {partitions: 3, max_batch: 7}\n"); }
 
 Test(store, writer_bounds_and_closed_store) {
   char p[300];

@@ -425,6 +425,9 @@ static void *writer_main(void *arg) {
   ak_writer_t *w = wa->w;
   int wi = wa->index;
   free(wa);
+  char name[16];
+  snprintf(name, sizeof name, "ak-writer-%d", wi);
+  pthread_setname_np(pthread_self(), name);
   pthread_mutex_lock(&w->mu);
   for (;;) {
     bool ok = atomic_load(&w->store_ok) && !atomic_load(&w->need_reopen);
@@ -486,6 +489,7 @@ static void *writer_main(void *arg) {
  * commit). Records are unlinked under the lock, so the writer never sees them. */
 static void *reaper_main(void *arg) {
   ak_writer_t *w = arg;
+  pthread_setname_np(pthread_self(), "ak-reaper");
   pthread_mutex_lock(&w->mu);
   while (w->running > 0) {
     struct timespec ts;

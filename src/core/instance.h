@@ -12,6 +12,7 @@ struct ak_store;
 struct ak_writer;
 struct ak_edge;
 struct ak_admin;
+struct ak_pen;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -22,6 +23,7 @@ typedef struct ak_instance {
   struct ak_writer *writer;
   struct ak_edge *edge;
   struct ak_admin *admin;
+  struct ak_pen *pen;           /* quarantine pen (queue/quarantine.h) */
   _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
 } ak_instance_t;
 

@@ -22,8 +22,19 @@ typedef enum {
   AK_WR_DRAINING,             /* node is stopping */
 } ak_wr_status_t;
 
+typedef enum {
+  AK_WRITE_HOOK = 0,          /* a hook: hooks CF, deliveries, due keys, archive, id index */
+  AK_WRITE_QUARANTINE = 1,    /* a pen entry: quarantine CF 's'/'b' keys + pen byte total */
+} ak_write_kind_t;
+
 typedef struct ak_write_req {
   struct ak_write_req *next;
+  uint8_t kind;               /* ak_write_kind_t; 0 = AK_WRITE_HOOK */
+  uint8_t reason;             /* AK_WRITE_QUARANTINE: the ak_verify_reason_t */
+  bool unpen;                 /* AK_WRITE_HOOK released from the pen: in the same batch delete
+                                 its 's'/'b' quarantine keys (received_at_ms + id) and take
+                                 unpen_bytes off the pen's byte total */
+  int64_t unpen_bytes;
   uint8_t *rec;               /* encoded envelope, owned by the caller; seq stamped in place */
   size_t rec_len;
   size_t body_len;

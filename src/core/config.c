@@ -118,6 +118,16 @@ static const ak_opt_t source_rows[] = {
   {0},
 };
 
+static const ak_opt_t quarantine_rows[] = {
+  {.key = "burst", .type = AK_OPT_INT, .def = "100", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "tokens in each source's quarantine bucket (hooks held at once before the rate applies)"},
+  {.key = "rate", .type = AK_OPT_NUMBER, .def = "20", .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "tokens per second refilled into each source's bucket (must be > 0)"},
+  {.key = "max_bytes", .type = AK_OPT_INT, .def = "1073741824", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "body bytes the whole pen may hold; a full pen answers 503 quarantine_full, never evicts"},
+  {0},
+};
+
 #define NOT_YET_SECTION(name, what) \
   {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
 
@@ -128,7 +138,8 @@ static const ak_opt_t root_rows[] = {
   {.key = "admin", .type = AK_OPT_MAP, .children = admin_rows, .doc = "admin listener"},
   NOT_YET_SECTION("routes", "route guard"),
   NOT_YET_SECTION("rate_limits", "per-tenant rate limits"),
-  NOT_YET_SECTION("quarantine", "quarantine pen"),
+  {.key = "quarantine", .type = AK_OPT_MAP, .children = quarantine_rows,
+   .doc = "the pen for hooks that failed verification (on_verify_failure: quarantine)"},
   {.key = "batcher", .type = AK_OPT_MAP, .children = batcher_rows, .doc = "group commit"},
   NOT_YET_SECTION("dispatch", "delivery scheduler"),
   {.key = "wal", .type = AK_OPT_MAP, .children = wal_rows, .doc = "durability of the ack"},
@@ -994,6 +1005,9 @@ static json_t *check_map(vctx_t *c, const ak_opt_t *rows, json_t *obj, const cha
 static void check_cross(vctx_t *c, json_t *eff) {
   json_t *http = json_object_get(eff, "http");
   const char *routing = json_string_value(json_object_get(http, "routing"));
+  json_t *qrate = json_object_get(json_object_get(eff, "quarantine"), "rate");
+  if (qrate && json_is_number(qrate) && !(json_number_value(qrate) > 0))
+    verr(c, "quarantine.rate must be positive, got %g", json_number_value(qrate));
   json_t *sources = json_object_get(eff, "sources");
   const char *id;
   json_t *src;
@@ -1060,6 +1074,10 @@ static int build_typed(ak_config_t *cfg) {
   cfg->batcher_max_queue = int_of(batcher, "max_queue");
   cfg->batcher_max_queue_bytes = int_of(batcher, "max_queue_bytes");
   cfg->wal_type = (ak_wal_type_t)enum_of(wal_rows, "type", wal);
+  json_t *quarantine = json_object_get(e, "quarantine");
+  cfg->quarantine_burst = int_of(quarantine, "burst");
+  cfg->quarantine_rate = json_number_value(json_object_get(quarantine, "rate"));
+  cfg->quarantine_max_bytes = int_of(quarantine, "max_bytes");
   if (!cfg->data_dir || !cfg->http_prefix || !cfg->admin_ip) return -1;
 
   size_t n = json_object_size(sources);

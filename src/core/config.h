@@ -60,6 +60,9 @@ typedef struct ak_config {
   int64_t batcher_max_queue;
   int64_t batcher_max_queue_bytes;
   ak_wal_type_t wal_type;
+  int64_t quarantine_burst;    /* quarantine.burst: tokens per source bucket */
+  double quarantine_rate;      /* quarantine.rate: tokens per second (> 0) */
+  int64_t quarantine_max_bytes; /* quarantine.max_bytes: body bytes the pen may hold */
   ak_source_cfg_t *sources;    /* sorted by id */
   size_t nsources;
   json_t *effective;           /* the whole effective tree, defaults applied (unredacted) */

@@ -67,4 +67,62 @@ void ak_pen_release_bytes(ak_pen_t *pen, int64_t bytes);
 /* Sum of the m:quarantine_bytes:* keys of an open store. 0, or -1 when unreadable. */
 int ak_pen_load_bytes(struct ak_store *st, int64_t *out);
 
+/* Refresh the ankusa_quarantine_bytes / _pending gauges (also kept current on change). */
+void ak_pen_sample(ak_pen_t *pen);
+
+/* ------------------------------------------------------------ admin operations ---- */
+
+/* Which held entries an operation touches. since/until: unix ms on received_at,
+ * inclusive. */
+typedef struct ak_pen_filter {
+  const char *source_id;      /* NULL: any source */
+  bool has_id;
+  uint8_t id[16];
+  int64_t since_ms;           /* INT64_MIN when absent */
+  int64_t until_ms;           /* INT64_MAX when absent */
+  int64_t limit;
+} ak_pen_filter_t;
+
+void ak_pen_filter_init(ak_pen_filter_t *f, int64_t limit);
+
+/* One held entry, as listed. */
+typedef struct ak_pen_entry {
+  uint8_t id[16];
+  int64_t received_at_ms;
+  uint8_t reason;             /* ak_verify_reason_t */
+  uint64_t size;              /* body bytes counted on the pen */
+  char source_id[256];
+  char tenant_id[256];
+} ak_pen_entry_t;
+
+/* Entries matching f, newest first (oldest first when oldest_first), at most f->limit.
+ * *out malloc'd (free it), *n set. 0, or -1 when the store cannot be read. */
+int ak_pen_list(struct ak_store *st, const ak_pen_filter_t *f, bool oldest_first, ak_pen_entry_t **out,
+                size_t *n);
+
+/* Delete the entries matching f (oldest first, at most f->limit): their 's' and 'b' keys
+ * and the byte total (m:quarantine_bytes:admin) in ONE synced batch. 0, or -1 when the
+ * store is unavailable (nothing deleted). */
+int ak_pen_purge(ak_pen_t *pen, struct ak_store *st, const ak_pen_filter_t *f, int64_t *deleted,
+                 int64_t *bytes);
+
+/* Re-verification of a held hook against its source's CURRENT verifier: source_index into
+ * inst->cfg->sources, env the held hook as received, now_s its received_at in seconds (the
+ * timestamp window is judged at receive time). 0 (AK_VR_OK) when it passes. */
+struct ak_envelope;
+typedef int (*ak_pen_check_fn)(void *ctx, size_t source_index, const struct ak_envelope *env, int64_t now_s);
+
+typedef struct ak_pen_release_result {
+  int64_t scanned;            /* entries matching the filter */
+  int64_t moved;              /* committed as hooks under their original id */
+  int64_t skipped;            /* source gone, failed re-verification, duplicate id, refused */
+} ak_pen_release_result_t;
+
+/* Release (oldest first, at most f->limit): each entry whose source still exists and
+ * whose check returns 0 (AK_VR_OK) is committed through inst->writer as a hook with its
+ * original id and received_at, in the same batch that deletes its pen rows and bytes.
+ * Blocks until the writer answered. 0, or -1 when the store cannot be read. */
+int ak_pen_release(ak_pen_t *pen, struct ak_instance *inst, const ak_pen_filter_t *f, ak_pen_check_fn check,
+                   void *check_ctx, ak_pen_release_result_t *out);
+
 #endif

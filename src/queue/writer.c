@@ -53,6 +53,7 @@ struct ak_writer {
 
   uint64_t next_seq;        /* guarded by mu */
   uint64_t *hook_count;     /* per writer thread: its own m:hook_count:<i> */
+  int64_t *pen_bytes;       /* per writer thread: its own m:quarantine_bytes:<i> (may go negative) */
   _Atomic uint64_t hooks_total;
   int64_t test_commit_delay_ms;
   int64_t deadline_ms;
@@ -111,6 +112,12 @@ static void load_counts(ak_writer_t *w) {
     if (ak_store_get(w->store, AK_CF_DEFAULT, k, strlen(k), &v, &vl) == 0 && vl == 8)
       w->hook_count[i] = ak_get_u64((const uint8_t *)v);
     free(v);
+    meta_key(k, sizeof k, AK_KEY_QUARANTINE_BYTES, i);
+    v = NULL;
+    w->pen_bytes[i] = 0;
+    if (ak_store_get(w->store, AK_CF_DEFAULT, k, strlen(k), &v, &vl) == 0 && vl == 8)
+      w->pen_bytes[i] = (int64_t)ak_get_u64((const uint8_t *)v);
+    free(v);
   }
   atomic_store(&w->hooks_total, ak_store_hook_count(w->store));
 }
@@ -134,6 +141,7 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   if (w->nthreads > 16) w->nthreads = 16;
   w->threads = calloc((size_t)w->nthreads, sizeof *w->threads);
   w->hook_count = calloc((size_t)w->nthreads, sizeof *w->hook_count);
+  w->pen_bytes = calloc((size_t)w->nthreads, sizeof *w->pen_bytes);
   atomic_store(&w->store_ok, ak_store_is_open(w->store) ? 1 : 0);
   load_counts(w);
   w->deadline_ms = AK_RECORD_DEADLINE_MS;
@@ -244,7 +252,7 @@ static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n, ak_write_req_t **e
       et = &r->next;
       continue;
     }
-    r->seq = w->next_seq++;
+    r->seq = r->kind == AK_WRITE_HOOK ? w->next_seq++ : 0; /* pen entries are not hooks: no seq */
     *kt = r;
     kt = &r->next;
     k++;
@@ -331,12 +339,18 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
   rocksdb_column_family_handle_t *cf_hooks = ak_store_cf(w->store, AK_CF_HOOKS),
                                   *cf_del = ak_store_cf(w->store, AK_CF_DELIVERIES),
                                   *cf_idx = ak_store_cf(w->store, AK_CF_INDEX),
-                                  *cf_def = ak_store_cf(w->store, AK_CF_DEFAULT);
-  uint64_t seq = keep->seq;
+                                  *cf_def = ak_store_cf(w->store, AK_CF_DEFAULT),
+                                  *cf_pen = ak_store_cf(w->store, AK_CF_QUARANTINE);
+  uint64_t seq = 0;
+  size_t nh = 0;              /* hooks in the batch (pen entries have no seq) */
+  int64_t pen_delta = 0;
+  bool pen_touched = false;
   int64_t now_ms = ak_now_ms();
   /* Puts are grouped by column family and key family: consecutive ascending keys let
    * each memtable's skiplist reuse its insert position instead of searching. */
   for (ak_write_req_t *r = keep; r; r = r->next) {
+    if (r->kind != AK_WRITE_HOOK) continue;
+    nh++;
     seq = r->seq + 1;
     ak_envelope_set_seq(r->rec, r->seq);
     uint8_t hk[AK_HOOK_KEY_LEN];
@@ -344,7 +358,7 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     rocksdb_writebatch_put_cf(wb, cf_hooks, (const char *)hk, sizeof hk, (const char *)r->rec, r->rec_len);
   }
   for (ak_write_req_t *r = keep; r; r = r->next)
-    for (size_t i = 0; i < r->source->nsinks; i++) {
+    for (size_t i = 0; r->kind == AK_WRITE_HOOK && i < r->source->nsinks; i++) {
       uint8_t dk[AK_DELIVERY_KEY_LEN], row[300];
       ak_key_delivery(dk, r->seq, (uint16_t)i);
       size_t rl = ak_delivery_row(row, sizeof row, AK_DELIVERY_PENDING, 0, now_ms, r->source->sinks[i].type);
@@ -352,31 +366,78 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     }
   if (w->write_archive)
     for (ak_write_req_t *r = keep; r; r = r->next) {
+      if (r->kind != AK_WRITE_HOOK) continue;
       uint8_t ak[AK_ARCHIVE_KEY_LEN], sz[4];
       ak_key_archive(ak, r->seq);
       ak_put_u32(sz, (uint32_t)r->rec_len);
       rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)ak, sizeof ak, (const char *)sz, 4);
     }
   for (ak_write_req_t *r = keep; r; r = r->next)
-    for (size_t i = 0; i < r->source->nsinks; i++) {
+    for (size_t i = 0; r->kind == AK_WRITE_HOOK && i < r->source->nsinks; i++) {
       uint8_t due[AK_DUE_KEY_LEN];
       ak_key_due(due, now_ms, r->seq, (uint16_t)i);
       rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)due, sizeof due, "", 0);
     }
   for (ak_write_req_t *r = keep; r; r = r->next) {
+    if (r->kind != AK_WRITE_HOOK) continue;
     uint8_t ik[AK_ID_KEY_LEN], sv[8];
     ak_key_id(ik, r->id);
     ak_put_u64(sv, r->seq);
     rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)ik, sizeof ik, (const char *)sv, 8);
   }
-  char nk_key[48], hc_key[48];
-  uint8_t ns[8], hc[8];
-  meta_key(nk_key, sizeof nk_key, AK_KEY_NEXT_SEQ, wi);
-  meta_key(hc_key, sizeof hc_key, AK_KEY_HOOK_COUNT, wi);
-  ak_put_u64(ns, seq);
-  ak_put_u64(hc, w->hook_count[wi] + nk);
-  rocksdb_writebatch_put_cf(wb, cf_def, nk_key, strlen(nk_key), (const char *)ns, 8);
-  rocksdb_writebatch_put_cf(wb, cf_def, hc_key, strlen(hc_key), (const char *)hc, 8);
+  /* The quarantine pen: entries held ('s' summary + 'b' record), and the pen rows of
+   * hooks released from it, deleted in the same batch that commits them as hooks. */
+  for (ak_write_req_t *r = keep; r; r = r->next) {
+    if (r->kind == AK_WRITE_QUARANTINE) {
+      uint8_t sk[AK_PEN_KEY_LEN], sv[14 + 2 * 255];
+      ak_envelope_t env;
+      ak_pen_summary_t ps = {.reason = r->reason, .size = r->body_len, .source = r->source->id,
+                             .source_len = strlen(r->source->id)};
+      bool decoded = ak_envelope_decode(r->rec, r->rec_len, &env) == 0;
+      if (decoded) {
+        ps.tenant = env.tenant;
+        ps.tenant_len = env.tenant_len;
+      } else {
+        ps.tenant = r->source->tenant;
+        ps.tenant_len = strlen(r->source->tenant);
+      }
+      if (ps.tenant_len > 255) ps.tenant_len = 255; /* ids are at most 64 characters */
+      if (ps.source_len > 255) ps.source_len = 255;
+      size_t svl = ak_pen_summary_encode(sv, sizeof sv, &ps);
+      if (decoded) ak_envelope_clear(&env);
+      ak_key_pen(sk, AK_PEN_SUMMARY, r->received_at_ms, r->id);
+      rocksdb_writebatch_put_cf(wb, cf_pen, (const char *)sk, sizeof sk, (const char *)sv, svl);
+      ak_key_pen(sk, AK_PEN_BODY, r->received_at_ms, r->id);
+      rocksdb_writebatch_put_cf(wb, cf_pen, (const char *)sk, sizeof sk, (const char *)r->rec, r->rec_len);
+      pen_delta += (int64_t)r->body_len;
+      pen_touched = true;
+    } else if (r->unpen) {
+      uint8_t sk[AK_PEN_KEY_LEN];
+      ak_key_pen(sk, AK_PEN_SUMMARY, r->received_at_ms, r->id);
+      rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)sk, sizeof sk);
+      ak_key_pen(sk, AK_PEN_BODY, r->received_at_ms, r->id);
+      rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)sk, sizeof sk);
+      pen_delta -= r->unpen_bytes;
+      pen_touched = true;
+    }
+  }
+  if (nh) {
+    char nk_key[48], hc_key[48];
+    uint8_t ns[8], hc[8];
+    meta_key(nk_key, sizeof nk_key, AK_KEY_NEXT_SEQ, wi);
+    meta_key(hc_key, sizeof hc_key, AK_KEY_HOOK_COUNT, wi);
+    ak_put_u64(ns, seq);
+    ak_put_u64(hc, w->hook_count[wi] + nh);
+    rocksdb_writebatch_put_cf(wb, cf_def, nk_key, strlen(nk_key), (const char *)ns, 8);
+    rocksdb_writebatch_put_cf(wb, cf_def, hc_key, strlen(hc_key), (const char *)hc, 8);
+  }
+  if (pen_touched) {
+    char qb_key[48];
+    uint8_t qb[8];
+    meta_key(qb_key, sizeof qb_key, AK_KEY_QUARANTINE_BYTES, wi);
+    ak_put_u64(qb, (uint64_t)(w->pen_bytes[wi] + pen_delta));
+    rocksdb_writebatch_put_cf(wb, cf_def, qb_key, strlen(qb_key), (const char *)qb, 8);
+  }
 
   if (w->test_commit_delay_ms > 0) usleep((useconds_t)(w->test_commit_delay_ms * 1000));
   int64_t t0 = ak_mono_ns();
@@ -389,8 +450,9 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
   ak_histogram_observe(w->m_commit, dur);
   ak_histogram_observe(w->m_batch, (double)nk);
   if (rc == 0) {
-    w->hook_count[wi] += nk;
-    ak_gauge_set(w->m_hooks, (double)(atomic_fetch_add(&w->hooks_total, nk) + nk));
+    w->hook_count[wi] += nh;
+    w->pen_bytes[wi] += pen_delta;
+    ak_gauge_set(w->m_hooks, (double)(atomic_fetch_add(&w->hooks_total, nh) + nh));
     finish_all(w, keep, AK_WR_COMMITTED);
     return;
   }
@@ -558,6 +620,7 @@ void ak_writer_free(ak_writer_t *w) {
   pthread_mutex_destroy(&w->probe_mu);
   free(w->threads);
   free(w->hook_count);
+  free(w->pen_bytes);
   free(w);
 }
 

@@ -2,7 +2,7 @@
 #include <string.h>
 #include "store/keys.h"
 
-const char *const ak_cf_names[AK_CF_COUNT] = {"default", "hooks", "deliveries", "index"};
+const char *const ak_cf_names[AK_CF_COUNT] = {"default", "hooks", "deliveries", "index", "quarantine"};
 
 void ak_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
 void ak_put_u32(uint8_t *p, uint32_t v) {
@@ -37,6 +37,42 @@ void ak_key_archive(uint8_t out[AK_ARCHIVE_KEY_LEN], uint64_t seq) {
 void ak_key_id(uint8_t out[AK_ID_KEY_LEN], const uint8_t id[16]) {
   out[0] = AK_IDX_ID;
   memcpy(out + 1, id, 16);
+}
+
+void ak_key_pen(uint8_t out[AK_PEN_KEY_LEN], char tag, int64_t received_at_ms, const uint8_t id[16]) {
+  out[0] = (uint8_t)tag;
+  ak_put_u64(out + 1, (uint64_t)received_at_ms);
+  memcpy(out + 9, id, 16);
+}
+
+size_t ak_pen_summary_encode(uint8_t *out, size_t cap, const ak_pen_summary_t *s) {
+  size_t sl = s->source_len > 0xffff ? 0xffff : s->source_len;
+  size_t tl = s->tenant_len > 0xffff ? 0xffff : s->tenant_len;
+  size_t n = 1 + 1 + 8 + 2 + sl + 2 + tl;
+  if (n > cap) return 0;
+  out[0] = 1;
+  out[1] = s->reason;
+  ak_put_u64(out + 2, s->size);
+  ak_put_u16(out + 10, (uint16_t)sl);
+  if (sl) memcpy(out + 12, s->source, sl);
+  ak_put_u16(out + 12 + sl, (uint16_t)tl);
+  if (tl) memcpy(out + 14 + sl, s->tenant, tl);
+  return n;
+}
+
+int ak_pen_summary_decode(const uint8_t *v, size_t len, ak_pen_summary_t *s) {
+  if (len < 14 || v[0] != 1) return -1;
+  s->reason = v[1];
+  s->size = ak_get_u64(v + 2);
+  size_t sl = ak_get_u16(v + 10);
+  if (12 + sl + 2 > len) return -1;
+  size_t tl = ak_get_u16(v + 12 + sl);
+  if (14 + sl + tl != len) return -1;
+  s->source = (const char *)v + 12;
+  s->source_len = sl;
+  s->tenant = (const char *)v + 14 + sl;
+  s->tenant_len = tl;
+  return 0;
 }
 
 size_t ak_delivery_row(uint8_t *out, size_t cap, uint8_t state, uint32_t attempts,

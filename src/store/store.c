@@ -366,6 +366,54 @@ int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_st
   return rc;
 }
 
+int ak_store_scan_from(ak_store_t *st, int cf, const void *prefix, size_t plen, const void *from, size_t flen,
+                       bool reverse, ak_store_scan_fn cb, void *ctx) {
+  pthread_rwlock_rdlock(&st->lock);
+  if (!st->db || !st->cf[cf]) {
+    pthread_rwlock_unlock(&st->lock);
+    return -1;
+  }
+  rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->cf[cf]);
+  if (from) {
+    if (reverse) rocksdb_iter_seek_for_prev(it, from, flen);
+    else rocksdb_iter_seek(it, from, flen);
+  } else if (!reverse) {
+    if (plen) rocksdb_iter_seek(it, prefix, plen);
+    else rocksdb_iter_seek_to_first(it);
+  } else {
+    /* the last key with the prefix: just before the prefix's successor */
+    unsigned char succ[64];
+    size_t sl = plen < sizeof succ ? plen : sizeof succ;
+    memcpy(succ, prefix, sl);
+    while (sl && succ[sl - 1] == 0xff) sl--;
+    if (sl == 0) {
+      rocksdb_iter_seek_to_last(it);
+    } else {
+      succ[sl - 1]++;
+      rocksdb_iter_seek(it, (const char *)succ, sl);
+      if (rocksdb_iter_valid(it)) rocksdb_iter_prev(it);
+      else rocksdb_iter_seek_to_last(it);
+    }
+  }
+  int rc = 0;
+  for (; rocksdb_iter_valid(it); reverse ? rocksdb_iter_prev(it) : rocksdb_iter_next(it)) {
+    size_t kl, vl;
+    const char *k = rocksdb_iter_key(it, &kl);
+    if (plen && (kl < plen || memcmp(k, prefix, plen) != 0)) break;
+    const char *v = rocksdb_iter_value(it, &vl);
+    if (cb(k, kl, v, vl, ctx)) break;
+  }
+  char *e = NULL;
+  rocksdb_iter_get_error(it, &e);
+  if (e) {
+    free(e);
+    rc = -1;
+  }
+  rocksdb_iter_destroy(it);
+  pthread_rwlock_unlock(&st->lock);
+  return rc;
+}
+
 int ak_store_probe(ak_store_t *st, ak_wf_class_t *cls, char **err) {
   pthread_rwlock_rdlock(&st->lock);
   if (!st->db) {

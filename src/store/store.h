@@ -60,6 +60,11 @@ int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **va
  * that fails is an error, never a short list). */
 typedef int (*ak_store_scan_fn)(const char *k, size_t kl, const char *v, size_t vl, void *ctx);
 int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx);
+/* The same from a starting key: forward from the first key >= from, or (reverse) backward
+ * from the last key <= from, while keys start with prefix. from NULL: the prefix's first
+ * (forward) or last (reverse) key. */
+int ak_store_scan_from(ak_store_t *st, int cf, const void *prefix, size_t plen, const void *from, size_t flen,
+                       bool reverse, ak_store_scan_fn cb, void *ctx);
 
 /* A synced write of m:ready_probe. */
 int ak_store_probe(ak_store_t *st, ak_wf_class_t *cls, char **err);

@@ -85,6 +85,7 @@ Test(config, defaults_from_empty_document) {
               "\"log\":{\"level\":\"info\"},"
               "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
               "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000},"
+              "\"quarantine\":{\"burst\":100,\"rate\":20,\"max_bytes\":1073741824},"
               "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,"
               "\"max_queue_bytes\":268435456},"
               "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
@@ -284,7 +285,7 @@ Test(config, admin_ip) {
 /* ---------------------------------------------------------------- not yet ---- */
 
 Test(config, not_supported_sections) {
-  const char *sections[] = {"routes", "rate_limits", "quarantine", "dispatch", "storage",
+  const char *sections[] = {"routes", "rate_limits", "dispatch", "storage",
                             "claim_check", "backup", "source_store", "lifecycle"};
   for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
     char yaml[128], want[160];

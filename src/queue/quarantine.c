@@ -1,0 +1,525 @@
+/* The quarantine pen. Admission is three reservations made in the request's own thread
+ * with no I/O: a token of the source's bucket (a tiny mutex per bucket), body bytes
+ * against quarantine.max_bytes and a waiting slot (both atomics). The writer stores what
+ * was admitted; settle gives back what a failed write did not use. The byte total in the
+ * store is a set of per-writer running totals plus one for admin purges, summed at open.
+ * Admin operations (list, purge, release) are serialized by one mutex so the purge's
+ * read-modify-write of m:quarantine_bytes:admin and a release never race each other. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/clock.h"
+#include "core/envelope.h"
+#include "core/instance.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "queue/quarantine.h"
+#include "queue/writer.h"
+#include "store/store.h"
+
+typedef struct pen_bucket {
+  pthread_mutex_t mu;
+  double tokens;
+  int64_t last_ns;
+} pen_bucket_t;
+
+enum { RES_HELD, RES_RATE_LIMITED, RES_FULL, RES_OVERLOAD, RES_RELEASED, RES_PURGED, RES_COUNT };
+static const char *const res_names[RES_COUNT] = {"held", "rate_limited", "full", "overload", "released", "purged"};
+
+struct ak_pen {
+  size_t nbuckets;
+  pen_bucket_t *buckets;
+  double burst;
+  double rate;              /* tokens per second */
+  int64_t max_bytes;
+  _Atomic int64_t bytes;    /* held + reserved */
+  _Atomic int64_t waiting;  /* admitted, not yet settled */
+  pthread_mutex_t admin_mu;
+  ak_series_t *m_bytes, *m_pending, *m_total[RES_COUNT];
+};
+
+static void count(ak_pen_t *pen, int res, uint64_t n) {
+  if (pen->m_total[res] && n) ak_counter_add(pen->m_total[res], n);
+}
+
+void ak_pen_sample(ak_pen_t *pen) {
+  if (!pen || !pen->m_bytes) return;
+  ak_gauge_set(pen->m_bytes, (double)atomic_load(&pen->bytes));
+  ak_gauge_set(pen->m_pending, (double)atomic_load(&pen->waiting));
+}
+
+ak_pen_t *ak_pen_new_raw(size_t nsources, int64_t burst, double rate, int64_t max_bytes, int64_t bytes_now) {
+  ak_pen_t *pen = calloc(1, sizeof *pen);
+  if (!pen) return NULL;
+  pen->nbuckets = nsources;
+  pen->buckets = calloc(nsources ? nsources : 1, sizeof *pen->buckets);
+  if (!pen->buckets) {
+    free(pen);
+    return NULL;
+  }
+  pen->burst = (double)(burst > 0 ? burst : 1);
+  pen->rate = rate > 0 ? rate : 1e-9;
+  pen->max_bytes = max_bytes;
+  atomic_store(&pen->bytes, bytes_now);
+  pthread_mutex_init(&pen->admin_mu, NULL);
+  for (size_t i = 0; i < nsources; i++) {
+    pthread_mutex_init(&pen->buckets[i].mu, NULL);
+    pen->buckets[i].tokens = pen->burst; /* full at creation */
+    pen->buckets[i].last_ns = 0; /* full already: refilling from 0 only caps at burst */
+  }
+  return pen;
+}
+
+static int sum_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)k;
+  (void)kl;
+  int64_t *acc = ctx;
+  if (vl != 8) {
+    acc[1] = 1; /* damaged */
+    return 1;
+  }
+  acc[0] += (int64_t)ak_get_u64((const uint8_t *)v);
+  return 0;
+}
+
+int ak_pen_load_bytes(ak_store_t *st, int64_t *out) {
+  int64_t acc[2] = {0, 0};
+  const char *prefix = AK_KEY_QUARANTINE_BYTES ":";
+  if (ak_store_scan(st, AK_CF_DEFAULT, prefix, strlen(prefix), sum_cb, acc) != 0 || acc[1]) return -1;
+  *out = acc[0];
+  return 0;
+}
+
+ak_pen_t *ak_pen_new(ak_instance_t *inst) {
+  const ak_config_t *c = inst->cfg;
+  int64_t bytes = 0;
+  if (ak_pen_load_bytes(inst->store, &bytes) != 0) {
+    ak_log(AK_LOG_ERROR, "quarantine", "cannot read the pen's byte total from the store", "path=%s",
+           ak_store_path(inst->store));
+    return NULL;
+  }
+  ak_pen_t *pen = ak_pen_new_raw(c->nsources, c->quarantine_burst, c->quarantine_rate, c->quarantine_max_bytes,
+                                 bytes);
+  if (!pen) return NULL;
+  ak_metrics_t *m = inst->metrics;
+  const char *const inst_l[] = {"instance", NULL};
+  const char *const iv[] = {inst->name};
+  pen->m_bytes = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_bytes",
+                                                     "Body bytes held in the quarantine pen (with reserved).",
+                                                     AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
+  pen->m_pending = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_pending",
+                                                       "Quarantine writes waiting for their commit.",
+                                                       AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
+  const char *const res_l[] = {"instance", "result", NULL};
+  ak_family_t *f = ak_metrics_family(m, "ankusa_quarantine_total", "Quarantine pen outcomes.", AK_METRIC_COUNTER,
+                                     res_l, NULL, 0);
+  for (int i = 0; i < RES_COUNT; i++) {
+    const char *v[] = {inst->name, res_names[i]};
+    pen->m_total[i] = ak_metrics_series(f, v);
+  }
+  ak_pen_sample(pen);
+  return pen;
+}
+
+void ak_pen_free(ak_pen_t *pen) {
+  if (!pen) return;
+  for (size_t i = 0; i < pen->nbuckets; i++) pthread_mutex_destroy(&pen->buckets[i].mu);
+  pthread_mutex_destroy(&pen->admin_mu);
+  free(pen->buckets);
+  free(pen);
+}
+
+/* ------------------------------------------------------------------- admission ---- */
+
+static void refill(ak_pen_t *pen, pen_bucket_t *b, int64_t now_ns) {
+  if (now_ns > b->last_ns) {
+    b->tokens += (double)(now_ns - b->last_ns) * pen->rate / 1e9;
+    if (b->tokens > pen->burst) b->tokens = pen->burst;
+    b->last_ns = now_ns;
+  }
+}
+
+static void refund_token(ak_pen_t *pen, size_t idx) {
+  if (idx >= pen->nbuckets) return;
+  pen_bucket_t *b = &pen->buckets[idx];
+  pthread_mutex_lock(&b->mu);
+  b->tokens += 1.0;
+  if (b->tokens > pen->burst) b->tokens = pen->burst;
+  pthread_mutex_unlock(&b->mu);
+}
+
+ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, size_t source_index, size_t body_len, int64_t now_ns,
+                               int64_t *retry_after_ms) {
+  int64_t dummy;
+  if (!retry_after_ms) retry_after_ms = &dummy;
+  *retry_after_ms = 0;
+  if (source_index >= pen->nbuckets) {
+    *retry_after_ms = 1000;
+    count(pen, RES_RATE_LIMITED, 1);
+    return AK_PEN_RATE_LIMITED;
+  }
+  pen_bucket_t *b = &pen->buckets[source_index];
+  pthread_mutex_lock(&b->mu);
+  refill(pen, b, now_ns);
+  bool got = b->tokens >= 1.0;
+  if (got) b->tokens -= 1.0;
+  else {
+    double ms = ceil((1.0 - b->tokens) / pen->rate * 1000.0);
+    *retry_after_ms = ms < 1 ? 1 : ms > 1e12 ? (int64_t)1e12 : (int64_t)ms;
+  }
+  pthread_mutex_unlock(&b->mu);
+  if (!got) {
+    count(pen, RES_RATE_LIMITED, 1);
+    return AK_PEN_RATE_LIMITED;
+  }
+
+  int64_t len = (int64_t)body_len, cur = atomic_load(&pen->bytes);
+  do {
+    if (cur + len > pen->max_bytes) {
+      refund_token(pen, source_index);
+      *retry_after_ms = AK_PEN_FULL_RETRY_MS;
+      count(pen, RES_FULL, 1);
+      return AK_PEN_FULL;
+    }
+  } while (!atomic_compare_exchange_weak(&pen->bytes, &cur, cur + len));
+
+  if (atomic_fetch_add(&pen->waiting, 1) >= AK_PEN_MAX_WAITING) {
+    atomic_fetch_sub(&pen->waiting, 1);
+    atomic_fetch_sub(&pen->bytes, len);
+    refund_token(pen, source_index);
+    *retry_after_ms = 1000;
+    count(pen, RES_OVERLOAD, 1);
+    return AK_PEN_OVERLOAD;
+  }
+  ak_pen_sample(pen);
+  return AK_PEN_OK;
+}
+
+ak_pen_admit_t ak_pen_admit(ak_pen_t *pen, size_t source_index, size_t body_len, int64_t *retry_after_ms) {
+  return ak_pen_admit_at(pen, source_index, body_len, ak_mono_ns(), retry_after_ms);
+}
+
+void ak_pen_settle(ak_pen_t *pen, size_t source_index, size_t body_len, bool committed) {
+  atomic_fetch_sub(&pen->waiting, 1);
+  if (committed) {
+    count(pen, RES_HELD, 1);
+  } else {
+    atomic_fetch_sub(&pen->bytes, (int64_t)body_len);
+    refund_token(pen, source_index);
+  }
+  ak_pen_sample(pen);
+}
+
+int64_t ak_pen_bytes(const ak_pen_t *pen) { return atomic_load(&((ak_pen_t *)pen)->bytes); }
+int64_t ak_pen_waiting(const ak_pen_t *pen) { return atomic_load(&((ak_pen_t *)pen)->waiting); }
+
+void ak_pen_release_bytes(ak_pen_t *pen, int64_t bytes) {
+  if (!pen) return;
+  atomic_fetch_sub(&pen->bytes, bytes);
+  ak_pen_sample(pen);
+}
+
+/* ------------------------------------------------------------------------ admin ---- */
+
+void ak_pen_filter_init(ak_pen_filter_t *f, int64_t limit) {
+  memset(f, 0, sizeof *f);
+  f->since_ms = INT64_MIN;
+  f->until_ms = INT64_MAX;
+  f->limit = limit;
+}
+
+typedef struct {
+  const ak_pen_filter_t *f;
+  bool reverse;
+  ak_pen_entry_t *v;
+  size_t n, cap;
+  bool damaged;
+} list_ctx_t;
+
+static int list_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  list_ctx_t *lc = ctx;
+  const ak_pen_filter_t *f = lc->f;
+  if (kl != AK_PEN_KEY_LEN) return 0;
+  int64_t at = (int64_t)ak_get_u64((const uint8_t *)k + 1);
+  /* keys are ordered by received_at: past the window in scan direction ends the scan */
+  if (lc->reverse ? at < f->since_ms : at > f->until_ms) return 1;
+  if (at < f->since_ms || at > f->until_ms) return 0;
+  if (f->has_id && memcmp(k + 9, f->id, 16) != 0) return 0;
+  ak_pen_summary_t s;
+  if (ak_pen_summary_decode((const uint8_t *)v, vl, &s) != 0) {
+    lc->damaged = true;
+    return 0; /* a damaged summary is logged and skipped, never read as something else */
+  }
+  if (f->source_id && (strlen(f->source_id) != s.source_len || memcmp(f->source_id, s.source, s.source_len) != 0))
+    return 0;
+  if (lc->n == lc->cap) {
+    size_t nc = lc->cap ? lc->cap * 2 : 64;
+    ak_pen_entry_t *nv = realloc(lc->v, nc * sizeof *nv);
+    if (!nv) return 1;
+    lc->v = nv;
+    lc->cap = nc;
+  }
+  ak_pen_entry_t *e = &lc->v[lc->n++];
+  memcpy(e->id, k + 9, 16);
+  e->received_at_ms = at;
+  e->reason = s.reason;
+  e->size = s.size;
+  snprintf(e->source_id, sizeof e->source_id, "%.*s", (int)s.source_len, s.source);
+  snprintf(e->tenant_id, sizeof e->tenant_id, "%.*s", (int)s.tenant_len, s.tenant);
+  return (int64_t)lc->n >= f->limit;
+}
+
+int ak_pen_list(ak_store_t *st, const ak_pen_filter_t *f, bool oldest_first, ak_pen_entry_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (f->limit <= 0) return 0;
+  list_ctx_t lc = {.f = f, .reverse = !oldest_first};
+  uint8_t prefix = AK_PEN_SUMMARY, from[AK_PEN_KEY_LEN];
+  const uint8_t *fromp = NULL;
+  if (oldest_first && f->since_ms != INT64_MIN) {
+    memset(from, 0, sizeof from);
+    from[0] = AK_PEN_SUMMARY;
+    ak_put_u64(from + 1, (uint64_t)(f->since_ms < 0 ? 0 : f->since_ms));
+    fromp = from;
+  } else if (!oldest_first && f->until_ms != INT64_MAX && f->until_ms >= 0) {
+    memset(from, 0xff, sizeof from);
+    from[0] = AK_PEN_SUMMARY;
+    ak_put_u64(from + 1, (uint64_t)f->until_ms);
+    fromp = from;
+  }
+  int rc = ak_store_scan_from(st, AK_CF_QUARANTINE, &prefix, 1, fromp, fromp ? sizeof from : 0, !oldest_first,
+                              list_cb, &lc);
+  if (lc.damaged) ak_log(AK_LOG_WARNING, "quarantine", "skipped a damaged pen summary", NULL);
+  if (rc != 0) {
+    free(lc.v);
+    return -1;
+  }
+  *out = lc.v;
+  *n = lc.n;
+  return 0;
+}
+
+static int read_admin_bytes(ak_store_t *st, int64_t *out) {
+  char *v = NULL;
+  size_t vl = 0;
+  const char *k = AK_KEY_QUARANTINE_BYTES ":admin";
+  int rc = ak_store_get(st, AK_CF_DEFAULT, k, strlen(k), &v, &vl);
+  if (rc < 0) return -1;
+  *out = (rc == 0 && vl == 8) ? (int64_t)ak_get_u64((const uint8_t *)v) : 0;
+  free(v);
+  return 0;
+}
+
+int ak_pen_purge(ak_pen_t *pen, ak_store_t *st, const ak_pen_filter_t *f, int64_t *deleted, int64_t *bytes) {
+  *deleted = 0;
+  *bytes = 0;
+  pthread_mutex_lock(&pen->admin_mu);
+  ak_pen_entry_t *es = NULL;
+  size_t n = 0;
+  int64_t admin_total = 0;
+  int rc = -1;
+  if (ak_pen_list(st, f, true, &es, &n) != 0 || read_admin_bytes(st, &admin_total) != 0) goto out;
+  if (n == 0) {
+    rc = 0;
+    goto out;
+  }
+  /* The batch is built and written under the store's pin: the CF handles stay valid. */
+  if (ak_store_pin(st) != 0) goto out;
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  rocksdb_column_family_handle_t *cf_pen = ak_store_cf(st, AK_CF_QUARANTINE), *cf_def = ak_store_cf(st, AK_CF_DEFAULT);
+  int64_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t k[AK_PEN_KEY_LEN];
+    ak_key_pen(k, AK_PEN_SUMMARY, es[i].received_at_ms, es[i].id);
+    rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)k, sizeof k);
+    ak_key_pen(k, AK_PEN_BODY, es[i].received_at_ms, es[i].id);
+    rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)k, sizeof k);
+    total += (int64_t)es[i].size;
+  }
+  uint8_t v[8];
+  ak_put_u64(v, (uint64_t)(admin_total - total));
+  const char *mk = AK_KEY_QUARANTINE_BYTES ":admin";
+  rocksdb_writebatch_put_cf(wb, cf_def, mk, strlen(mk), (const char *)v, 8);
+  ak_wf_class_t cls = AK_WF_OTHER;
+  char *err = NULL;
+  rc = ak_store_write_pinned(st, wb, true, &cls, &err);
+  ak_store_unpin(st);
+  rocksdb_writebatch_destroy(wb);
+  if (rc != 0) {
+    ak_log(AK_LOG_ERROR, "quarantine", "purge failed", "class=%s entries=%zu", ak_wf_class_names[cls], n);
+    free(err);
+    goto out;
+  }
+  *deleted = (int64_t)n;
+  *bytes = total;
+  ak_pen_release_bytes(pen, total);
+  count(pen, RES_PURGED, n);
+out:
+  pthread_mutex_unlock(&pen->admin_mu);
+  free(es);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- release ---- */
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t outstanding;
+} waiter_t;
+
+typedef struct {
+  ak_write_req_t req;
+  waiter_t *w;
+  char *rec;                  /* the stored record (malloc'd by the store read) */
+} release_req_t;
+
+static void release_done(ak_write_req_t *req, void *ctx) {
+  (void)req;
+  waiter_t *w = ((release_req_t *)ctx)->w;
+  pthread_mutex_lock(&w->mu);
+  w->outstanding--;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+#define RELEASE_CHUNK 128
+
+/* Wait until the writer answered every submitted request of the chunk; count them. */
+static void drain_chunk(ak_pen_t *pen, waiter_t *w, release_req_t *rs, size_t nr, ak_pen_release_result_t *out) {
+  pthread_mutex_lock(&w->mu);
+  while (w->outstanding) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
+  for (size_t i = 0; i < nr; i++) {
+    if (rs[i].req.status == AK_WR_COMMITTED) {
+      out->moved++;
+      ak_pen_release_bytes(pen, rs[i].req.unpen_bytes);
+      count(pen, RES_RELEASED, 1);
+    } else {
+      out->skipped++;
+    }
+    free(rs[i].rec);
+    rs[i].rec = NULL;
+  }
+}
+
+/* Read, re-verify and prepare one entry. true: r is ready to submit. */
+static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_fn check, void *check_ctx,
+                    release_req_t *r) {
+  const ak_source_cfg_t *src = ak_config_source(inst->cfg, e->source_id);
+  if (!src) return false; /* the source is gone from the config */
+  size_t idx = (size_t)(src - inst->cfg->sources);
+  /* already a hook (a release that committed before): a duplicate, left alone */
+  uint8_t ik[AK_ID_KEY_LEN];
+  ak_key_id(ik, e->id);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(inst->store, AK_CF_INDEX, ik, sizeof ik, &v, &vl);
+  free(v);
+  if (rc != 1) return false;
+  uint8_t bk[AK_PEN_KEY_LEN];
+  ak_key_pen(bk, AK_PEN_BODY, e->received_at_ms, e->id);
+  v = NULL;
+  if (ak_store_get(inst->store, AK_CF_QUARANTINE, bk, sizeof bk, &v, &vl) != 0) {
+    free(v);
+    return false;
+  }
+  ak_envelope_t env;
+  if (ak_envelope_decode((const uint8_t *)v, vl, &env) != 0) {
+    char idt[AK_UUID_STR_LEN];
+    ak_uuid_format(e->id, idt);
+    ak_log(AK_LOG_ERROR, "quarantine", "held record is damaged; not released", "id=%s", idt);
+    free(v);
+    return false;
+  }
+  bool ok = check(check_ctx, idx, &env, e->received_at_ms / 1000) == 0;
+  size_t body_len = env.body_len;
+  ak_envelope_clear(&env);
+  if (!ok) {
+    free(v);
+    return false;
+  }
+  memset(&r->req, 0, sizeof r->req);
+  r->rec = v;
+  r->req.kind = AK_WRITE_HOOK;
+  r->req.rec = (uint8_t *)v;
+  r->req.rec_len = vl;
+  r->req.body_len = body_len;
+  memcpy(r->req.id, e->id, 16);
+  r->req.received_at_ms = e->received_at_ms;
+  r->req.source = src;
+  r->req.unpen = true;
+  r->req.unpen_bytes = (int64_t)e->size;
+  r->req.done = release_done;
+  r->req.ctx = r;
+  return true;
+}
+
+int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f, ak_pen_check_fn check,
+                   void *check_ctx, ak_pen_release_result_t *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&pen->admin_mu);
+  ak_pen_entry_t *es = NULL;
+  size_t n = 0;
+  if (ak_pen_list(inst->store, f, true, &es, &n) != 0) {
+    pthread_mutex_unlock(&pen->admin_mu);
+    return -1;
+  }
+  out->scanned = (int64_t)n;
+  waiter_t w = {.outstanding = 0};
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  release_req_t *rs = calloc(RELEASE_CHUNK, sizeof *rs);
+  size_t nr = 0;
+  for (size_t i = 0; rs && i < n; i++) {
+    release_req_t *r = &rs[nr];
+    r->w = &w;
+    if (!prepare(inst, &es[i], check, check_ctx, r)) {
+      out->skipped++;
+      continue;
+    }
+    pthread_mutex_lock(&w.mu);
+    w.outstanding++;
+    pthread_mutex_unlock(&w.mu);
+    ak_wr_status_t st = ak_writer_submit(inst->writer, &r->req);
+    if (st == AK_WR_OVERLOAD && nr > 0) {
+      /* the writer's queue is full: let this chunk commit, then try once more */
+      pthread_mutex_lock(&w.mu);
+      w.outstanding--;
+      pthread_mutex_unlock(&w.mu);
+      release_req_t keep = *r;
+      drain_chunk(pen, &w, rs, nr, out);
+      nr = 0;
+      rs[0] = keep;
+      rs[0].req.ctx = &rs[0];
+      r = &rs[0];
+      pthread_mutex_lock(&w.mu);
+      w.outstanding++;
+      pthread_mutex_unlock(&w.mu);
+      st = ak_writer_submit(inst->writer, &r->req);
+    }
+    if (st != AK_WR_QUEUED) {
+      pthread_mutex_lock(&w.mu);
+      w.outstanding--;
+      pthread_mutex_unlock(&w.mu);
+      free(r->rec);
+      r->rec = NULL;
+      out->skipped++;
+      continue;
+    }
+    if (++nr == RELEASE_CHUNK) {
+      drain_chunk(pen, &w, rs, nr, out);
+      nr = 0;
+    }
+  }
+  if (rs) drain_chunk(pen, &w, rs, nr, out);
+  else out->skipped = (int64_t)n;
+  free(rs);
+  pthread_cond_destroy(&w.cv);
+  pthread_mutex_destroy(&w.mu);
+  pthread_mutex_unlock(&pen->admin_mu);
+  free(es);
+  return 0;
+}

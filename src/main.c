@@ -14,8 +14,10 @@
 #include "core/instance.h"
 #include "core/log.h"
 #include "edge/edge.h"
+#include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
+#include "verify/verifier.h"
 
 extern char **environ;
 
@@ -162,6 +164,7 @@ static int cmd_serve(const char *path) {
     ak_log(AK_LOG_WARNING, "config", "no sources configured: every POST will get 404", "config=%s",
            cfg->path ? cfg->path : "(none)");
 
+  int exit_code = 0;
   char *sp = store_path(cfg->data_dir, inst.name);
   inst.store = ak_store_new(sp, false);
   char *err = NULL;
@@ -183,10 +186,26 @@ static int cmd_serve(const char *path) {
          "and power loss on this host, not the loss of this host (no backup configured)",
          "store=%s", sp);
 
+  inst.verifiers = calloc(cfg->nsources ? cfg->nsources : 1, sizeof *inst.verifiers);
+  for (size_t i = 0; i < cfg->nsources; i++) {
+    char verr[256] = "";
+    inst.verifiers[i] = ak_verifier_new(cfg->sources[i].verify, verr, sizeof verr);
+    if (!inst.verifiers[i]) {
+      /* the config loader builds every verifier once already: this is belt and braces */
+      fprintf(stderr, "ankusa: invalid configuration\n  sources.%s.verify: %s\n", cfg->sources[i].id, verr);
+      exit_code = AK_EXIT_CONFIG;
+      goto out;
+    }
+  }
+  inst.pen = ak_pen_new(&inst);
+  if (!inst.pen) {
+    ak_log(AK_LOG_ERROR, "quarantine", "cannot read the quarantine pen's state from the store", NULL);
+    exit_code = 1;
+    goto out;
+  }
   inst.writer = ak_writer_new(&inst);
   inst.edge = ak_edge_new(&inst);
   inst.admin = cfg->admin_enabled ? ak_admin_new(&inst) : NULL;
-  int exit_code = 0;
   if (ak_writer_start(inst.writer) != 0) {
     ak_log(AK_LOG_ERROR, "writer", "cannot start the writer thread", NULL);
     exit_code = 1;
@@ -206,8 +225,9 @@ static int cmd_serve(const char *path) {
     exit_code = 1;
     goto out;
   }
-  ak_log(AK_LOG_INFO, "node", "listening", "http_port=%d admin_port=%d admin_ip=%s sources=%zu version=%s",
-         ak_edge_port(inst.edge), inst.admin ? ak_admin_port(inst.admin) : 0, cfg->admin_ip, cfg->nsources,
+  ak_log(AK_LOG_INFO, "node", "listening",
+         "http_port=%d admin_port=%d admin_ip=%s https_port=%d sources=%zu version=%s", ak_edge_port(inst.edge),
+         inst.admin ? ak_admin_port(inst.admin) : 0, cfg->admin_ip, ak_edge_tls_port(inst.edge), cfg->nsources,
          AK_VERSION);
 
   int sig = 0;
@@ -226,6 +246,9 @@ out:
   ak_edge_free(inst.edge);
   ak_admin_free(inst.admin);
   ak_writer_free(inst.writer);
+  ak_pen_free(inst.pen);
+  for (size_t i = 0; inst.verifiers && i < cfg->nsources; i++) ak_verifier_free(inst.verifiers[i]);
+  free(inst.verifiers);
   ak_store_free(inst.store);
   free(sp);
   ak_metrics_free(inst.metrics);

@@ -15,7 +15,9 @@
 #include <sys/stat.h>
 #include "core/config.h"
 #include "core/yamltree.h"
+#include "edge/tls.h"
 #include "sinks/sink.h"
+#include "verify/verifier.h"
 
 
 #define ID_PATTERN "[A-Za-z0-9_-]{1,64}"
@@ -44,6 +46,24 @@ static const ak_opt_t log_rows[] = {
   {0},
 };
 
+/* http.tls: the PEM files are read (and parsed) at load, by edge/tls.c. */
+static const ak_opt_t http_tls_rows[] = {
+  {.key = "port", .type = AK_OPT_INT, .def = "4443", .min = 0, .max = 65535,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = "ANKUSA_HTTP_TLS_PORT",
+   .doc = "TLS ingest listener port (0 = pick a free port)"},
+  {.key = "cert", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "PEM file: the server certificate chain, leaf first"},
+  {.key = "key", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "PEM file: the server certificate's private key (not encrypted); never printed"},
+  {.key = "client_ca", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "PEM file: the CA bundle client certificates must chain to (client_cert verifier)"},
+  {.key = "client_cert", .type = AK_OPT_ENUM, .enum_vals = "none|request|require",
+   .flags = AK_OPTF_NULLABLE,
+   .doc = "request: ask for a client certificate; require: refuse the handshake without one "
+          "from client_ca; default request when client_ca is set, else none"},
+  {0},
+};
+
 static const ak_opt_t http_rows[] = {
   {.key = "port", .type = AK_OPT_INT, .def = "4000", .min = 0, .max = 65535,
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = "ANKUSA_HTTP_PORT|PORT",
@@ -54,6 +74,8 @@ static const ak_opt_t http_rows[] = {
    .doc = "path: POST <prefix>/<source>; tenant_path: POST <prefix>/<tenant>/<source>"},
   {.key = "prefix", .type = AK_OPT_URL_PREFIX, .def = "/webhooks",
    .doc = "URL path prefix of the catch URLs; \"/\" or \"\" means none"},
+  {.key = "tls", .type = AK_OPT_MAP, .children = http_tls_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "a second ingest listener over TLS (client certificates); absent or null = none"},
   {0},
 };
 
@@ -93,11 +115,12 @@ static const ak_opt_t wal_rows[] = {
   {0},
 };
 
+/* Only `type` is here (for docs): the other keys are each verifier's option rows, looked
+ * up in the verifier registry by check_verifier() and by the redaction. */
 static const ak_opt_t verify_rows[] = {
-  {.key = "type", .type = AK_OPT_ENUM, .flags = AK_OPTF_REQUIRED,
-   .enum_vals = "none|stripe|github|standard_webhooks|shopify|slack|hmac",
-   .enum_unsupported = "stripe|github|standard_webhooks|shopify|slack|hmac",
-   .doc = "signature scheme"},
+  {.key = "type", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED,
+   .doc = "verifier type (verify/registry.c): none, stripe, github, standard_webhooks, shopify, "
+          "slack, hmac, standard_webhooks_v1a, asymmetric, token, ..."},
   {0},
 };
 
@@ -115,6 +138,16 @@ static const ak_opt_t source_rows[] = {
   {.key = "dedupe", .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = "duplicate suppression"},
   {.key = "forward_headers", .type = AK_OPT_STRLIST, .flags = AK_OPTF_UNSUPPORTED,
    .doc = "provider headers passed to sinks"},
+  {0},
+};
+
+static const ak_opt_t store_headers_rows[] = {
+  {.key = "drop", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "header names never stored, besides the built-in credential headers"},
+  {.key = "hash", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "header names stored as sha256:<hex> of their value instead of the value"},
+  {.key = "keep", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "built-in credential headers to store anyway (a verifier's token header never is)"},
   {0},
 };
 
@@ -136,6 +169,8 @@ static const ak_opt_t root_rows[] = {
   {.key = "log", .type = AK_OPT_MAP, .children = log_rows, .doc = "logging"},
   {.key = "http", .type = AK_OPT_MAP, .children = http_rows, .doc = "ingest listener"},
   {.key = "admin", .type = AK_OPT_MAP, .children = admin_rows, .doc = "admin listener"},
+  {.key = "store_headers", .type = AK_OPT_MAP, .children = store_headers_rows,
+   .doc = "which request headers are stored with a hook"},
   NOT_YET_SECTION("routes", "route guard"),
   NOT_YET_SECTION("rate_limits", "per-tenant rate limits"),
   {.key = "quarantine", .type = AK_OPT_MAP, .children = quarantine_rows,
@@ -642,21 +677,55 @@ static json_t *check_prefix(vctx_t *c, const char *label, const char *s) {
 }
 
 /* A "plug-in" mapping whose `type` decides what else is allowed: check the type alone
- * first, so a refused type does not also produce a pile of unknown-key errors. */
+ * first, so a refused type does not also produce a pile of unknown-key errors; then the
+ * other keys against that verifier's option rows; then build the verifier once, so a
+ * secret or key that cannot be decoded fails the load (its error names the key, never
+ * the value: "secret[1]: cannot be decoded: ..."). */
 static json_t *check_verifier(vctx_t *c, const ak_opt_t *row, json_t *obj, const char *path) {
+  (void)row;
   if (is_empty_value(obj)) return json_pack("{s:s}", "type", "none");
-  const ak_opt_t *type_row = row_find(row->children, "type", NULL);
   json_t *t = json_object_get(obj, "type");
   if (!t) {
     verr(c, "%s: missing required key \"type\"", path);
     return NULL;
   }
   char *tp = path_key(path, "type");
-  json_t *tv = check_value(c, type_row, t, tp, tp, true);
-  free(tp);
-  if (!tv) return NULL;
+  json_t *tv = json_is_string(t) ? interpolate(c, t, tp, false) : json_incref(t);
+  char *type = tv ? as_text(tv) : NULL;
+  const ak_verifier_vtable_t *vt = NULL;
+  json_t *out = NULL;
+  size_t errs = c->n;
+  if (tv && !type) {
+    type_error(c, tp, "a string", tv, false);
+  } else if (type && !(vt = ak_verifiers_find(type))) {
+    json_t *tmp = json_string(type);
+    char *r = tmp ? render(tmp, false) : NULL;
+    json_decref(tmp);
+    verr(c, "%s: unknown value %s; expected one of %s", tp, r ? r : "?", ak_verifiers_type_list());
+    free(r);
+  } else if (vt) {
+    json_t *rest = json_copy(obj);
+    json_object_del(rest, "type");
+    json_t *opts = check_map(c, vt->options, rest, path);
+    json_decref(rest);
+    if (opts && c->n == errs) {
+      out = json_pack("{s:s}", "type", type);
+      json_object_update(out, opts);
+      char why[512];
+      ak_verifier_t *v = ak_verifier_new(out, why, sizeof why);
+      if (!v) {
+        verr(c, "%s.%s", path, why[0] ? why : "type: cannot be created");
+        json_decref(out);
+        out = NULL;
+      }
+      ak_verifier_free(v);
+    }
+    json_decref(opts);
+  }
+  free(type);
   json_decref(tv);
-  return check_map(c, row->children, obj, path);
+  free(tp);
+  return out;
 }
 
 static json_t *check_sink(vctx_t *c, json_t *item, const char *ip) {
@@ -919,7 +988,8 @@ static json_t *default_value(vctx_t *c, const ak_opt_t *row, const char *path, c
   }
   if (row->flags & AK_OPTF_UNSUPPORTED) return NULL;
   switch (row->type) {
-  case AK_OPT_MAP: return check_map(c, row->children, NULL, path);
+  case AK_OPT_MAP: /* a nullable section (http.tls) is off, and left out, unless written */
+    return (row->flags & AK_OPTF_NULLABLE) ? NULL : check_map(c, row->children, NULL, path);
   case AK_OPT_MAP_OF: return json_object();
   case AK_OPT_VERIFIER: return json_pack("{s:s}", "type", "none");
   case AK_OPT_ANY_MAP: return row->def ? NULL : json_object();
@@ -1001,6 +1071,33 @@ static json_t *check_map(vctx_t *c, const ak_opt_t *rows, json_t *obj, const cha
   return out;
 }
 
+/* http.tls.client_cert defaults to request when client_ca is set, else none. Asking for
+ * a certificate needs the bundle it is checked against, and a client_cert source needs
+ * a listener that asks (or it could never pass). http.tls absent or null = no listener. */
+static void check_tls(vctx_t *c, json_t *http, json_t *sources) {
+  json_t *tls = json_object_get(http, "tls");
+  bool has_ca = json_is_string(json_object_get(tls, "client_ca"));
+  const char *mode = "none";
+  if (json_is_object(tls)) {
+    json_t *m = json_object_get(tls, "client_cert");
+    if (json_is_null(m)) json_object_set_new(tls, "client_cert", json_string(has_ca ? "request" : "none"));
+    mode = json_string_value(json_object_get(tls, "client_cert"));
+    if (!mode) return;
+    if (strcmp(mode, "none") && !has_ca)
+      verr(c, "http.tls.client_cert: \"%s\" needs http.tls.client_ca (the CA bundle client certificates "
+              "are checked against)", mode);
+  }
+  bool asks = strcmp(mode, "none") && has_ca;
+  const char *id;
+  json_t *src;
+  json_object_foreach(sources, id, src) {
+    const char *vt = json_string_value(json_object_get(json_object_get(src, "verify"), "type"));
+    if (vt && !strcmp(vt, "client_cert") && !asks)
+      verr(c, "sources.%s.verify: type client_cert needs http.tls with a client_ca (and client_cert "
+              "request or require): no request could ever pass", id);
+  }
+}
+
 /* Rules across keys, run on the checked tree. */
 static void check_cross(vctx_t *c, json_t *eff) {
   json_t *http = json_object_get(eff, "http");
@@ -1008,6 +1105,7 @@ static void check_cross(vctx_t *c, json_t *eff) {
   json_t *qrate = json_object_get(json_object_get(eff, "quarantine"), "rate");
   if (qrate && json_is_number(qrate) && !(json_number_value(qrate) > 0))
     verr(c, "quarantine.rate must be positive, got %g", json_number_value(qrate));
+  check_tls(c, http, json_object_get(eff, "sources"));
   json_t *sources = json_object_get(eff, "sources");
   const char *id;
   json_t *src;
@@ -1059,11 +1157,16 @@ static int build_typed(ak_config_t *cfg) {
   }
   cfg->data_dir = str_of(node, "data_dir");
   cfg->min_free_bytes = int_of(node, "min_free_bytes");
+  cfg->store_headers = json_object_get(e, "store_headers");
   cfg->log_level = (ak_log_level_t)enum_of(log_rows, "level", log);
   cfg->http_port = (int)int_of(http, "port");
   cfg->http_max_body_bytes = int_of(http, "max_body_bytes");
   cfg->http_routing = (ak_routing_t)enum_of(http_rows, "routing", http);
   cfg->http_prefix = str_of(http, "prefix");
+  json_t *tls = json_object_get(http, "tls");
+  cfg->http_tls_enabled = json_is_object(tls); /* the PEM texts: ak_tls_load_files() */
+  cfg->http_tls_port = (int)int_of(tls, "port");
+  cfg->http_tls_client_cert_mode = (ak_tls_client_cert_t)enum_of(http_tls_rows, "client_cert", tls);
   cfg->admin_enabled = json_is_true(json_object_get(admin, "enabled"));
   cfg->admin_ip = str_of(admin, "ip");
   cfg->admin_port = (int)int_of(admin, "port");
@@ -1125,6 +1228,10 @@ void ak_config_free(ak_config_t *cfg) {
   free(cfg->path);
   free(cfg->data_dir);
   free(cfg->http_prefix);
+  free(cfg->http_tls_cert_pem);
+  if (cfg->http_tls_key_pem) explicit_bzero(cfg->http_tls_key_pem, strlen(cfg->http_tls_key_pem));
+  free(cfg->http_tls_key_pem);
+  free(cfg->http_tls_client_ca_pem);
   free(cfg->admin_ip);
   json_decref(cfg->effective);
   free(cfg);
@@ -1165,6 +1272,11 @@ static int load_text(const char *yaml, size_t len, const char *path, const char 
   if ((path && !(cfg->path = strdup(path))) || build_typed(cfg) < 0) {
     ak_config_free(cfg);
     *err = strdup("out of memory");
+    return -1;
+  }
+  /* After the schema: a named PEM file that is missing or bad is a config error too. */
+  if (ak_tls_load_files(cfg, err) < 0) {
+    ak_config_free(cfg);
     return -1;
   }
   *out = cfg;
@@ -1328,7 +1440,11 @@ static json_t *redact_node(const json_t *v, const ak_opt_t *row, const char *key
       }
       return out;
     }
-    bool typed = row && (row->type == AK_OPT_MAP || row->type == AK_OPT_VERIFIER);
+    if (row && row->type == AK_OPT_VERIFIER) { /* a verifier's rows live in its registry entry */
+      const ak_verifier_vtable_t *vt = ak_verifiers_find(json_string_value(json_object_get(v, "type")));
+      return redact_obj(v, vt ? vt->options : row->children);
+    }
+    bool typed = row && row->type == AK_OPT_MAP;
     return redact_obj(v, typed ? row->children : NULL);
   }
   return json_copy((json_t *)v);

@@ -23,6 +23,10 @@ typedef enum { AK_ROUTING_PATH = 0, AK_ROUTING_TENANT_PATH = 1 } ak_routing_t;
 typedef enum { AK_WAL_DISK = 0, AK_WAL_NONE = 1, AK_WAL_DUAL = 2 } ak_wal_type_t;
 typedef enum { AK_LOG_DEBUG = 0, AK_LOG_INFO = 1, AK_LOG_WARNING = 2, AK_LOG_ERROR = 3 } ak_log_level_t;
 typedef enum { AK_OVF_REJECT = 0, AK_OVF_QUARANTINE = 1, AK_OVF_ACCEPT_FLAG = 2 } ak_on_verify_failure_t;
+/* http.tls.client_cert, in the order of its enum row */
+typedef enum {
+  AK_TLS_CLIENT_CERT_NONE = 0, AK_TLS_CLIENT_CERT_REQUEST = 1, AK_TLS_CLIENT_CERT_REQUIRE = 2
+} ak_tls_client_cert_t;
 
 typedef struct ak_sink_cfg {
   char *type;     /* e.g. "log" */
@@ -50,6 +54,14 @@ typedef struct ak_config {
   int64_t http_max_body_bytes;
   ak_routing_t http_routing;
   char *http_prefix;           /* normalised: "" (no prefix) or "/a/b" (no trailing slash) */
+  /* http.tls: a second ingest listener over TLS. The PEM texts are read once, at load
+   * (edge/tls.c); the key text is never printed or logged. */
+  bool http_tls_enabled;
+  int http_tls_port;
+  char *http_tls_cert_pem;     /* certificate chain, leaf first */
+  char *http_tls_key_pem;      /* private key */
+  char *http_tls_client_ca_pem; /* CA bundle for client certificates, NULL when unset */
+  ak_tls_client_cert_t http_tls_client_cert_mode; /* none unless client_ca is set */
   bool admin_enabled;
   char *admin_ip;
   int admin_port;
@@ -63,6 +75,7 @@ typedef struct ak_config {
   int64_t quarantine_burst;    /* quarantine.burst: tokens per source bucket */
   double quarantine_rate;      /* quarantine.rate: tokens per second (> 0) */
   int64_t quarantine_max_bytes; /* quarantine.max_bytes: body bytes the pen may hold */
+  json_t *store_headers;       /* {drop, hash, keep}: lists of header names (borrowed from effective) */
   ak_source_cfg_t *sources;    /* sorted by id */
   size_t nsources;
   json_t *effective;           /* the whole effective tree, defaults applied (unredacted) */

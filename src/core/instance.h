@@ -25,6 +25,7 @@ typedef struct ak_instance {
   struct ak_admin *admin;
   struct ak_pen *pen;           /* quarantine pen (queue/quarantine.h) */
   _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
+  struct ak_verifier **verifiers; /* one per cfg->sources entry, same index */
 } ak_instance_t;
 
 #endif

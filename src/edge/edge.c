@@ -3,44 +3,59 @@
  *       header bytes -> refuse here and MHD never reads the body or sends 100 Continue;
  *   body calls: append to a buffer bounded by http.max_body_bytes (past it: swallow,
  *       answer 413 at the end so the connection stays usable);
- *   last call: encode the envelope, suspend the connection, submit to the writer;
+ *   last call: verify the raw bytes, apply on_verify_failure (401 / flag / quarantine),
+ *       apply store_headers, encode the envelope, suspend the connection, submit;
  *   resumed call: answer from the writer's status.
  * The writer resumes the connection only after its commit returned. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/httpx.h"
 #include "core/log.h"
 #include "edge/edge.h"
+#include "edge/headers.h"
 #include "edge/route.h"
+#include "edge/tls.h"
+#include "queue/quarantine.h"
 #include "queue/writer.h"
+#include "verify/verifier.h"
 
 enum { ST_READING = 0, ST_SUBMITTED, ST_ANSWERED };
 
 typedef enum {
   R_PAYLOAD_TOO_LARGE = 0, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
-  R_OVERLOAD, R_STORE_UNAVAILABLE, R_COMMIT_DEADLINE, R_DRAINING, R_COUNT
+  R_OVERLOAD, R_STORE_UNAVAILABLE, R_COMMIT_DEADLINE, R_DRAINING, R_VERIFICATION_FAILED,
+  R_QUARANTINE_RATE_LIMITED, R_QUARANTINE_FULL, R_QUARANTINE_OVERLOAD, R_COUNT
 } refuse_t;
 static const char *const refuse_names[R_COUNT] = {
   "payload_too_large", "unknown_source", "not_found", "invalid_header", "body_read_failed",
-  "overload", "store_unavailable", "commit_deadline", "draining"};
+  "overload", "store_unavailable", "commit_deadline", "draining", "verification_failed",
+  "quarantine_rate_limited", "quarantine_full", "quarantine_overload"};
 
 static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 413, 429, 503};
 #define NSTATUS (sizeof status_codes / sizeof status_codes[0])
 
 struct ak_edge {
   ak_instance_t *inst;
-  struct MHD_Daemon *d;
-  int port;
+  struct MHD_Daemon *d, *tls_d; /* plain ingest; TLS ingest (http.tls) */
+  int port, tls_port;
   _Atomic int waiting; /* requests suspended on the writer */
+  ak_header_policy_t *hpol;
+  int64_t test_now_s;  /* test builds: ANKUSA_TEST_NOW pins the verifiers' clock */
+  /* TLS listener: SHA-256 of the live peer certificate (read only for client_cert sources) */
+  bool (*peer_cert)(struct MHD_Connection *c, uint8_t out[32]);
   ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration, *m_abandoned;
+  ak_series_t *m_verify_fail[AK_VR_COUNT], *m_flagged, *m_quarantined;
+  ak_series_t **m_weak; /* per source; NULL unless its verifier hashes with SHA-1 */
 };
 
 typedef struct conn {
   int state;
+  bool pen_admitted;   /* a pen reservation to settle once the writer answered */
   int64_t t0_ns;
   int64_t received_at_ms;
   const ak_source_cfg_t *src;
@@ -109,16 +124,36 @@ static void on_committed(ak_write_req_t *req, void *ctx) {
   MHD_resume_connection(c->mc); /* last touch: c may be freed after this */
 }
 
+static size_t source_index(const ak_edge_t *e, const ak_source_cfg_t *src) {
+  return (size_t)(src - e->inst->cfg->sources);
+}
+
+/* The writer's answer is final: release a pen reservation exactly once. */
+static void settle_pen(ak_edge_t *e, conn_t *c) {
+  if (!c->pen_admitted) return;
+  c->pen_admitted = false;
+  ak_pen_settle(e->inst->pen, source_index(e, c->src), c->req.body_len, c->req.status == AK_WR_COMMITTED);
+}
+
 static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc) {
   c->state = ST_ANSWERED;
   atomic_fetch_sub(&e->waiting, 1);
   free(c->req.rec);
   c->req.rec = NULL;
+  settle_pen(e, c);
   switch (c->req.status) {
     case AK_WR_COMMITTED: {
-      char id[AK_UUID_STR_LEN], body[96];
+      char id[AK_UUID_STR_LEN], body[128];
+      int n;
+      if (c->req.kind == AK_WRITE_QUARANTINE) {
+        ak_counter_add(e->m_quarantined, 1);
+        n = snprintf(body, sizeof body, "{\"status\":\"quarantined\",\"reason\":\"%s\"}",
+                     ak_verify_reason_name((ak_verify_reason_t)c->req.reason));
+        count(e, 202, c->t0_ns);
+        return ak_http_reply(mc, 202, "application/json", body, (size_t)n, 0);
+      }
       ak_uuid_format(c->req.id, id);
-      int n = snprintf(body, sizeof body, "{\"status\":\"accepted\",\"id\":\"%s\"}", id);
+      n = snprintf(body, sizeof body, "{\"status\":\"accepted\",\"id\":\"%s\"}", id);
       count(e, 201, c->t0_ns);
       return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
     }
@@ -134,11 +169,129 @@ static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   }
 }
 
+typedef struct {
+  char *buf;
+  size_t len, cap;
+  const char *skip;    /* parameter left out (a verifier's credential) */
+} qs_t;
+
+static void qs_put(qs_t *q, const char *s, size_t n) {
+  if (q->len + n + 1 > q->cap) {
+    size_t nc = (q->cap ? q->cap * 2 : 256) + n;
+    char *nb = realloc(q->buf, nc);
+    if (!nb) return;
+    q->buf = nb;
+    q->cap = nc;
+  }
+  memcpy(q->buf + q->len, s, n);
+  q->len += n;
+  q->buf[q->len] = 0;
+}
+
+/* The listener does not percent-decode (no_unescape), so MHD's parsed arguments are the
+ * raw text: joining them in order gives back the query string as sent. */
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+  (void)kind;
+  qs_t *q = cls;
+  if (q->skip && strlen(q->skip) == key_size && memcmp(q->skip, key, key_size) == 0) return MHD_YES;
+  if (q->len) qs_put(q, "&", 1);
+  qs_put(q, key, key_size);
+  if (value) {
+    qs_put(q, "=", 1);
+    qs_put(q, value, value_size);
+  }
+  return MHD_YES;
+}
+
+static char *query_string(struct MHD_Connection *mc, const char *skip, size_t *len) {
+  qs_t q = {NULL, 0, 0, skip};
+  MHD_get_connection_values_n(mc, MHD_GET_ARGUMENT_KIND, collect_arg, &q);
+  *len = q.len;
+  return q.buf;
+}
+
 static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, const char *url,
                               const char *method) {
   ak_instance_t *inst = e->inst;
+  size_t si = source_index(e, c->src);
+  const ak_verifier_t *v = inst->verifiers ? inst->verifiers[si] : NULL;
   hdrs_t h = {0};
   MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_header, &h);
+
+  ak_verify_reason_t vr = AK_VR_OK;
+  uint32_t flags = 0;
+  uint8_t kind = AK_WRITE_HOOK;
+  size_t qlen = 0;
+  if (v && !ak_verifier_is_none(v)) {
+    char *q = query_string(mc, NULL, &qlen);
+    uint8_t cert[32];
+    const uint8_t *certp = NULL;
+    if (ak_verifier_needs_client_cert(v) && e->peer_cert && e->peer_cert(mc, cert)) certp = cert;
+    int64_t now_s = e->test_now_s;
+#ifdef AK_TEST_HOOKS
+    const char *pin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-ankusa-test-now");
+    if (pin) now_s = atoll(pin);
+#endif
+    ak_verify_input_t in = {
+      .headers = h.v, .nheaders = h.n, .body = c->body, .body_len = c->len, .query = q,
+      .query_len = qlen, .client_cert_sha256 = certp, .now_s = now_s ? now_s : (int64_t)time(NULL),
+    };
+    vr = ak_verifier_check(v, &in);
+    free(q);
+    if (e->m_weak && e->m_weak[si]) ak_counter_add(e->m_weak[si], 1);
+    if (vr != AK_VR_OK) {
+      ak_counter_add(e->m_verify_fail[vr], 1);
+      if (c->src->on_verify_failure == AK_OVF_REJECT) {
+        free(h.v);
+        char b[128];
+        int n = snprintf(b, sizeof b, "{\"error\":\"verification_failed\",\"reason\":\"%s\"}",
+                         ak_verify_reason_name(vr));
+        ak_counter_add(e->m_refused[R_VERIFICATION_FAILED], 1);
+        count(e, 401, c->t0_ns);
+        c->state = ST_ANSWERED;
+        return ak_http_reply(mc, 401, "application/json", b, (size_t)n, 0);
+      }
+      if (c->src->on_verify_failure == AK_OVF_ACCEPT_FLAG) {
+        flags |= AK_ENV_FLAG_VERIFY_FAILED;
+        ak_counter_add(e->m_flagged, 1);
+      } else {
+        int64_t retry_ms = 0;
+        ak_pen_admit_t pa = ak_pen_admit(inst->pen, si, c->len, &retry_ms);
+        if (pa != AK_PEN_OK) {
+          free(h.v);
+          c->state = ST_ANSWERED;
+          if (pa == AK_PEN_RATE_LIMITED)
+            return refuse(e, mc, 429, R_QUARANTINE_RATE_LIMITED, "quarantine_rate_limited",
+                          (int)((retry_ms + 999) / 1000 > 0 ? (retry_ms + 999) / 1000 : 1), c->t0_ns);
+          if (pa == AK_PEN_FULL)
+            return refuse(e, mc, 503, R_QUARANTINE_FULL, "quarantine_full", 60, c->t0_ns);
+          return refuse(e, mc, 503, R_QUARANTINE_OVERLOAD, "overload", 1, c->t0_ns);
+        }
+        c->pen_admitted = true;
+        kind = AK_WRITE_QUARANTINE;
+      }
+    }
+  }
+
+  /* what is stored: store_headers applied, a verifier's credential header and query
+   * parameter removed */
+  const char *cred_hdr = v ? ak_verifier_credential_header(v) : NULL;
+  const char *cred_param = v ? ak_verifier_credential_param(v) : NULL;
+  ak_header_t *kept = h.n ? malloc(h.n * sizeof *kept) : NULL;
+  char *hashbuf = h.n ? malloc(h.n * AK_HDR_HASH_LEN) : NULL;
+  size_t nkept = h.n ? ak_header_policy_apply(e->hpol, h.v, h.n, cred_hdr, kept, hashbuf) : 0;
+  char *sq = query_string(mc, cred_param, &qlen);
+  size_t ul = strlen(url);
+  char *path = malloc(ul + qlen + 2);
+  memcpy(path, url, ul);
+  if (qlen) {
+    path[ul] = '?';
+    memcpy(path + ul + 1, sq, qlen);
+  }
+  path[ul + (qlen ? qlen + 1 : 0)] = 0;
+  free(sq);
+
   const char *ct = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
   ak_envelope_t env = {0};
   ak_uuid7_new(&inst->ids, c->received_at_ms, env.id);
@@ -149,18 +302,31 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   env.source_len = strlen(c->src->id);
   env.method = method;
   env.method_len = strlen(method);
-  env.path = url;
-  env.path_len = strlen(url);
+  env.path = path;
+  env.path_len = strlen(path);
   env.content_type = ct;
   env.content_type_len = ct ? strlen(ct) : 0;
-  env.headers = h.v;
-  env.nheaders = h.n;
+  env.headers = kept;
+  env.nheaders = nkept;
+  env.flags = flags;
   env.body = c->body;
   env.body_len = c->len;
   size_t rl = 0;
   uint8_t *rec = ak_envelope_encode(&env, &rl);
   free(h.v);
-  if (!rec) return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+  free(kept);
+  free(hashbuf);
+  free(path);
+  if (!rec) {
+    if (c->pen_admitted) {
+      c->pen_admitted = false;
+      ak_pen_settle(inst->pen, si, c->len, false);
+    }
+    c->state = ST_ANSWERED;
+    return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+  }
+  c->req.kind = kind;
+  c->req.reason = (uint8_t)vr;
   c->req.rec = rec;
   c->req.rec_len = rl;
   c->req.body_len = c->len;
@@ -327,6 +493,7 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
      * hook may well be stored; the provider's retry is what covers it) */
     atomic_fetch_sub(&e->waiting, 1);
     ak_counter_add(e->m_abandoned, 1);
+    settle_pen(e, c);
   }
   if (c->tenant != c->src->tenant) free((void *)c->tenant);
   free(c->body);
@@ -372,6 +539,41 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
                                                       "Ack latency: time to answer one ingest request.",
                                                       AK_METRIC_HISTOGRAM, il, ak_latency_bounds,
                                                       ak_latency_nbounds), iv);
+  e->hpol = ak_header_policy_new(inst->cfg->store_headers);
+#ifdef AK_TEST_HOOKS
+  const char *tn = getenv("ANKUSA_TEST_NOW");
+  if (tn) e->test_now_s = atoll(tn);
+#endif
+  const char *const vl[] = {"instance", "reason", NULL};
+  ak_family_t *vf = ak_metrics_family(m, "ankusa_verify_failures_total",
+                                      "Requests whose verification failed, by reason.", AK_METRIC_COUNTER, vl,
+                                      NULL, 0);
+  for (int i = 1; i < AK_VR_COUNT; i++) {
+    const char *v[] = {inst->name, ak_verify_reason_name((ak_verify_reason_t)i)};
+    e->m_verify_fail[i] = ak_metrics_series(vf, v);
+  }
+  const char *const ol[] = {"instance", "outcome", NULL};
+  ak_family_t *of = ak_metrics_family(m, "ankusa_verify_failure_outcomes_total",
+                                      "Failed verifications that were stored anyway, by on_verify_failure.",
+                                      AK_METRIC_COUNTER, ol, NULL, 0);
+  const char *fv[] = {inst->name, "accept_flag"}, *qv[] = {inst->name, "quarantine"};
+  e->m_flagged = ak_metrics_series(of, fv);
+  e->m_quarantined = ak_metrics_series(of, qv);
+  if (inst->verifiers && inst->cfg->nsources) {
+    const char *const wl[] = {"instance", "source_id", "scheme", NULL};
+    ak_family_t *wf = NULL;
+    for (size_t i = 0; i < inst->cfg->nsources; i++) {
+      if (!inst->verifiers[i] || !ak_verifier_weak_hash(inst->verifiers[i])) continue;
+      if (!wf) {
+        wf = ak_metrics_family(m, "ankusa_verifier_weak_hash_total",
+                               "Requests verified with a weak hash (SHA-1), matched or not.", AK_METRIC_COUNTER,
+                               wl, NULL, 0);
+        e->m_weak = calloc(inst->cfg->nsources, sizeof *e->m_weak);
+      }
+      const char *v[] = {inst->name, inst->cfg->sources[i].id, ak_verifier_type(inst->verifiers[i])};
+      e->m_weak[i] = ak_metrics_series(wf, v);
+    }
+  }
   e->m_abandoned = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_abandoned_total",
                                                        "Requests whose client left before its answer was sent "
                                                        "(the hook may be stored).",
@@ -380,36 +582,64 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
 }
 
 int ak_edge_start(ak_edge_t *e, char **err) {
+  const ak_config_t *cfg = e->inst->cfg;
   long nproc = sysconf(_SC_NPROCESSORS_ONLN);
   unsigned threads = nproc > 0 ? (unsigned)nproc : 2;
   unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
-  e->d = MHD_start_daemon(flags, (uint16_t)e->inst->cfg->http_port, NULL, NULL, handler, e,
-                          MHD_OPTION_THREAD_POOL_SIZE, threads,
-                          MHD_OPTION_NOTIFY_COMPLETED, completed, e,
-                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)20000,
-                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024), /* MHD clears it per request */
-                          MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
-                          MHD_OPTION_END);
+  /* the options both listeners share; the TLS one adds its certificate options */
+  struct MHD_OptionItem common[] = {
+    {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, e},
+    {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)no_unescape, NULL},
+    {MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL},
+    {MHD_OPTION_CONNECTION_LIMIT, 20000, NULL},
+    {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
+    {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 16 * 1024, NULL}, /* MHD clears it per request */
+    {MHD_OPTION_STRICT_FOR_CLIENT, 1, NULL},
+    {MHD_OPTION_END, 0, NULL},
+  };
+  e->d = MHD_start_daemon(flags, (uint16_t)cfg->http_port, NULL, NULL, handler, e,
+                          MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
   if (!e->d) {
     char b[160];
-    snprintf(b, sizeof b, "cannot listen on http.port %d (in use, or no permission)", e->inst->cfg->http_port);
+    snprintf(b, sizeof b, "cannot listen on http.port %d (in use, or no permission)", cfg->http_port);
     *err = strdup(b);
     return -1;
   }
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(e->d, MHD_DAEMON_INFO_BIND_PORT);
-  e->port = di ? di->port : e->inst->cfg->http_port;
+  e->port = di ? di->port : cfg->http_port;
+  if (cfg->http_tls_enabled) {
+    struct MHD_OptionItem tls[AK_TLS_MHD_OPTIONS_MAX];
+    if (ak_tls_mhd_options(cfg, tls, AK_TLS_MHD_OPTIONS_MAX) == 0) {
+      *err = strdup("http.tls: the TLS listener's certificate options could not be built");
+      return -1;
+    }
+    e->tls_d = MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->http_tls_port, NULL, NULL, handler, e,
+                                MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common,
+                                MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+    if (!e->tls_d) {
+      char b[160];
+      snprintf(b, sizeof b, "cannot listen on http.tls.port %d (in use, no permission, or TLS refused the "
+               "certificate)", cfg->http_tls_port);
+      *err = strdup(b);
+      return -1;
+    }
+    di = MHD_get_daemon_info(e->tls_d, MHD_DAEMON_INFO_BIND_PORT);
+    e->tls_port = di ? di->port : cfg->http_tls_port;
+    e->peer_cert = ak_tls_peer_cert_sha256;
+  }
   return 0;
 }
 
 int ak_edge_port(const ak_edge_t *e) { return e->port; }
+int ak_edge_tls_port(const ak_edge_t *e) { return e->tls_d ? e->tls_port : 0; }
 
 void ak_edge_quiesce(ak_edge_t *e) {
-  if (!e->d) return;
-  MHD_socket s = MHD_quiesce_daemon(e->d);
-  if (s != MHD_INVALID_SOCKET) close(s);
+  struct MHD_Daemon *ds[2] = {e->d, e->tls_d};
+  for (int i = 0; i < 2; i++) {
+    if (!ds[i]) continue;
+    MHD_socket s = MHD_quiesce_daemon(ds[i]);
+    if (s != MHD_INVALID_SOCKET) close(s);
+  }
 }
 
 void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms) {
@@ -417,12 +647,15 @@ void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms) {
 }
 
 void ak_edge_stop(ak_edge_t *e) {
+  if (e->tls_d) MHD_stop_daemon(e->tls_d);
   if (e->d) MHD_stop_daemon(e->d);
-  e->d = NULL;
+  e->d = e->tls_d = NULL;
 }
 
 void ak_edge_free(ak_edge_t *e) {
   if (!e) return;
   ak_edge_stop(e);
+  ak_header_policy_free(e->hpol);
+  free(e->m_weak);
   free(e);
 }

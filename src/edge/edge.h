@@ -13,6 +13,8 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst);
 /* Bind and serve. 0, or -1 with *err. */
 int ak_edge_start(ak_edge_t *e, char **err);
 int ak_edge_port(const ak_edge_t *e);
+/* The TLS listener's port (http.tls), 0 when there is none. */
+int ak_edge_tls_port(const ak_edge_t *e);
 /* Stop accepting new connections; requests in progress continue. */
 void ak_edge_quiesce(ak_edge_t *e);
 /* Wait (up to timeout_ms) until no request is waiting on the writer. */

@@ -1,0 +1,124 @@
+/* The verifier table: every `verify.type` the config knows, in one place, and the
+ * instance wrapper the edge holds per source. Owns lookup and dispatch only; it never
+ * sees a request's secrets beyond handing the input to the verifier. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "verify/verifier.h"
+
+/* X(name): a vtable `ak_verifier_<name>` whose .type is "<name>". Order = the order of
+ * the "expected one of" list in config errors.
+ * CLIENT CERT SLOT: when src/verify/clientcert.c defines ak_verifier_client_cert, add
+ * `X(client_cert)` at the end of this list (nothing else to change). */
+#define AK_VERIFIER_TYPES(X) \
+  X(none)                    \
+  X(stripe)                  \
+  X(github)                  \
+  X(standard_webhooks)       \
+  X(shopify)                 \
+  X(slack)                   \
+  X(hmac)                    \
+  X(standard_webhooks_v1a)   \
+  X(asymmetric)              \
+  X(token)                   \
+  X(client_cert)
+
+#define DECLARE(name) extern const ak_verifier_vtable_t ak_verifier_##name;
+AK_VERIFIER_TYPES(DECLARE)
+#undef DECLARE
+
+#define ENTRY(name) &ak_verifier_##name,
+static const ak_verifier_vtable_t *const verifiers[] = {AK_VERIFIER_TYPES(ENTRY)};
+#undef ENTRY
+
+#define NAME(name) ", " #name
+static const char type_list[] = AK_VERIFIER_TYPES(NAME);
+#undef NAME
+
+const ak_verifier_vtable_t *ak_verifiers_find(const char *type) {
+  if (!type) return NULL;
+  for (size_t i = 0; i < sizeof verifiers / sizeof verifiers[0]; i++)
+    if (verifiers[i] && !strcmp(verifiers[i]->type, type)) return verifiers[i];
+  return NULL;
+}
+
+const char *ak_verifiers_type_list(void) { return type_list + 2; /* skip the first ", " */ }
+
+static const char *const reason_names[AK_VR_COUNT] = {
+  [AK_VR_OK] = "ok",
+  [AK_VR_MISSING_SIGNATURE] = "missing_signature",
+  [AK_VR_MALFORMED_SIGNATURE] = "malformed_signature",
+  [AK_VR_NO_MATCH] = "no_match",
+  [AK_VR_TIMESTAMP_OUT_OF_TOLERANCE] = "timestamp_out_of_tolerance",
+};
+
+const char *ak_verify_reason_name(ak_verify_reason_t r) {
+  return (unsigned)r < AK_VR_COUNT ? reason_names[r] : "unknown";
+}
+
+struct ak_verifier {
+  const ak_verifier_vtable_t *vt;
+  void *self;
+};
+
+ak_verifier_t *ak_verifier_new(const json_t *spec, char *err, size_t errlen) {
+  char scratch[8];
+  if (!err || !errlen) {
+    err = scratch;
+    errlen = sizeof scratch;
+  }
+  err[0] = '\0';
+  const char *type = "none";
+  if (spec && !(json_is_object(spec) && json_object_size(spec) == 0)) {
+    type = json_string_value(json_object_get(spec, "type"));
+    if (!type) {
+      snprintf(err, errlen, "type: missing");
+      return NULL;
+    }
+  }
+  const ak_verifier_vtable_t *vt = ak_verifiers_find(type);
+  if (!vt) {
+    snprintf(err, errlen, "type: unknown value \"%s\"; expected one of %s", type, ak_verifiers_type_list());
+    return NULL;
+  }
+  ak_verifier_t *v = calloc(1, sizeof *v);
+  if (!v) {
+    snprintf(err, errlen, "type: out of memory");
+    return NULL;
+  }
+  v->vt = vt;
+  v->self = vt->create(spec, err, errlen);
+  if (!v->self) {
+    free(v);
+    return NULL;
+  }
+  return v;
+}
+
+void ak_verifier_free(ak_verifier_t *v) {
+  if (!v) return;
+  v->vt->destroy(v->self);
+  free(v);
+}
+
+ak_verify_reason_t ak_verifier_check(const ak_verifier_t *v, const ak_verify_input_t *in) {
+  return v ? v->vt->check(v->self, in) : AK_VR_OK;
+}
+
+bool ak_verifier_is_none(const ak_verifier_t *v) { return !v || !strcmp(v->vt->type, "none"); }
+
+const char *ak_verifier_type(const ak_verifier_t *v) { return v ? v->vt->type : "none"; }
+
+bool ak_verifier_weak_hash(const ak_verifier_t *v) {
+  return v && v->vt->weak_hash && v->vt->weak_hash(v->self);
+}
+
+bool ak_verifier_needs_client_cert(const ak_verifier_t *v) { return v && v->vt->needs_client_cert; }
+
+const char *ak_verifier_credential_header(const ak_verifier_t *v) {
+  return v && v->vt->credential_header ? v->vt->credential_header(v->self) : NULL;
+}
+
+const char *ak_verifier_credential_param(const ak_verifier_t *v) {
+  return v && v->vt->credential_param ? v->vt->credential_param(v->self) : NULL;
+}

@@ -13,6 +13,7 @@
 #include <openssl/hmac.h>
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,6 +306,45 @@ Test(verify, shopify_base64) {
   EXPECT(v, "malformed_signature", STRIPE_BODY, 0, "X-Shopify-Hmac-Sha256",
          "PVLwnu1YHzpGLn2MwNKXb7Ul1ju5gfmLeM65DvA9/S8"); /* padding is required */
   EXPECT(v, "no_match", STRIPE_BODY " ", 0, "X-Shopify-Hmac-Sha256", "PVLwnu1YHzpGLn2MwNKXb7Ul1ju5gfmLeM65DvA9/S8=");
+  ak_verifier_free(v);
+}
+
+/* More threads than the engine keeps working contexts for: the pooled and the fallback
+ * path both run, concurrently, on one verifier with two secrets. */
+typedef struct {
+  const ak_verifier_t *v;
+  const char *good, *bad;
+  int ok, wrong;
+} race_t;
+
+static void *race(void *arg) {
+  race_t *r = arg;
+  for (int i = 0; i < 300; i++) {
+    r->ok += run_q(r->v, "race-body", 0, NULL, HV("X-Hub-Signature-256", r->good)) == AK_VR_OK;
+    r->wrong += run_q(r->v, "race-body", 0, NULL, HV("X-Hub-Signature-256", r->bad)) == AK_VR_NO_MATCH;
+  }
+  return NULL;
+}
+
+Test(verify, concurrent_checks_share_one_verifier) {
+  ak_verifier_t *v = make("{type: github, secret: [other, k]}");
+  char sig[200], good[220], bad[220];
+  mac256("k", "race-body", sig);
+  snprintf(good, sizeof good, "sha256=%s", sig);
+  mac256("x", "race-body", sig);
+  snprintf(bad, sizeof bad, "sha256=%s", sig);
+  enum { N = 16 };
+  pthread_t th[N];
+  race_t r[N];
+  for (int i = 0; i < N; i++) {
+    r[i] = (race_t){.v = v, .good = good, .bad = bad};
+    cr_assert_eq(pthread_create(&th[i], NULL, race, &r[i]), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    cr_expect_eq(r[i].ok, 300);
+    cr_expect_eq(r[i].wrong, 300);
+  }
   ak_verifier_free(v);
 }
 

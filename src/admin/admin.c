@@ -1,6 +1,9 @@
-/* Admin API. Reads only: GET /health, /ready, /metrics, /v1/hooks/{id}. Hooks are read
- * from the store by id (index 'i' -> seq -> hooks). */
+/* Admin API: GET /health, /ready, /metrics, /v1/hooks/{id}; the quarantine pen (GET and
+ * DELETE /v1/quarantine, release by POST /v1/replays kind quarantine). Hooks are read
+ * from the store by id (index 'i' -> seq -> hooks). Request bodies are read up to
+ * AK_ADMIN_MAX_BODY; never a body from an unbounded read. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,9 +11,21 @@
 #include "admin/admin.h"
 #include "core/envelope.h"
 #include "core/httpx.h"
+#include "core/clock.h"
 #include "core/log.h"
+#include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
+#include "verify/verifier.h"
+
+#define AK_ADMIN_MAX_BODY 65536
+
+/* One admin request: the body read so far. */
+typedef struct admin_req {
+  char *body;
+  size_t len;
+  bool too_big;
+} admin_req_t;
 
 struct ak_admin {
   ak_instance_t *inst;
@@ -88,22 +103,231 @@ static enum MHD_Result get_hook(ak_admin_t *a, struct MHD_Connection *c, const c
   return ak_http_json(c, 200, j, 0);
 }
 
+/* ------------------------------------------------------------ quarantine pen ---- */
+
+static enum MHD_Result invalid_filter(struct MHD_Connection *c, const char *field) {
+  return ak_http_json(c, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", field), 0);
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+  if (!s || !*s) return false;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || (s[0] != '-' && (s[0] < '0' || s[0] > '9'))) return false;
+  *out = v;
+  return true;
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* source_id, id, since, until from the query string into f; NULL, or the bad field. */
+static const char *query_filter(struct MHD_Connection *c, ak_pen_filter_t *f, bool window) {
+  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source_id");
+  if (v) {
+    if (!*v) return "source_id";
+    f->source_id = v;
+  }
+  if (!window) return NULL;
+  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "id");
+  if (v) {
+    if (!ak_uuid_parse(v, f->id)) return "id";
+    f->has_id = true;
+  }
+  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+  if (v && (!parse_i64(v, &f->since_ms) || f->since_ms < 0)) return "since";
+  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "until");
+  if (v && (!parse_i64(v, &f->until_ms) || f->until_ms < 0 || f->until_ms < f->since_ms)) return "until";
+  return NULL;
+}
+
+static enum MHD_Result pen_list(ak_admin_t *a, struct MHD_Connection *c) {
+  ak_pen_filter_t f;
+  ak_pen_filter_init(&f, 100);
+  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  if (v && !parse_i64(v, &f.limit)) return invalid_filter(c, "limit");
+  f.limit = clamp64(f.limit, 1, 1000);
+  const char *bad = query_filter(c, &f, false);
+  if (bad) return invalid_filter(c, bad);
+  ak_pen_entry_t *es = NULL;
+  size_t n = 0;
+  if (ak_pen_list(a->inst->store, &f, false, &es, &n) != 0) return ak_http_error(c, 503, "store_unavailable", 1);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++) {
+    char id[AK_UUID_STR_LEN];
+    ak_uuid_format(es[i].id, id);
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:I,s:s,s:I}", "id", id, "source_id", es[i].source_id,
+                                         "tenant_id", es[i].tenant_id, "received_at",
+                                         (json_int_t)es[i].received_at_ms, "reason",
+                                         ak_verify_reason_name((ak_verify_reason_t)es[i].reason), "size",
+                                         (json_int_t)es[i].size));
+  }
+  free(es);
+  return ak_http_json(c, 200, json_pack("{s:o}", "entries", arr), 0);
+}
+
+static enum MHD_Result pen_purge(ak_admin_t *a, struct MHD_Connection *c) {
+  ak_pen_filter_t f;
+  ak_pen_filter_init(&f, 1000);
+  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  if (v && !parse_i64(v, &f.limit)) return invalid_filter(c, "limit");
+  f.limit = clamp64(f.limit, 1, 10000);
+  const char *bad = query_filter(c, &f, true);
+  if (bad) return invalid_filter(c, bad);
+  if (!a->inst->pen) return ak_http_error(c, 503, "store_unavailable", 1);
+  int64_t deleted = 0, bytes = 0;
+  if (ak_pen_purge(a->inst->pen, a->inst->store, &f, &deleted, &bytes) != 0)
+    return ak_http_error(c, 503, "store_unavailable", 1);
+  return ak_http_json(c, 200, json_pack("{s:I,s:I}", "deleted", (json_int_t)deleted, "bytes", (json_int_t)bytes), 0);
+}
+
+/* The held hook as the verifier saw it at receive time: the stored headers, the query
+ * string kept in the stored path, and the raw body. What is never stored (a TLS peer
+ * certificate, a verifier's credential header or query parameter, headers the
+ * store_headers policy drops) cannot be checked again, so client_cert and token sources
+ * do not pass a release. */
+static int pen_check(void *ctx, size_t source_index, const ak_envelope_t *env, int64_t now_s) {
+  ak_instance_t *inst = ctx;
+  if (!inst->verifiers || source_index >= inst->cfg->nsources || !inst->verifiers[source_index]) return -1;
+  const char *q = env->path ? memchr(env->path, '?', env->path_len) : NULL;
+  ak_verify_input_t in = {
+      .headers = env->headers,
+      .nheaders = env->nheaders,
+      .body = env->body,
+      .body_len = env->body_len,
+      .query = q ? q + 1 : NULL,
+      .query_len = q ? env->path_len - (size_t)(q + 1 - env->path) : 0,
+      .now_s = now_s,
+  };
+  return (int)ak_verifier_check(inst->verifiers[source_index], &in);
+}
+
+/* POST /v1/replays. Only kind quarantine for now, run to completion in the request. */
+static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, const admin_req_t *r) {
+  if (!r->len) return invalid_filter(c, "kind");
+  json_error_t jerr;
+  json_t *b = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!b || !json_is_object(b)) {
+    json_decref(b);
+    return invalid_filter(c, "body");
+  }
+  const char *bad = NULL;
+  const char *kind = json_string_value(json_object_get(b, "kind"));
+  ak_pen_filter_t f;
+  ak_pen_filter_init(&f, 10000);
+  int64_t rate = 1000, max_lag = 2000;
+  json_t *filter = json_object();
+  const char *key;
+  json_t *val;
+  if (!kind || strcmp(kind, "quarantine") != 0) bad = "kind";
+  json_object_foreach(b, key, val) {
+    if (bad) break;
+    if (!strcmp(key, "kind")) continue;
+    if (!strcmp(key, "source_id")) {
+      if (!json_is_string(val) || !json_string_length(val)) bad = key;
+      else f.source_id = json_string_value(val);
+    } else if (!strcmp(key, "id")) {
+      if (!json_is_string(val) || !ak_uuid_parse(json_string_value(val), f.id)) bad = key;
+      else f.has_id = true;
+    } else if (!strcmp(key, "since") || !strcmp(key, "until")) {
+      if (!json_is_integer(val) || json_integer_value(val) < 0) bad = key;
+      else if (key[0] == 's') f.since_ms = json_integer_value(val);
+      else f.until_ms = json_integer_value(val);
+    } else if (!strcmp(key, "rate")) {
+      if (!json_is_integer(val) || json_integer_value(val) < 1 || json_integer_value(val) > 100000) bad = key;
+      else rate = json_integer_value(val);
+      continue;
+    } else if (!strcmp(key, "max_lag_ms")) {
+      if (!json_is_integer(val) || json_integer_value(val) < 100 || json_integer_value(val) > 600000) bad = key;
+      else max_lag = json_integer_value(val);
+      continue;
+    } else {
+      bad = key;
+    }
+    if (!bad) json_object_set(filter, key, val);
+  }
+  if (!bad && f.until_ms < f.since_ms) bad = "until";
+  if (bad) {
+    enum MHD_Result res = invalid_filter(c, bad);
+    json_decref(filter);
+    json_decref(b);
+    return res;
+  }
+  ak_instance_t *inst = a->inst;
+  if (!(inst->cfg->roles & AK_ROLE_EDGE)) {
+    json_decref(filter);
+    json_decref(b);
+    return ak_http_json(c, 409, json_pack("{s:s,s:s}", "error", "role_not_enabled", "role", "edge"), 0);
+  }
+  int64_t created = ak_now_ms();
+  ak_pen_release_result_t res;
+  int rc = inst->pen && inst->writer ? ak_pen_release(inst->pen, inst, &f, pen_check, inst, &res) : -1;
+  json_decref(b); /* f.source_id pointed into b: not used past here */
+  if (rc != 0) {
+    json_decref(filter);
+    return ak_http_error(c, 503, "store_unavailable", 1);
+  }
+  int64_t done = ak_now_ms();
+  uint8_t rid[16];
+  char rids[AK_UUID_STR_LEN];
+  ak_uuid7_new(&inst->ids, created, rid);
+  ak_uuid_format(rid, rids);
+  json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:n}", "id", rids, "kind",
+                        "quarantine", "state", "done", "filter", filter, "rate", (json_int_t)rate, "max_lag_ms",
+                        (json_int_t)max_lag, "created_at", (json_int_t)created, "updated_at", (json_int_t)done,
+                        "finished_at", (json_int_t)done, "moved", (json_int_t)res.moved, "scanned",
+                        (json_int_t)res.scanned, "skipped", (json_int_t)res.skipped, "delivered", (json_int_t)0,
+                        "dead", (json_int_t)0, "error");
+  ak_log(AK_LOG_INFO, "quarantine", "release finished", "replay_id=%s scanned=%lld moved=%lld skipped=%lld", rids,
+         (long long)res.scanned, (long long)res.moved, (long long)res.skipped);
+  return ak_http_json(c, 202, j, 0);
+}
+
+static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                              enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)c;
+  (void)toe;
+  admin_req_t *r = *con_cls;
+  if (r) {
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+  }
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls) {
   (void)version;
-  (void)upload_data;
   ak_admin_t *a = cls;
-  /* admin requests carry no body we read; swallow any and answer at the end */
-  if (*con_cls == NULL) {
-    *con_cls = (void *)1;
+  admin_req_t *ar = *con_cls;
+  if (ar == NULL) {
+    ar = calloc(1, sizeof *ar);
+    if (!ar) return MHD_NO;
+    *con_cls = ar;
     if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) goto route;
     return MHD_YES;
   }
   if (*upload_data_size) {
+    /* bounded: what passes AK_ADMIN_MAX_BODY is dropped and the request answered 413 */
+    size_t n = *upload_data_size;
+    if (!ar->too_big && ar->len + n <= AK_ADMIN_MAX_BODY) {
+      char *nb = realloc(ar->body, ar->len + n);
+      if (!nb) return MHD_NO;
+      memcpy(nb + ar->len, upload_data, n);
+      ar->body = nb;
+      ar->len += n;
+    } else {
+      ar->too_big = true;
+    }
     *upload_data_size = 0;
     return MHD_YES;
   }
+  if (ar->too_big)
+    return ak_http_json(c, 413, json_pack("{s:s,s:i}", "error", "payload_too_large", "limit", AK_ADMIN_MAX_BODY), 0);
+  if (strcmp(url, "/v1/quarantine") == 0 && strcmp(method, "DELETE") == 0) return pen_purge(a, c);
+  if (strcmp(url, "/v1/replays") == 0 && strcmp(method, "POST") == 0) return post_replay(a, c, ar);
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) return ak_http_error(c, 404, "not_found", 0);
 route:
   if (strcmp(url, "/health") == 0) return ak_http_health(a->inst, c);
@@ -113,6 +337,7 @@ route:
   }
   if (strcmp(url, "/metrics") == 0) {
     if (a->inst->writer) ak_writer_sample(a->inst->writer);
+    ak_pen_sample(a->inst->pen);
     size_t len;
     char *text = ak_metrics_render(a->inst->metrics, &len);
     enum MHD_Result r = ak_http_reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
@@ -120,6 +345,7 @@ route:
     return r;
   }
   if (strncmp(url, "/v1/hooks/", 10) == 0) return get_hook(a, c, url + 10);
+  if (strcmp(url, "/v1/quarantine") == 0) return pen_list(a, c);
   return ak_http_error(c, 404, "not_found", 0);
 }
 
@@ -150,6 +376,7 @@ int ak_admin_start(ak_admin_t *a, char **err) {
                           MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+                          MHD_OPTION_NOTIFY_COMPLETED, request_completed, NULL,
                           MHD_OPTION_END);
   if (!a->d) {
     char b[200];

@@ -62,7 +62,8 @@ typedef int (*ak_store_scan_fn)(const char *k, size_t kl, const char *v, size_t 
 int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx);
 /* The same from a starting key: forward from the first key >= from, or (reverse) backward
  * from the last key <= from, while keys start with prefix. from NULL: the prefix's first
- * (forward) or last (reverse) key. */
+ * (forward) or last (reverse) key; a reverse scan without from takes prefixes of up to 64
+ * bytes. */
 int ak_store_scan_from(ak_store_t *st, int cf, const void *prefix, size_t plen, const void *from, size_t flen,
                        bool reverse, ak_store_scan_fn cb, void *ctx);
 

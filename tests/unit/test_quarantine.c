@@ -14,9 +14,9 @@
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
+#include "verify/verifier.h"
 
 #define MS 1000000LL /* ns */
-#define REASON_NO_MATCH 3 /* AK_VR_NO_MATCH (verify/verifier.h) */
 
 /* ------------------------------------------------------------------ bucket math ---- */
 
@@ -293,7 +293,7 @@ static ak_wr_status_t hold(node_t *n, size_t src, int64_t at, const char *body, 
   r.received_at_ms = at;
   r.source = s;
   r.kind = AK_WRITE_QUARANTINE;
-  r.reason = REASON_NO_MATCH;
+  r.reason = AK_VR_NO_MATCH;
   r.done = on_done;
   r.ctx = &wt;
   ak_wr_status_t st = ak_writer_submit(n->inst.writer, &r);
@@ -345,7 +345,7 @@ Test(penstore, held_entries_and_byte_total_survive_a_reopen) {
   cr_expect_str_eq(es[2].source_id, "q_src");
   cr_expect_str_eq(es[2].tenant_id, "acme");
   cr_expect_str_eq(es[0].tenant_id, "default");
-  cr_expect_eq(es[2].reason, REASON_NO_MATCH);
+  cr_expect_eq(es[2].reason, AK_VR_NO_MATCH);
   cr_expect_eq(es[2].size, 17);
   cr_expect_eq(es[2].received_at_ms, 1000);
   free(es);
@@ -458,7 +458,7 @@ static int check_body(void *ctx, size_t idx, const ak_envelope_t *env, int64_t n
   cr_expect_eq(now_s, 5, "judged at receive time (received_at 5000 ms)");
   cr_expect_eq(env->nheaders, 1);
   cr_expect_eq(idx, 0);
-  return env->body_len >= 4 && memcmp(env->body, "good", 4) == 0 ? 0 : REASON_NO_MATCH;
+  return env->body_len >= 4 && memcmp(env->body, "good", 4) == 0 ? 0 : AK_VR_NO_MATCH;
 }
 
 Test(penstore, release_commits_passes_under_their_original_id) {

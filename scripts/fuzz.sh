@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config uuid)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config
+#                                              uuid verify token; "fuzz_verify" = "verify")
 # Every run starts from a throwaway copy of fuzz/corpus/<target>/, so the committed seeds
 # never grow. Crash, leak, timeout and UBSan reproducers land in build-fuzz/artifacts/.
 # Prints one line per harness and exits non-zero when any harness fails. Installs nothing
@@ -15,8 +16,8 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
   exit 2
 fi
 shift $(( $# > 0 ? 1 : 0 ))
-TARGETS=("$@")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid)
+TARGETS=("${@#fuzz_}")
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -24,18 +25,23 @@ fi
 CC="${FUZZ_CC:-clang}"
 
 # The code under test of each harness (compiled together with it, no library).
-CONFIG_SRCS="src/core/config.c src/core/yamltree.c src/sinks/registry.c src/sinks/log.c src/core/log.c src/core/ids.c"
+VERIFY_SRCS="$(echo src/verify/*.c)"
+# config.c builds each source's verifier and reads the http.tls files while loading
+CONFIG_SRCS="src/core/config.c src/core/yamltree.c src/sinks/registry.c src/sinks/log.c src/core/log.c src/core/ids.c
+             src/edge/tls.c $VERIFY_SRCS"
 declare -A SRCS=(
   [route]="src/edge/route.c $CONFIG_SRCS"
   [envelope]="src/core/envelope.c"
   [config]="src/edge/route.c $CONFIG_SRCS"
   [uuid]="src/core/ids.c"
+  [verify]="$VERIFY_SRCS"
+  [token]="$VERIFY_SRCS"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=
 CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined)
-read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto) -lm -pthread"
+read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto gnutls libmicrohttpd) -lm -pthread"
 
 OUT=build-fuzz
 mkdir -p "$OUT/artifacts" || exit 2

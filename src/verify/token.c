@@ -195,6 +195,8 @@ static ak_verify_reason_t token_check(const void *self, const ak_verify_input_t 
     bool ok = t->loc == LOC_BASIC ? ak_verify_b64_decode(v, n, buf, n, &toklen, true) && memchr(buf, ':', toklen)
                                   : percent_decode(v, n, buf, &toklen);
     if (!ok) {
+      /* a partial decode may still hold credential bytes: wipe the whole buffer */
+      OPENSSL_cleanse(buf, n <= sizeof stack ? sizeof stack : n);
       if (buf != stack) free(buf);
       return AK_VR_MALFORMED_SIGNATURE;
     }

@@ -224,7 +224,8 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   uint8_t kind = AK_WRITE_HOOK;
   size_t qlen = 0;
   if (v && !ak_verifier_is_none(v)) {
-    char *q = query_string(mc, NULL, &qlen);
+    /* only a query-token verifier reads the query string */
+    char *q = ak_verifier_credential_param(v) ? query_string(mc, NULL, &qlen) : NULL;
     uint8_t cert[32];
     const uint8_t *certp = NULL;
     if (ak_verifier_needs_client_cert(v) && e->peer_cert && e->peer_cert(mc, cert)) certp = cert;

@@ -338,3 +338,19 @@ def test_asymmetric_ed25519_and_rsa(ankusa, tmp_path):
     assert s.post("/webhooks/pss", body, headers={"X-Signature": pss}).status == 201
     r = s.post("/webhooks/pkcs1", body + b"!", headers={"X-Signature": pk1})
     assert r.status == 401 and r.json["reason"] == "no_match", r
+
+
+def test_print_config_never_shows_a_secret(tmp_path):
+    from helpers import run_cli
+    cfg = tmp_path / "secrets.yml"
+    cfg.write_text(json.dumps({"sources": {
+        "gh": {"verify": {"type": "github", "secret": ["topsecret-1", "topsecret-2"]}, "sinks": LOG},
+        "tk": {"verify": {"type": "token", "location": "query", "param": "t", "secret": "q-token-9"}, "sinks": LOG},
+        "sw": {"verify": {"type": "standard_webhooks", "secret": WHSEC_A}, "sinks": LOG},
+    }}))
+    p = run_cli("print-config", "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert json.loads(out)["sources"]["gh"]["verify"]["secret"] == "[REDACTED]"
+    for secret in ("topsecret-1", "topsecret-2", "q-token-9", WHSEC_A):
+        assert secret not in out and secret not in p.stderr, secret

@@ -17,6 +17,11 @@ all: $(BUILD)/ankusa
 deps:
 	@bash scripts/deps.sh
 
+# quiet when it works; the compiler's messages when it does not
+define ninja
+	@ninja -C $(1) > $(1)/.ninja.out 2>&1 || { cat $(1)/.ninja.out; exit 1; }
+endef
+
 define setup
 	@if [ ! -f $(1)/build.ninja ] || [ "$$(cat $(1)/.srclist 2>/dev/null)" != "$(SRCLIST)" ]; then \
 	  if [ -f $(1)/build.ninja ]; then meson setup --reconfigure $(1) $(2) >/dev/null; \
@@ -25,18 +30,18 @@ endef
 
 $(BUILD)/ankusa: FORCE
 	$(call setup,$(BUILD),)
-	@ninja -C $(BUILD) >/dev/null
+	$(call ninja,$(BUILD))
 	@echo "built $(BUILD)/ankusa"
 
 # The e2e suite runs against a build with test seams compiled in (clock override,
 # fault injection) and against the sanitizer build.
 test-build: FORCE
 	$(call setup,$(TEST_BUILD),-Dtest_hooks=true)
-	@ninja -C $(TEST_BUILD) >/dev/null
+	$(call ninja,$(TEST_BUILD))
 
 asan: FORCE
 	$(call setup,$(ASAN_BUILD),-Dtest_hooks=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug)
-	@ninja -C $(ASAN_BUILD) >/dev/null
+	$(call ninja,$(ASAN_BUILD))
 
 run: deps $(BUILD)/ankusa
 	./$(BUILD)/ankusa serve --config $(CONFIG)

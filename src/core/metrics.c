@@ -128,6 +128,13 @@ ak_series_t *ak_metrics_series(ak_family_t *f, const char *const *values) {
   return s;
 }
 
+ak_series_t *ak_metrics_instance_series(ak_metrics_t *m, const char *instance, const char *name, const char *help,
+                                       ak_metric_type_t type) {
+  const char *const labels[] = {"instance", NULL};
+  const char *const values[] = {instance};
+  return ak_metrics_series(ak_metrics_family(m, name, help, type, labels, NULL, 0), values);
+}
+
 void ak_counter_add(ak_series_t *s, uint64_t n) { atomic_fetch_add_explicit(&s->value, n, memory_order_relaxed); }
 uint64_t ak_counter_get(const ak_series_t *s) { return atomic_load((_Atomic uint64_t *)&s->value); }
 

@@ -575,10 +575,8 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
       e->m_weak[i] = ak_metrics_series(wf, v);
     }
   }
-  e->m_abandoned = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_abandoned_total",
-                                                       "Requests whose client left before its answer was sent "
-                                                       "(the hook may be stored).",
-                                                       AK_METRIC_COUNTER, il, NULL, 0), iv);
+  e->m_abandoned = ak_metrics_instance_series(m, inst->name, "ankusa_ingest_abandoned_total", "Requests whose client left before its answer was sent "
+                                                       "(the hook may be stored).", AK_METRIC_COUNTER);
   return e;
 }
 

@@ -104,14 +104,10 @@ ak_pen_t *ak_pen_new(ak_instance_t *inst) {
                                  bytes);
   if (!pen) return NULL;
   ak_metrics_t *m = inst->metrics;
-  const char *const inst_l[] = {"instance", NULL};
-  const char *const iv[] = {inst->name};
-  pen->m_bytes = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_bytes",
-                                                     "Body bytes held in the quarantine pen (with reserved).",
-                                                     AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
-  pen->m_pending = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_pending",
-                                                       "Quarantine writes waiting for their commit.",
-                                                       AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
+  pen->m_bytes = ak_metrics_instance_series(m, inst->name, "ankusa_quarantine_bytes",
+                                            "Body bytes held in the quarantine pen (with reserved).", AK_METRIC_GAUGE);
+  pen->m_pending = ak_metrics_instance_series(m, inst->name, "ankusa_quarantine_pending",
+                                              "Quarantine writes waiting for their commit.", AK_METRIC_GAUGE);
   const char *const res_l[] = {"instance", "result", NULL};
   ak_family_t *f = ak_metrics_family(m, "ankusa_quarantine_total", "Quarantine pen outcomes.", AK_METRIC_COUNTER,
                                      res_l, NULL, 0);

@@ -163,8 +163,7 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
                                                     "Duration of one synced group-commit write.",
                                                     AK_METRIC_HISTOGRAM, inst_l, ak_latency_bounds,
                                                     ak_latency_nbounds), iv);
-  w->m_hooks = ak_metrics_series(ak_metrics_family(m, "ankusa_store_hooks", "Hooks held in the store.",
-                                                   AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
+  w->m_hooks = ak_metrics_instance_series(m, inst->name, "ankusa_store_hooks", "Hooks held in the store.", AK_METRIC_GAUGE);
   const char *const cls_l[] = {"instance", "class", NULL};
   ak_family_t *ff = ak_metrics_family(m, "ankusa_store_write_failures_total",
                                       "Failed store writes by class.", AK_METRIC_COUNTER, cls_l, NULL, 0);
@@ -178,21 +177,11 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   const char *ok[] = {inst->name, "ok"}, *er[] = {inst->name, "error"};
   w->m_reopen_ok = ak_metrics_series(rf, ok);
   w->m_reopen_err = ak_metrics_series(rf, er);
-  w->m_unavail = ak_metrics_series(ak_metrics_family(m, "ankusa_store_unavailable_seconds",
-                                                     "How long the store has been closed (0 when open).",
-                                                     AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
-  w->m_replay = ak_metrics_series(ak_metrics_family(m, "ankusa_store_wal_replay_seconds",
-                                                    "Duration of the last store open (WAL replay).",
-                                                    AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
-  w->m_queue_records = ak_metrics_series(ak_metrics_family(m, "ankusa_batcher_queue_records",
-                                                           "Records buffered or in flight in the writer.",
-                                                           AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
-  w->m_queue_bytes = ak_metrics_series(ak_metrics_family(m, "ankusa_batcher_queue_bytes",
-                                                         "Body bytes buffered or in flight in the writer.",
-                                                         AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
-  w->m_disk_free = ak_metrics_series(ak_metrics_family(m, "ankusa_disk_free_bytes",
-                                                      "Free bytes on the data volume (for unprivileged use).",
-                                                      AK_METRIC_GAUGE, inst_l, NULL, 0), iv);
+  w->m_unavail = ak_metrics_instance_series(m, inst->name, "ankusa_store_unavailable_seconds", "How long the store has been closed (0 when open).", AK_METRIC_GAUGE);
+  w->m_replay = ak_metrics_instance_series(m, inst->name, "ankusa_store_wal_replay_seconds", "Duration of the last store open (WAL replay).", AK_METRIC_GAUGE);
+  w->m_queue_records = ak_metrics_instance_series(m, inst->name, "ankusa_batcher_queue_records", "Records buffered or in flight in the writer.", AK_METRIC_GAUGE);
+  w->m_queue_bytes = ak_metrics_instance_series(m, inst->name, "ankusa_batcher_queue_bytes", "Body bytes buffered or in flight in the writer.", AK_METRIC_GAUGE);
+  w->m_disk_free = ak_metrics_instance_series(m, inst->name, "ankusa_disk_free_bytes", "Free bytes on the data volume (for unprivileged use).", AK_METRIC_GAUGE);
   ak_gauge_set(w->m_hooks, (double)atomic_load(&w->hooks_total));
   ak_gauge_set(w->m_replay, ak_store_last_open_seconds(w->store));
   return w;

@@ -339,31 +339,7 @@ int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **va
 }
 
 int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx) {
-  pthread_rwlock_rdlock(&st->lock);
-  if (!st->db || !st->cf[cf]) {
-    pthread_rwlock_unlock(&st->lock);
-    return -1;
-  }
-  rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->cf[cf]);
-  if (plen) rocksdb_iter_seek(it, prefix, plen);
-  else rocksdb_iter_seek_to_first(it);
-  int rc = 0;
-  for (; rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-    size_t kl, vl;
-    const char *k = rocksdb_iter_key(it, &kl);
-    if (plen && (kl < plen || memcmp(k, prefix, plen) != 0)) break;
-    const char *v = rocksdb_iter_value(it, &vl);
-    if (cb(k, kl, v, vl, ctx)) break;
-  }
-  char *e = NULL;
-  rocksdb_iter_get_error(it, &e);
-  if (e) {
-    free(e);
-    rc = -1;
-  }
-  rocksdb_iter_destroy(it);
-  pthread_rwlock_unlock(&st->lock);
-  return rc;
+  return ak_store_scan_from(st, cf, prefix, plen, NULL, 0, false, cb, ctx);
 }
 
 int ak_store_scan_from(ak_store_t *st, int cf, const void *prefix, size_t plen, const void *from, size_t flen,

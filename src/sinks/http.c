@@ -1,0 +1,779 @@
+/* The `http` sink: POST/PUT/PATCH of the raw hook body to one URL, on libcurl multi.
+ * Owns its option rows, one background thread per instance (a CURLM plus a bounded
+ * queue, woken with curl_multi_wakeup), Standard Webhooks delivery signing, the
+ * status -> outcome mapping and the egress check of every address it connects to.
+ * Never follows a redirect, never retries on its own (dispatch owns retries), never
+ * reads more than max_response_bytes of a response, never puts a secret, a header value
+ * or the URL into an outcome reason, and never touches the store.
+ *
+ * Not in the registry yet (registry.c keeps `http` supported = false until the
+ * dispatcher delivers to it); callers reach it through these two names:
+ *   extern const ak_sink_vtable_t ak_sink_http_impl;   create() = default egress guard
+ *   void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
+ *                                             const ak_egress_t *egress, char *err, size_t errlen);
+ * The egress guard is borrowed and must outlive the sink; NULL means the default guard
+ * (no allow list, no http://), owned by the sink.
+ *
+ * Egress pinning: libcurl resolves the name, and CURLOPT_OPENSOCKETFUNCTION judges each
+ * sockaddr right before the socket for it is created. The address checked is therefore
+ * the address connected to, whatever DNS answers next (rebinding), and resolving stays
+ * off this thread (curl's threaded resolver) instead of a blocking getaddrinfo here.
+ * Proxies are disabled (CURLOPT_PROXY ""): through one, the check would judge the proxy. */
+#include <ctype.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <curl/curl.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include "core/envelope.h"
+#include "sinks/egress.h"
+#include "sinks/sink.h"
+
+#define HTTP_MAX_SECRETS 8
+#define HTTP_MAX_ACTIVE 64        /* transfers in the CURLM at once */
+#define HTTP_MAX_OUTSTANDING 4096 /* queued + active; beyond it deliver answers retry */
+#define HTTP_RETRY_AFTER_CAP_MS 3600000
+
+void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
+                                           const ak_egress_t *egress, char *err, size_t errlen);
+
+static const ak_opt_t http_opts[] = {
+  {.key = "url", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN, .min = 1,
+   .doc = "destination URL; https:// (http:// only with egress.allow_http)"},
+  {.key = "method", .type = AK_OPT_ENUM, .def = "post", .enum_vals = "post|put|patch",
+   .doc = "HTTP method of the delivery"},
+  {.key = "headers", .type = AK_OPT_ANY_MAP, .flags = AK_OPTF_SECRET,
+   .doc = "extra request headers (name: value); x-ankusa-* and webhook-* names are the sink's own"},
+  {.key = "timeout_ms", .type = AK_OPT_INT, .def = "5000", .min = 1, .max = 3600000,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "connect + response timeout of one attempt"},
+  {.key = "max_response_bytes", .type = AK_OPT_INT, .def = "65536", .min = 0, .max = 1073741824,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX,
+   .doc = "response body bytes read (and discarded) at most; only the status is used"},
+  {.key = "secret", .type = AK_OPT_SECRETS, .flags = AK_OPTF_SECRET | AK_OPTF_NULLABLE,
+   .doc = "Standard Webhooks signing secret(s), whsec_<base64> or raw; one v1 signature each"},
+  {0},
+};
+
+typedef struct http_sink http_sink_t;
+
+typedef struct http_req {
+  struct http_req *next, *prev;
+  http_sink_t *sink;
+  CURL *easy;
+  struct curl_slist *hdrs;
+  char id[AK_UUID_STR_LEN];
+  char *source, *tenant, *ctype;
+  uint8_t *body;
+  size_t body_len;
+  void *ctx;
+  ak_sink_done_fn done;
+  size_t resp_bytes;
+  bool truncated;
+  int64_t retry_after_ms; /* -1: none */
+  bool egress_refused;
+  char egress_reason[96];
+} http_req_t;
+
+struct http_sink {
+  char *url;
+  const char *method; /* NULL = POST */
+  char **conf_headers; /* "name: value" lines */
+  size_t nconf_headers;
+  long timeout_ms;
+  size_t max_resp;
+  uint8_t *keys[HTTP_MAX_SECRETS];
+  size_t keylen[HTTP_MAX_SECRETS];
+  size_t nkeys;
+  EVP_MAC *mac;
+  const ak_egress_t *egress;
+  ak_egress_t *owned_egress;
+  char source_id[72];
+
+  CURLM *multi;
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  http_req_t *q_head, *q_tail; /* waiting for a slot; under mu */
+  size_t outstanding;          /* queued + active; under mu */
+  bool stop;                   /* under mu */
+  http_req_t *active;          /* in the CURLM; worker thread only */
+};
+
+/* ---- options ---------------------------------------------------------------------- */
+
+static int opt_int(const json_t *opts, const char *key, long def, long min, long max, long *out,
+                   char *err, size_t errlen) {
+  const json_t *v = opts ? json_object_get(opts, key) : NULL;
+  if (!v || json_is_null(v)) {
+    *out = def;
+    return 0;
+  }
+  long long x = 0;
+  if (json_is_integer(v)) {
+    x = json_integer_value(v);
+  } else if (json_is_string(v)) {
+    const char *s = json_string_value(v);
+    char *end = NULL;
+    if (!*s) goto bad;
+    x = strtoll(s, &end, 10);
+    if (*end) goto bad;
+  } else {
+    goto bad;
+  }
+  if (x < min || x > max) {
+    snprintf(err, errlen, "%s: must be between %ld and %ld", key, min, max);
+    return -1;
+  }
+  *out = (long)x;
+  return 0;
+bad:
+  snprintf(err, errlen, "%s: must be an integer", key);
+  return -1;
+}
+
+static bool header_name_ok(const char *n) {
+  if (!*n) return false;
+  for (const char *p = n; *p; p++)
+    if (!(isalnum((unsigned char)*p) || strchr("!#$%&'*+-.^_`|~", *p))) return false;
+  return true;
+}
+
+static bool header_value_ok(const char *v) {
+  for (const char *p = v; *p; p++)
+    if (*p == '\r' || *p == '\n' || *p == '\0') return false;
+  return true;
+}
+
+/* Names the sink sets itself: an operator header of the same name is dropped at create
+ * (identity beats configuration; a duplicate would let a receiver read the wrong one). */
+static bool reserved_header(const char *n) {
+  return strncasecmp(n, "x-ankusa-", 9) == 0 || strncasecmp(n, "webhook-", 8) == 0 ||
+         strcasecmp(n, "content-type") == 0 || strcasecmp(n, "content-length") == 0 ||
+         strcasecmp(n, "transfer-encoding") == 0 || strcasecmp(n, "host") == 0 ||
+         strcasecmp(n, "expect") == 0;
+}
+
+/* Key bytes of one secret: whsec_<base64> decodes, anything else is used as is. */
+static int derive_key(const char *secret, uint8_t **key, size_t *keylen) {
+  size_t n = strlen(secret);
+  if (n == 0) return -1;
+  if (strncmp(secret, "whsec_", 6) != 0) {
+    *key = malloc(n);
+    if (!*key) return -1;
+    memcpy(*key, secret, n);
+    *keylen = n;
+    return 0;
+  }
+  const char *b = secret + 6;
+  size_t bl = strlen(b);
+  if (bl == 0 || bl % 4 != 0) return -1;
+  uint8_t *out = malloc(bl / 4 * 3 + 1);
+  if (!out) return -1;
+  int got = EVP_DecodeBlock(out, (const unsigned char *)b, (int)bl);
+  if (got < 0) {
+    free(out);
+    return -1;
+  }
+  size_t len = (size_t)got;
+  if (bl >= 1 && b[bl - 1] == '=') len--;
+  if (bl >= 2 && b[bl - 2] == '=') len--;
+  if (len == 0) {
+    free(out);
+    return -1;
+  }
+  *key = out;
+  *keylen = len;
+  return 0;
+}
+
+/* ---- outcome ---------------------------------------------------------------------- */
+
+static int64_t parse_retry_after(const char *v) {
+  while (*v == ' ' || *v == '\t') v++;
+  if (!*v) return -1;
+  if (isdigit((unsigned char)*v)) {
+    int64_t secs = 0;
+    for (; isdigit((unsigned char)*v); v++) {
+      secs = secs * 10 + (*v - '0');
+      if (secs > HTTP_RETRY_AFTER_CAP_MS / 1000) secs = HTTP_RETRY_AFTER_CAP_MS / 1000;
+    }
+    while (*v == ' ' || *v == '\t') v++;
+    return *v ? -1 : secs * 1000;
+  }
+  time_t t = curl_getdate(v, NULL);
+  if (t == (time_t)-1) return -1;
+  int64_t ms = ((int64_t)t - (int64_t)time(NULL)) * 1000;
+  if (ms < 0) ms = 0;
+  return ms > HTTP_RETRY_AFTER_CAP_MS ? HTTP_RETRY_AFTER_CAP_MS : ms;
+}
+
+static void outcome_for_status(long status, int64_t retry_after_ms, ak_sink_outcome_t *out) {
+  snprintf(out->reason, sizeof out->reason, "http %ld", status);
+  if (status >= 200 && status <= 299) {
+    out->result = AK_SINK_OK;
+    out->reason[0] = '\0';
+    return;
+  }
+  switch (status) {
+  case 400: case 401: case 403: case 404: case 410: case 413: case 422:
+    out->result = AK_SINK_PERMANENT;
+    return;
+  default:
+    break;
+  }
+  out->result = AK_SINK_RETRY;
+  if ((status == 408 || status == 429 || (status >= 500 && status <= 599)) && retry_after_ms > 0)
+    out->retry_after_ms = retry_after_ms;
+}
+
+static void outcome_for_transport(CURLcode rc, ak_sink_outcome_t *out) {
+  out->result = AK_SINK_RETRY;
+  const char *what = curl_easy_strerror(rc);
+  switch (rc) {
+  case CURLE_OPERATION_TIMEDOUT:
+    snprintf(out->reason, sizeof out->reason, "timeout");
+    break;
+  case CURLE_COULDNT_RESOLVE_HOST:
+    snprintf(out->reason, sizeof out->reason, "resolve: %s", what);
+    break;
+  case CURLE_COULDNT_CONNECT:
+    snprintf(out->reason, sizeof out->reason, "connect: %s", what);
+    break;
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_CIPHER:
+  case CURLE_SSL_CACERT_BADFILE:
+    snprintf(out->reason, sizeof out->reason, "tls: %s", what);
+    break;
+  default:
+    snprintf(out->reason, sizeof out->reason, "transport: %s", what);
+    break;
+  }
+}
+
+/* ---- requests --------------------------------------------------------------------- */
+
+static void req_free(http_req_t *r) {
+  if (!r) return;
+  if (r->easy) curl_easy_cleanup(r->easy);
+  curl_slist_free_all(r->hdrs);
+  free(r->source);
+  free(r->tenant);
+  free(r->ctype);
+  free(r->body);
+  free(r);
+}
+
+/* Calls done exactly once, then frees the request. Worker thread (or deliver's caller
+ * for a request that never reached the queue). */
+static void req_finish(http_req_t *r, const ak_sink_outcome_t *out) {
+  http_sink_t *s = r->sink;
+  ak_sink_done_fn done = r->done;
+  void *ctx = r->ctx;
+  req_free(r);
+  pthread_mutex_lock(&s->mu);
+  s->outstanding--;
+  pthread_mutex_unlock(&s->mu);
+  done(ctx, out);
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+  http_req_t *r = ud;
+  (void)ptr;
+  size_t n = size * nmemb;
+  if (r->resp_bytes + n > r->sink->max_resp) {
+    /* Enough read: abort the transfer (the status is already known). */
+    r->truncated = true;
+    return 0;
+  }
+  r->resp_bytes += n;
+  return n;
+}
+
+static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
+  http_req_t *r = ud;
+  size_t n = size * nitems;
+  if (n >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
+    r->retry_after_ms = -1; /* a new response (after a 1xx): forget the previous one */
+  } else if (n > 12 && strncasecmp(buf, "retry-after:", 12) == 0) {
+    char v[128];
+    size_t vl = n - 12;
+    if (vl >= sizeof v) vl = sizeof v - 1;
+    memcpy(v, buf + 12, vl);
+    v[vl] = '\0';
+    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' ')) v[--vl] = '\0';
+    r->retry_after_ms = parse_retry_after(v);
+  }
+  return n;
+}
+
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *addr) {
+  http_req_t *r = ud;
+  (void)purpose;
+  if (!ak_egress_addr_allowed(r->sink->egress, &addr->addr)) {
+    if (!r->egress_refused)
+      ak_egress_refusal(&addr->addr, r->egress_reason, sizeof r->egress_reason);
+    r->egress_refused = true;
+    return CURL_SOCKET_BAD;
+  }
+  return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+static bool add_header(struct curl_slist **l, const char *name, const char *val, size_t vlen) {
+  char line[1024];
+  int n;
+  if (vlen == 0)
+    n = snprintf(line, sizeof line, "%s;", name); /* curl's way to send an empty value */
+  else
+    n = snprintf(line, sizeof line, "%s: %.*s", name, (int)vlen, val);
+  if (n < 0 || (size_t)n >= sizeof line) return true; /* oversized value: left out */
+  struct curl_slist *nl = curl_slist_append(*l, line);
+  if (!nl) return false;
+  *l = nl;
+  return true;
+}
+
+static bool add_line(struct curl_slist **l, const char *line) {
+  struct curl_slist *nl = curl_slist_append(*l, line);
+  if (!nl) return false;
+  *l = nl;
+  return true;
+}
+
+/* webhook-signature value: "v1,<b64> v1,<b64> ..." over "<id>.<ts>.<body>". */
+static int sign(const http_sink_t *s, const http_req_t *r, const char *ts, char *out, size_t outlen) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < s->nkeys; i++) {
+    uint8_t mac[EVP_MAX_MD_SIZE];
+    size_t maclen = 0;
+    EVP_MAC_CTX *c = EVP_MAC_CTX_new(s->mac);
+    if (!c) return -1;
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+                           OSSL_PARAM_construct_end()};
+    int ok = EVP_MAC_init(c, s->keys[i], s->keylen[i], params) &&
+             EVP_MAC_update(c, (const unsigned char *)r->id, strlen(r->id)) &&
+             EVP_MAC_update(c, (const unsigned char *)".", 1) &&
+             EVP_MAC_update(c, (const unsigned char *)ts, strlen(ts)) &&
+             EVP_MAC_update(c, (const unsigned char *)".", 1) &&
+             (r->body_len == 0 || EVP_MAC_update(c, r->body, r->body_len)) &&
+             EVP_MAC_final(c, mac, &maclen, sizeof mac);
+    EVP_MAC_CTX_free(c);
+    if (!ok) return -1;
+    char b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+    EVP_EncodeBlock((unsigned char *)b64, mac, (int)maclen);
+    OPENSSL_cleanse(mac, sizeof mac);
+    int n = snprintf(out + used, outlen - used, "%sv1,%s", i ? " " : "", b64);
+    if (n < 0 || (size_t)n >= outlen - used) return -1;
+    used += (size_t)n;
+  }
+  return 0;
+}
+
+/* Build the easy handle; returns false (out filled) when the attempt cannot start. */
+static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
+  out->result = AK_SINK_RETRY;
+  snprintf(out->reason, sizeof out->reason, "out of memory");
+  r->retry_after_ms = -1;
+  r->easy = curl_easy_init();
+  if (!r->easy) return false;
+  CURL *e = r->easy;
+
+  bool ok = add_header(&r->hdrs, "content-type", r->ctype ? r->ctype : "application/octet-stream",
+                       r->ctype ? strlen(r->ctype) : strlen("application/octet-stream")) &&
+            add_header(&r->hdrs, "x-ankusa-id", r->id, strlen(r->id)) &&
+            add_header(&r->hdrs, "x-ankusa-source", r->source, strlen(r->source)) &&
+            add_header(&r->hdrs, "x-ankusa-idempotency-key", r->id, strlen(r->id)) &&
+            (!r->tenant || add_header(&r->hdrs, "x-ankusa-tenant", r->tenant, strlen(r->tenant))) &&
+            add_line(&r->hdrs, "Expect:");
+  for (size_t i = 0; ok && i < s->nconf_headers; i++) ok = add_line(&r->hdrs, s->conf_headers[i]);
+  if (ok && s->nkeys) {
+    char ts[24];
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    char sig[HTTP_MAX_SECRETS * 52 + 1];
+    if (sign(s, r, ts, sig, sizeof sig) != 0) {
+      snprintf(out->reason, sizeof out->reason, "signing failed");
+      return false;
+    }
+    ok = add_header(&r->hdrs, "webhook-id", r->id, strlen(r->id)) &&
+         add_header(&r->hdrs, "webhook-timestamp", ts, strlen(ts)) &&
+         add_header(&r->hdrs, "webhook-signature", sig, strlen(sig));
+  }
+  if (!ok) return false;
+
+  static const char empty[1] = "";
+  CURLcode rc = CURLE_OK;
+#define SET(opt, val) \
+  if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val)
+  SET(CURLOPT_URL, s->url);
+  SET(CURLOPT_PROTOCOLS_STR, "http,https");
+  SET(CURLOPT_FOLLOWLOCATION, 0L);
+  SET(CURLOPT_PROXY, "");
+  SET(CURLOPT_NOSIGNAL, 1L);
+  SET(CURLOPT_TIMEOUT_MS, s->timeout_ms);
+  SET(CURLOPT_CONNECTTIMEOUT_MS, s->timeout_ms);
+  SET(CURLOPT_USERAGENT, "ankusa/" AK_VERSION);
+  SET(CURLOPT_HTTPHEADER, r->hdrs);
+  SET(CURLOPT_POST, 1L);
+  SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+  SET(CURLOPT_POSTFIELDS, r->body ? (const char *)r->body : empty);
+  if (s->method) SET(CURLOPT_CUSTOMREQUEST, s->method);
+  SET(CURLOPT_WRITEFUNCTION, on_body);
+  SET(CURLOPT_WRITEDATA, r);
+  SET(CURLOPT_HEADERFUNCTION, on_header);
+  SET(CURLOPT_HEADERDATA, r);
+  SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  SET(CURLOPT_OPENSOCKETDATA, r);
+  SET(CURLOPT_PRIVATE, r);
+#undef SET
+  if (rc != CURLE_OK) {
+    snprintf(out->reason, sizeof out->reason, "curl setup: %s", curl_easy_strerror(rc));
+    return false;
+  }
+  if (curl_multi_add_handle(s->multi, e) != CURLM_OK) {
+    snprintf(out->reason, sizeof out->reason, "curl setup: multi add failed");
+    return false;
+  }
+  return true;
+}
+
+static void active_unlink(http_sink_t *s, http_req_t *r) {
+  if (r->prev) r->prev->next = r->next;
+  else s->active = r->next;
+  if (r->next) r->next->prev = r->prev;
+  r->next = r->prev = NULL;
+}
+
+static void req_complete(http_sink_t *s, http_req_t *r, CURLcode rc) {
+  ak_sink_outcome_t out = {.result = AK_SINK_RETRY};
+  long status = 0;
+  curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+  if (r->egress_refused && rc != CURLE_OK && status == 0) {
+    out.result = AK_SINK_PERMANENT;
+    snprintf(out.reason, sizeof out.reason, "%s", r->egress_reason);
+  } else if (status > 0 && (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && r->truncated))) {
+    outcome_for_status(status, r->retry_after_ms, &out);
+  } else {
+    outcome_for_transport(rc, &out);
+  }
+  curl_multi_remove_handle(s->multi, r->easy);
+  req_finish(r, &out);
+}
+
+static void *worker(void *arg) {
+  http_sink_t *s = arg;
+  size_t nactive = 0;
+  for (;;) {
+    http_req_t *take = NULL, **tail = &take;
+    pthread_mutex_lock(&s->mu);
+    bool stop = s->stop;
+    while (!stop && s->q_head && nactive < HTTP_MAX_ACTIVE) {
+      http_req_t *r = s->q_head;
+      s->q_head = r->next;
+      if (!s->q_head) s->q_tail = NULL;
+      r->next = NULL;
+      *tail = r;
+      tail = &r->next;
+      nactive++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (stop) break;
+
+    while (take) {
+      http_req_t *r = take;
+      take = r->next;
+      r->next = NULL;
+      ak_sink_outcome_t out;
+      if (!req_start(s, r, &out)) {
+        nactive--;
+        req_finish(r, &out);
+        continue;
+      }
+      r->next = s->active;
+      if (s->active) s->active->prev = r;
+      s->active = r;
+    }
+
+    int running = 0;
+    curl_multi_perform(s->multi, &running);
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(s->multi, &left))) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      http_req_t *r = NULL;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+      CURLcode rc = msg->data.result;
+      active_unlink(s, r);
+      nactive--;
+      req_complete(s, r, rc);
+    }
+    curl_multi_poll(s->multi, NULL, 0, 1000, NULL);
+  }
+
+  /* Stopping: everything still here is answered once, as a retry. */
+  ak_sink_outcome_t out = {.result = AK_SINK_RETRY};
+  snprintf(out.reason, sizeof out.reason, "sink stopped");
+  while (s->active) {
+    http_req_t *r = s->active;
+    active_unlink(s, r);
+    curl_multi_remove_handle(s->multi, r->easy);
+    req_finish(r, &out);
+  }
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    http_req_t *r = s->q_head;
+    if (r) {
+      s->q_head = r->next;
+      if (!s->q_head) s->q_tail = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!r) break;
+    req_finish(r, &out);
+  }
+  return NULL;
+}
+
+/* ---- vtable ----------------------------------------------------------------------- */
+
+static char *dup_n(const char *p, size_t n) {
+  char *d = malloc(n + 1);
+  if (!d) return NULL;
+  if (n) memcpy(d, p, n);
+  d[n] = '\0';
+  return d;
+}
+
+/* A header value from the envelope goes on the wire only when it cannot split a line. */
+static char *dup_header_value(const char *p, size_t n) {
+  if (!p || n == 0) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if (p[i] == '\r' || p[i] == '\n' || p[i] == '\0') return NULL;
+  return dup_n(p, n);
+}
+
+static void http_deliver(void *self, const ak_envelope_t *env, void *ctx, ak_sink_done_fn done) {
+  http_sink_t *s = self;
+  ak_sink_outcome_t out = {.result = AK_SINK_RETRY};
+  if (!ak_egress_url_allowed(s->egress, s->url, out.reason, sizeof out.reason)) {
+    out.result = AK_SINK_PERMANENT;
+    done(ctx, &out);
+    return;
+  }
+  http_req_t *r = calloc(1, sizeof *r);
+  if (!r) goto oom;
+  r->sink = s;
+  r->ctx = ctx;
+  r->done = done;
+  ak_uuid_format(env->id, r->id);
+  r->source = env->source_len ? dup_header_value(env->source, env->source_len) : dup_n(s->source_id, strlen(s->source_id));
+  if (!r->source) r->source = dup_n("", 0);
+  r->tenant = dup_header_value(env->tenant, env->tenant_len);
+  r->ctype = dup_header_value(env->content_type, env->content_type_len);
+  r->body_len = env->body_len;
+  if (env->body_len) {
+    r->body = malloc(env->body_len);
+    if (r->body) memcpy(r->body, env->body, env->body_len);
+  }
+  if (!r->source || (env->body_len && !r->body)) {
+    req_free(r);
+    goto oom;
+  }
+
+  pthread_mutex_lock(&s->mu);
+  if (s->stop || s->outstanding >= HTTP_MAX_OUTSTANDING) {
+    bool stopped = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    req_free(r);
+    snprintf(out.reason, sizeof out.reason, stopped ? "sink stopped" : "http sink queue full");
+    done(ctx, &out);
+    return;
+  }
+  s->outstanding++;
+  if (s->q_tail) s->q_tail->next = r;
+  else s->q_head = r;
+  s->q_tail = r;
+  pthread_mutex_unlock(&s->mu);
+  curl_multi_wakeup(s->multi);
+  return;
+oom:
+  snprintf(out.reason, sizeof out.reason, "out of memory");
+  done(ctx, &out);
+}
+
+static void http_destroy(void *self) {
+  http_sink_t *s = self;
+  if (!s) return;
+  if (s->thread_started) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_mutex_unlock(&s->mu);
+    curl_multi_wakeup(s->multi);
+    pthread_join(s->thread, NULL);
+  }
+  if (s->multi) curl_multi_cleanup(s->multi);
+  pthread_mutex_destroy(&s->mu);
+  for (size_t i = 0; i < s->nkeys; i++) {
+    OPENSSL_cleanse(s->keys[i], s->keylen[i]);
+    free(s->keys[i]);
+  }
+  for (size_t i = 0; i < s->nconf_headers; i++) {
+    OPENSSL_cleanse(s->conf_headers[i], strlen(s->conf_headers[i]));
+    free(s->conf_headers[i]);
+  }
+  free(s->conf_headers);
+  EVP_MAC_free(s->mac);
+  ak_egress_free(s->owned_egress);
+  free(s->url);
+  free(s);
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static int parse_opts(http_sink_t *s, const json_t *opts, char *err, size_t errlen) {
+  const json_t *url = opts ? json_object_get(opts, "url") : NULL;
+  if (!json_is_string(url) || !*json_string_value(url)) {
+    snprintf(err, errlen, "url: missing required key");
+    return -1;
+  }
+  s->url = strdup(json_string_value(url));
+  if (!s->url) goto oom;
+
+  const json_t *m = json_object_get(opts, "method");
+  if (m && !json_is_null(m)) {
+    const char *mv = json_is_string(m) ? json_string_value(m) : "";
+    if (strcasecmp(mv, "post") == 0) s->method = NULL;
+    else if (strcasecmp(mv, "put") == 0) s->method = "PUT";
+    else if (strcasecmp(mv, "patch") == 0) s->method = "PATCH";
+    else {
+      snprintf(err, errlen, "method: must be one of post, put, patch");
+      return -1;
+    }
+  }
+
+  long v;
+  if (opt_int(opts, "timeout_ms", 5000, 1, 3600000, &v, err, errlen) != 0) return -1;
+  s->timeout_ms = v;
+  if (opt_int(opts, "max_response_bytes", 65536, 0, 1073741824, &v, err, errlen) != 0) return -1;
+  s->max_resp = (size_t)v;
+
+  const json_t *h = json_object_get(opts, "headers");
+  if (h && !json_is_null(h)) {
+    if (!json_is_object(h)) {
+      snprintf(err, errlen, "headers: must be a mapping of name: value");
+      return -1;
+    }
+    s->conf_headers = calloc(json_object_size(h) + 1, sizeof *s->conf_headers);
+    if (!s->conf_headers) goto oom;
+    const char *name;
+    const json_t *hv;
+    json_object_foreach((json_t *)h, name, hv) {
+      if (!header_name_ok(name)) {
+        snprintf(err, errlen, "headers.%.64s: not a valid header name", name);
+        return -1;
+      }
+      if (!json_is_string(hv) || !header_value_ok(json_string_value(hv))) {
+        snprintf(err, errlen, "headers.%.64s: must be a string without line breaks", name);
+        return -1;
+      }
+      if (reserved_header(name)) continue;
+      const char *val = json_string_value(hv);
+      size_t len = strlen(name) + strlen(val) + 3;
+      char *line = malloc(len);
+      if (!line) goto oom;
+      if (*val) snprintf(line, len, "%s: %s", name, val);
+      else snprintf(line, len, "%s;", name);
+      s->conf_headers[s->nconf_headers++] = line;
+    }
+  }
+
+  const json_t *sec = json_object_get(opts, "secret");
+  if (sec && !json_is_null(sec)) {
+    const json_t *one[1] = {sec};
+    size_t n = json_is_array(sec) ? json_array_size(sec) : 1;
+    if ((!json_is_array(sec) && !json_is_string(sec)) || n == 0 || n > HTTP_MAX_SECRETS) {
+      snprintf(err, errlen, "secret: must be a non-empty string or a list of 1..%d", HTTP_MAX_SECRETS);
+      return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+      const json_t *it = json_is_array(sec) ? json_array_get(sec, i) : one[0];
+      if (!json_is_string(it) || derive_key(json_string_value(it), &s->keys[i], &s->keylen[i]) != 0) {
+        if (json_is_array(sec))
+          snprintf(err, errlen, "secret[%zu]: empty, or a whsec_ value that is not valid base64", i);
+        else
+          snprintf(err, errlen, "secret: empty, or a whsec_ value that is not valid base64");
+        return -1;
+      }
+      s->nkeys = i + 1;
+    }
+    s->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (!s->mac) {
+      snprintf(err, errlen, "secret: HMAC unavailable in libcrypto");
+      return -1;
+    }
+  }
+  return 0;
+oom:
+  snprintf(err, errlen, "out of memory");
+  return -1;
+}
+
+void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
+                                           const ak_egress_t *egress, char *err, size_t errlen) {
+  pthread_once(&curl_once, curl_init);
+  if (curl_init_rc != CURLE_OK) {
+    snprintf(err, errlen, "libcurl init failed: %s", curl_easy_strerror(curl_init_rc));
+    return NULL;
+  }
+  http_sink_t *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  pthread_mutex_init(&s->mu, NULL);
+  snprintf(s->source_id, sizeof s->source_id, "%s", source_id ? source_id : "");
+  if (parse_opts(s, opts, err, errlen) != 0) goto fail;
+  if (!egress) {
+    s->owned_egress = ak_egress_new(NULL, 0, false, err, errlen);
+    if (!s->owned_egress) goto fail;
+    egress = s->owned_egress;
+  }
+  s->egress = egress;
+  s->multi = curl_multi_init();
+  if (!s->multi) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
+  if (pthread_create(&s->thread, NULL, worker, s) != 0) {
+    snprintf(err, errlen, "cannot start the http sink thread");
+    goto fail;
+  }
+  s->thread_started = true;
+  return s;
+fail:
+  http_destroy(s);
+  return NULL;
+}
+
+static void *http_create(const json_t *opts, const char *source_id, char *err, size_t errlen) {
+  return ak_sink_http_impl_create_with_egress(opts, source_id, NULL, err, errlen);
+}
+
+const ak_sink_vtable_t ak_sink_http_impl = {
+  .type = "http",
+  .durable = true,
+  .supported = true,
+  .options = http_opts,
+  .create = http_create,
+  .deliver = http_deliver,
+  .destroy = http_destroy,
+};

@@ -1,0 +1,654 @@
+/* Unit tests: the http sink against a receiver in this process (libmicrohttpd on
+ * 127.0.0.1, port 0): request shape, Standard Webhooks signatures checked with an HMAC
+ * computed here, status mapping, timeouts, response cap, and the egress guard. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include "core/envelope.h"
+#include "sinks/egress.h"
+#include "sinks/sink.h"
+
+extern const ak_sink_vtable_t ak_sink_http_impl;
+void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
+                                           const ak_egress_t *egress, char *err, size_t errlen);
+
+/* ---- receiver --------------------------------------------------------------------- */
+
+#define MAX_HDRS 64
+
+typedef struct {
+  struct MHD_Daemon *d;
+  unsigned short port;
+  pthread_mutex_t mu;
+  int count;
+  char method[16];
+  char url[256];
+  int nhdrs;
+  char *hname[MAX_HDRS], *hval[MAX_HDRS];
+  unsigned char *body;
+  size_t body_len;
+  int completed_ok, completed_err; /* requests MHD finished sending, or lost mid-way */
+} recv_t;
+
+typedef struct {
+  unsigned char *buf;
+  size_t len;
+} conn_t;
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  (void)kind;
+  recv_t *rv = cls;
+  if (rv->nhdrs < MAX_HDRS) {
+    rv->hname[rv->nhdrs] = strdup(key);
+    rv->hval[rv->nhdrs] = strdup(value ? value : "");
+    rv->nhdrs++;
+  }
+  return MHD_YES;
+}
+
+static void clear_request(recv_t *rv) {
+  for (int i = 0; i < rv->nhdrs; i++) {
+    free(rv->hname[i]);
+    free(rv->hval[i]);
+  }
+  rv->nhdrs = 0;
+  free(rv->body);
+  rv->body = NULL;
+  rv->body_len = 0;
+}
+
+/* Paths: /status/<code>[/<retry-after>], /sleep/<ms>, /big/<bytes>, /redirect. */
+static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **state) {
+  (void)version;
+  recv_t *rv = cls;
+  conn_t *c = *state;
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    *state = c;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    c->buf = realloc(c->buf, c->len + *upload_size);
+    memcpy(c->buf + c->len, upload, *upload_size);
+    c->len += *upload_size;
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  pthread_mutex_lock(&rv->mu);
+  clear_request(rv);
+  rv->count++;
+  snprintf(rv->method, sizeof rv->method, "%s", method);
+  snprintf(rv->url, sizeof rv->url, "%s", url);
+  MHD_get_connection_values(con, MHD_HEADER_KIND, collect_header, rv);
+  rv->body = c->buf;
+  rv->body_len = c->len;
+  c->buf = NULL;
+  pthread_mutex_unlock(&rv->mu);
+
+  unsigned code = 200;
+  char retry_after[64] = "";
+  size_t big = 0;
+  const char *loc = NULL;
+  if (strncmp(url, "/status/", 8) == 0) {
+    code = (unsigned)atoi(url + 8);
+    const char *ra = strchr(url + 8, '/');
+    if (ra) {
+      snprintf(retry_after, sizeof retry_after, "%s", ra + 1);
+      for (char *p = retry_after; *p; p++)
+        if (*p == '_') *p = ' ';
+    }
+  } else if (strncmp(url, "/sleep/", 7) == 0) {
+    usleep((useconds_t)atoi(url + 7) * 1000);
+  } else if (strncmp(url, "/big/", 5) == 0) {
+    big = (size_t)atol(url + 5);
+  } else if (strcmp(url, "/redirect") == 0) {
+    code = 302;
+    loc = "/status/200";
+  }
+  struct MHD_Response *resp;
+  if (big) {
+    char *b = malloc(big);
+    memset(b, 'x', big);
+    resp = MHD_create_response_from_buffer(big, b, MHD_RESPMEM_MUST_FREE);
+  } else {
+    resp = MHD_create_response_from_buffer(2, (void *)"ok", MHD_RESPMEM_PERSISTENT);
+  }
+  if (*retry_after) MHD_add_response_header(resp, "Retry-After", retry_after);
+  if (loc) MHD_add_response_header(resp, "Location", loc);
+  enum MHD_Result r = MHD_queue_response(con, code, resp);
+  MHD_destroy_response(resp);
+  return r;
+}
+
+static void completed(void *cls, struct MHD_Connection *con, void **state, enum MHD_RequestTerminationCode t) {
+  (void)con;
+  recv_t *rv = cls;
+  pthread_mutex_lock(&rv->mu);
+  if (t == MHD_REQUEST_TERMINATED_COMPLETED_OK) rv->completed_ok++;
+  else rv->completed_err++;
+  pthread_mutex_unlock(&rv->mu);
+  conn_t *c = *state;
+  if (c) {
+    free(c->buf);
+    free(c);
+  }
+  *state = NULL;
+}
+
+static recv_t *recv_start(void) {
+  recv_t *rv = calloc(1, sizeof *rv);
+  pthread_mutex_init(&rv->mu, NULL);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  rv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL,
+                           handle, rv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                           MHD_OPTION_NOTIFY_COMPLETED, completed, rv, MHD_OPTION_END);
+  cr_assert_not_null(rv->d, "receiver did not start");
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(rv->d, MHD_DAEMON_INFO_BIND_PORT);
+  rv->port = info->port;
+  cr_assert_neq(rv->port, 0);
+  return rv;
+}
+
+static void recv_stop(recv_t *rv) {
+  MHD_stop_daemon(rv->d);
+  clear_request(rv);
+  pthread_mutex_destroy(&rv->mu);
+  free(rv);
+}
+
+static const char *recv_header(recv_t *rv, const char *name) {
+  for (int i = 0; i < rv->nhdrs; i++)
+    if (strcasecmp(rv->hname[i], name) == 0) return rv->hval[i];
+  return NULL;
+}
+
+static int recv_header_count(recv_t *rv, const char *name) {
+  int n = 0;
+  for (int i = 0; i < rv->nhdrs; i++)
+    if (strcasecmp(rv->hname[i], name) == 0) n++;
+  return n;
+}
+
+static int recv_count(recv_t *rv) {
+  pthread_mutex_lock(&rv->mu);
+  int n = rv->count;
+  pthread_mutex_unlock(&rv->mu);
+  return n;
+}
+
+/* ---- sink helpers ----------------------------------------------------------------- */
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int calls;
+  ak_sink_outcome_t out;
+} waiter_t;
+
+static void on_done(void *ctx, const ak_sink_outcome_t *out) {
+  waiter_t *w = ctx;
+  pthread_mutex_lock(&w->mu);
+  w->calls++;
+  w->out = *out;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static const uint8_t hook_id[16] = {0x01, 0x8f, 0x2a, 0x3b, 0x4c, 0x5d, 0x7e, 0x6f,
+                                    0x80, 0x91, 0xa2, 0xb3, 0xc4, 0xd5, 0xe6, 0xf7};
+
+static ak_envelope_t envelope(const uint8_t *body, size_t len, const char *ctype) {
+  ak_envelope_t env;
+  memset(&env, 0, sizeof env);
+  memcpy(env.id, hook_id, 16);
+  env.seq = 42;
+  env.tenant = "acme";
+  env.tenant_len = 4;
+  env.source = "github";
+  env.source_len = 6;
+  env.content_type = ctype;
+  env.content_type_len = ctype ? strlen(ctype) : 0;
+  env.body = body;
+  env.body_len = len;
+  return env;
+}
+
+/* Deliver and wait for the single outcome. */
+static ak_sink_outcome_t deliver(void *sink, const ak_envelope_t *env) {
+  waiter_t w = {.calls = 0};
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  ak_sink_http_impl.deliver(sink, env, &w, on_done);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 15;
+  pthread_mutex_lock(&w.mu);
+  while (w.calls == 0)
+    if (pthread_cond_timedwait(&w.cv, &w.mu, &until) != 0) break;
+  pthread_mutex_unlock(&w.mu);
+  cr_assert_eq(w.calls, 1, "done called %d times", w.calls);
+  usleep(20 * 1000); /* a second done call would show up here */
+  cr_assert_eq(w.calls, 1, "done called %d times", w.calls);
+  ak_sink_outcome_t out = w.out;
+  pthread_cond_destroy(&w.cv);
+  pthread_mutex_destroy(&w.mu);
+  return out;
+}
+
+static ak_egress_t *loopback_egress(void) {
+  const char *cidrs[] = {"127.0.0.0/8"};
+  char err[160];
+  ak_egress_t *e = ak_egress_new(cidrs, 1, true, err, sizeof err);
+  cr_assert_not_null(e, "%s", err);
+  return e;
+}
+
+/* opts JSON with %d = the receiver port (printf-style). */
+static void *sink_new(const ak_egress_t *egress, const char *fmt, unsigned short port) {
+  char buf[2048];
+  snprintf(buf, sizeof buf, fmt, port);
+  json_error_t je;
+  json_t *opts = json_loads(buf, 0, &je);
+  cr_assert_not_null(opts, "bad test json: %s", je.text);
+  char err[256] = "";
+  void *s = egress ? ak_sink_http_impl_create_with_egress(opts, "github", egress, err, sizeof err)
+                   : ak_sink_http_impl.create(opts, "github", err, sizeof err);
+  json_decref(opts);
+  cr_assert_not_null(s, "create: %s", err);
+  return s;
+}
+
+static ak_sink_outcome_t post_to(recv_t *rv, const ak_egress_t *eg, const char *path) {
+  char fmt[256];
+  snprintf(fmt, sizeof fmt, "{\"url\":\"http://127.0.0.1:%%d%s\",\"timeout_ms\":3000}", path);
+  void *s = sink_new(eg, fmt, rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"{}", 2, "application/json");
+  ak_sink_outcome_t out = deliver(s, &env);
+  ak_sink_http_impl.destroy(s);
+  return out;
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+Test(http_sink, delivers_method_body_and_headers) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  const char *methods[][2] = {{"post", "POST"}, {"put", "PUT"}, {"patch", "PATCH"}};
+  uint8_t body[70000];
+  for (size_t i = 0; i < sizeof body; i++) body[i] = (uint8_t)((i * 131u) ^ (i >> 8));
+  body[5] = 0;
+  for (size_t m = 0; m < 3; m++) {
+    char fmt[512];
+    snprintf(fmt, sizeof fmt,
+             "{\"url\":\"http://127.0.0.1:%%d/hooks\",\"method\":\"%s\","
+             "\"headers\":{\"Authorization\":\"Bearer t0k\",\"x-team\":\"blue\",\"X-Ankusa-Id\":\"forged\"}}",
+             methods[m][0]);
+    void *s = sink_new(eg, fmt, rv->port);
+    ak_envelope_t env = envelope(body, sizeof body, "application/vnd.test+json");
+    ak_sink_outcome_t out = deliver(s, &env);
+    cr_expect_eq(out.result, AK_SINK_OK, "%s: %s", methods[m][0], out.reason);
+    pthread_mutex_lock(&rv->mu);
+    cr_expect_str_eq(rv->method, methods[m][1]);
+    cr_expect_str_eq(rv->url, "/hooks");
+    cr_expect_eq(rv->body_len, sizeof body);
+    cr_expect(rv->body_len == sizeof body && memcmp(rv->body, body, sizeof body) == 0, "body byte-for-byte");
+    cr_expect_str_eq(recv_header(rv, "content-type"), "application/vnd.test+json");
+    cr_expect_str_eq(recv_header(rv, "x-ankusa-id"), "018f2a3b-4c5d-7e6f-8091-a2b3c4d5e6f7");
+    cr_expect_eq(recv_header_count(rv, "x-ankusa-id"), 1, "an operator header cannot forge the id");
+    cr_expect_str_eq(recv_header(rv, "x-ankusa-source"), "github");
+    cr_expect_str_eq(recv_header(rv, "x-ankusa-tenant"), "acme");
+    cr_expect_str_eq(recv_header(rv, "x-ankusa-idempotency-key"), "018f2a3b-4c5d-7e6f-8091-a2b3c4d5e6f7");
+    cr_expect_str_eq(recv_header(rv, "authorization"), "Bearer t0k");
+    cr_expect_str_eq(recv_header(rv, "x-team"), "blue");
+    cr_expect_null(recv_header(rv, "webhook-signature"), "no secret, no signature");
+    cr_expect_null(recv_header(rv, "expect"));
+    pthread_mutex_unlock(&rv->mu);
+    ak_sink_http_impl.destroy(s);
+  }
+  cr_expect_eq(recv_count(rv), 3);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, default_content_type_and_empty_body) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/x\"}", rv->port);
+  ak_envelope_t env = envelope(NULL, 0, NULL);
+  env.tenant = NULL;
+  env.tenant_len = 0;
+  ak_sink_outcome_t out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  cr_expect_str_eq(recv_header(rv, "content-type"), "application/octet-stream");
+  cr_expect_null(recv_header(rv, "x-ankusa-tenant"), "no tenant, no header");
+  cr_expect_eq(rv->body_len, 0);
+  ak_sink_http_impl.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+static void b64(const unsigned char *in, size_t n, char *out) { EVP_EncodeBlock((unsigned char *)out, in, (int)n); }
+
+Test(http_sink, standard_webhooks_signature_per_secret) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  const char *raw_key1 = "sixteen-byte-key\x01\x02\xff";
+  char whsec[128] = "whsec_";
+  b64((const unsigned char *)raw_key1, strlen(raw_key1), whsec + 6);
+  const char *key2 = "plain secret two";
+  char fmt[512];
+  snprintf(fmt, sizeof fmt, "{\"url\":\"http://127.0.0.1:%%d/signed\",\"secret\":[\"%s\",\"%s\"]}", whsec, key2);
+  void *s = sink_new(eg, fmt, rv->port);
+  const char *body = "{\"event\":\"push\",\"n\":1}";
+  ak_envelope_t env = envelope((const uint8_t *)body, strlen(body), "application/json");
+  time_t before = time(NULL);
+  ak_sink_outcome_t out = deliver(s, &env);
+  time_t after = time(NULL);
+  cr_assert_eq(out.result, AK_SINK_OK, "%s", out.reason);
+
+  const char *id = recv_header(rv, "webhook-id");
+  const char *ts = recv_header(rv, "webhook-timestamp");
+  const char *sig = recv_header(rv, "webhook-signature");
+  cr_assert(id && ts && sig);
+  cr_expect_str_eq(id, "018f2a3b-4c5d-7e6f-8091-a2b3c4d5e6f7");
+  long long t = atoll(ts);
+  cr_expect(t >= before && t <= after, "timestamp %lld in [%lld, %lld]", t, (long long)before, (long long)after);
+
+  char signed_content[256];
+  int n = snprintf(signed_content, sizeof signed_content, "%s.%s.%s", id, ts, body);
+  const struct { const void *key; size_t len; } keys[] = {{raw_key1, strlen(raw_key1)}, {key2, strlen(key2)}};
+  char want[256] = "";
+  for (size_t i = 0; i < 2; i++) {
+    unsigned char mac[32];
+    unsigned int maclen = 0;
+    HMAC(EVP_sha256(), keys[i].key, (int)keys[i].len, (const unsigned char *)signed_content, (size_t)n, mac,
+         &maclen);
+    cr_assert_eq(maclen, 32);
+    char enc[64];
+    b64(mac, maclen, enc);
+    strcat(want, i ? " v1," : "v1,");
+    strcat(want, enc);
+  }
+  cr_expect_str_eq(sig, want);
+  ak_sink_http_impl.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, bad_secrets_refused_at_create) {
+  const char *bad[] = {"{\"url\":\"https://example.com\",\"secret\":\"whsec_!!!!\"}",
+                       "{\"url\":\"https://example.com\",\"secret\":\"whsec_\"}",
+                       "{\"url\":\"https://example.com\",\"secret\":[\"ok\",\"\"]}",
+                       "{\"url\":\"https://example.com\",\"secret\":[]}",
+                       "{\"url\":\"https://example.com\",\"secret\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]}",
+                       "{\"url\":\"https://example.com\",\"method\":\"get\"}",
+                       "{\"url\":\"https://example.com\",\"timeout_ms\":0}",
+                       "{\"url\":\"https://example.com\",\"headers\":{\"bad name\":\"x\"}}",
+                       "{\"url\":\"https://example.com\",\"headers\":{\"x\":\"a\\r\\nb: c\"}}",
+                       "{\"method\":\"post\"}"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    json_t *opts = json_loads(bad[i], 0, NULL);
+    cr_assert_not_null(opts);
+    char err[256] = "";
+    void *s = ak_sink_http_impl.create(opts, "src", err, sizeof err);
+    cr_expect_null(s, "%s accepted", bad[i]);
+    if (s) ak_sink_http_impl.destroy(s);
+    cr_expect(*err, "%s: no error", bad[i]);
+    cr_expect(strstr(err, "!!!!") == NULL, "no secret in the error: %s", err);
+    json_decref(opts);
+  }
+}
+
+Test(http_sink, status_mapping) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  const unsigned ok[] = {200, 201, 204};
+  for (size_t i = 0; i < 3; i++) {
+    char p[32];
+    snprintf(p, sizeof p, "/status/%u", ok[i]);
+    ak_sink_outcome_t out = post_to(rv, eg, p);
+    cr_expect_eq(out.result, AK_SINK_OK, "%u: %s", ok[i], out.reason);
+  }
+  const unsigned perm[] = {400, 401, 403, 404, 410, 413, 422};
+  for (size_t i = 0; i < sizeof perm / sizeof perm[0]; i++) {
+    char p[32], want[16];
+    snprintf(p, sizeof p, "/status/%u", perm[i]);
+    snprintf(want, sizeof want, "http %u", perm[i]);
+    ak_sink_outcome_t out = post_to(rv, eg, p);
+    cr_expect_eq(out.result, AK_SINK_PERMANENT, "%u", perm[i]);
+    cr_expect_str_eq(out.reason, want);
+  }
+  ak_sink_outcome_t out = post_to(rv, eg, "/status/429/7");
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect_eq(out.retry_after_ms, 7000);
+  cr_expect_str_eq(out.reason, "http 429");
+
+  out = post_to(rv, eg, "/status/503");
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect_eq(out.retry_after_ms, 0);
+  cr_expect_str_eq(out.reason, "http 503");
+
+  out = post_to(rv, eg, "/status/408/2");
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect_eq(out.retry_after_ms, 2000);
+
+  /* An HTTP date 60 s ahead (underscores stand for spaces in the test path). */
+  char path[128], date[64];
+  time_t later = time(NULL) + 60;
+  struct tm tm;
+  gmtime_r(&later, &tm);
+  strftime(date, sizeof date, "%a,_%d_%b_%Y_%H:%M:%S_GMT", &tm);
+  snprintf(path, sizeof path, "/status/503/%s", date);
+  out = post_to(rv, eg, path);
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect(out.retry_after_ms >= 55000 && out.retry_after_ms <= 61000, "%lld", (long long)out.retry_after_ms);
+
+  out = post_to(rv, eg, "/status/500/99999");
+  cr_expect_eq(out.retry_after_ms, 3600000, "capped at 1 h");
+
+  out = post_to(rv, eg, "/status/418/7");
+  cr_expect_eq(out.result, AK_SINK_RETRY, "other 4xx: transient");
+  cr_expect_eq(out.retry_after_ms, 0, "Retry-After only counts on 408/429/5xx");
+
+  int before = recv_count(rv);
+  out = post_to(rv, eg, "/redirect");
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect_str_eq(out.reason, "http 302");
+  cr_expect_eq(recv_count(rv), before + 1, "redirect not followed");
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, timeout_is_transient) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/sleep/1500\",\"timeout_ms\":200}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  ak_sink_outcome_t out = deliver(s, &env);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect_str_eq(out.reason, "timeout");
+  double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+  cr_expect(secs < 1.2, "took %.2fs", secs);
+  ak_sink_http_impl.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, connect_refused_is_transient) {
+  ak_egress_t *eg = loopback_egress();
+  recv_t *rv = recv_start();
+  unsigned short port = rv->port;
+  recv_stop(rv); /* nothing listens there now */
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/\"}", port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  ak_sink_outcome_t out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect(strncmp(out.reason, "connect: ", 9) == 0, "%s", out.reason);
+  ak_sink_http_impl.destroy(s);
+  ak_egress_free(eg);
+}
+
+Test(http_sink, max_response_bytes_caps_the_read) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/big/64000000\",\"max_response_bytes\":1024}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  ak_sink_outcome_t out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_OK, "status is what counts: %s", out.reason);
+  ak_sink_http_impl.destroy(s);
+  /* The sink hung up long before 64 MB: the receiver could not finish sending. */
+  for (int i = 0; i < 200; i++) {
+    pthread_mutex_lock(&rv->mu);
+    int done = rv->completed_ok + rv->completed_err;
+    pthread_mutex_unlock(&rv->mu);
+    if (done) break;
+    usleep(10 * 1000);
+  }
+  cr_expect_eq(rv->completed_err, 1, "response cut short by the sink");
+  cr_expect_eq(rv->completed_ok, 0);
+  /* Under the cap the whole body is read and the outcome is the same. */
+  s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/big/1000\",\"max_response_bytes\":1024}", rv->port);
+  out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  ak_sink_http_impl.destroy(s);
+  for (int i = 0; i < 200 && rv->completed_ok == 0; i++) usleep(10 * 1000);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_eq(rv->completed_ok, 1, "a small response is read whole");
+  pthread_mutex_unlock(&rv->mu);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, many_concurrent_deliveries) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/status/204\"}", rv->port);
+  enum { N = 200 };
+  static waiter_t w[N];
+  ak_envelope_t env = envelope((const uint8_t *)"abc", 3, NULL);
+  for (int i = 0; i < N; i++) {
+    pthread_mutex_init(&w[i].mu, NULL);
+    pthread_cond_init(&w[i].cv, NULL);
+    ak_sink_http_impl.deliver(s, &env, &w[i], on_done);
+  }
+  for (int i = 0; i < N; i++) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    pthread_mutex_lock(&w[i].mu);
+    while (w[i].calls == 0)
+      if (pthread_cond_timedwait(&w[i].cv, &w[i].mu, &until) != 0) break;
+    pthread_mutex_unlock(&w[i].mu);
+    cr_expect_eq(w[i].calls, 1, "delivery %d", i);
+    cr_expect_eq(w[i].out.result, AK_SINK_OK, "delivery %d: %s", i, w[i].out.reason);
+  }
+  cr_expect_eq(recv_count(rv), N);
+  ak_sink_http_impl.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, destroy_answers_pending_deliveries_once) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/sleep/300\"}", rv->port);
+  static waiter_t w[3];
+  ak_envelope_t env = envelope((const uint8_t *)"abc", 3, NULL);
+  for (int i = 0; i < 3; i++) {
+    pthread_mutex_init(&w[i].mu, NULL);
+    pthread_cond_init(&w[i].cv, NULL);
+    ak_sink_http_impl.deliver(s, &env, &w[i], on_done);
+  }
+  usleep(50 * 1000);
+  ak_sink_http_impl.destroy(s);
+  for (int i = 0; i < 3; i++) {
+    cr_expect_eq(w[i].calls, 1, "delivery %d answered %d times", i, w[i].calls);
+    cr_expect_eq(w[i].out.result, AK_SINK_RETRY);
+  }
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* ---- egress ----------------------------------------------------------------------- */
+
+Test(http_sink, default_egress_refuses_loopback_and_http) {
+  recv_t *rv = recv_start();
+  /* Default guard (vtable create): plain http:// is refused before anything else. */
+  void *s = sink_new(NULL, "{\"url\":\"http://127.0.0.1:%d/x\"}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  ak_sink_outcome_t out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect(strstr(out.reason, "http://") && strstr(out.reason, "allow_http"), "%s", out.reason);
+  ak_sink_http_impl.destroy(s);
+
+  /* https:// to loopback: refused at the address, before any byte is sent. */
+  s = sink_new(NULL, "{\"url\":\"https://127.0.0.1:%d/x\"}", rv->port);
+  out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect_str_eq(out.reason, "egress: 127.0.0.1 is not a public address");
+  ak_sink_http_impl.destroy(s);
+
+  /* http allowed but no allow list: the address check alone refuses it. */
+  char err[160];
+  ak_egress_t *http_only = ak_egress_new(NULL, 0, true, err, sizeof err);
+  s = sink_new(http_only, "{\"url\":\"http://127.0.0.1:%d/x\"}", rv->port);
+  out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect_str_eq(out.reason, "egress: 127.0.0.1 is not a public address");
+  ak_sink_http_impl.destroy(s);
+
+  /* A name that resolves to loopback is judged by the address it resolves to. */
+  s = sink_new(http_only, "{\"url\":\"http://localhost:%d/x\"}", rv->port);
+  out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect(strncmp(out.reason, "egress: ", 8) == 0 && strstr(out.reason, "is not a public address"), "%s",
+            out.reason);
+  ak_sink_http_impl.destroy(s);
+
+  /* A mapped-IPv6 literal for loopback is refused too. */
+  s = sink_new(http_only, "{\"url\":\"http://[::ffff:127.0.0.1]:%d/x\"}", rv->port);
+  out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT, "%s", out.reason);
+  cr_expect(strncmp(out.reason, "egress: ", 8) == 0, "%s", out.reason);
+  ak_sink_http_impl.destroy(s);
+
+  cr_expect_eq(recv_count(rv), 0, "the receiver saw nothing");
+  ak_egress_free(http_only);
+  recv_stop(rv);
+}
+
+Test(http_sink, other_schemes_refused) {
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"file:///etc/passwd%d\"}", 0);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  ak_sink_outcome_t out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect(strncmp(out.reason, "egress: ", 8) == 0, "%s", out.reason);
+  ak_sink_http_impl.destroy(s);
+  ak_egress_free(eg);
+}
+
+Test(http_sink, option_rows_declared) {
+  const char *want[] = {"url", "method", "headers", "timeout_ms", "max_response_bytes", "secret"};
+  size_t n = 0;
+  for (const ak_opt_t *o = ak_sink_http_impl.options; o->key; o++, n++) cr_expect_str_eq(o->key, want[n]);
+  cr_expect_eq(n, 6);
+  cr_expect_str_eq(ak_sink_http_impl.type, "http");
+  cr_expect(ak_sink_http_impl.durable);
+  const ak_sink_vtable_t *reg = ak_sinks_find("http");
+  cr_expect(reg && !reg->supported, "the registry keeps http unsupported until dispatch exists");
+}

@@ -283,7 +283,7 @@ ak_wf_class_t ak_store_classify(const char *e) {
   if (!e) return AK_WF_OTHER;
   if (strstr(e, "No space left") || strstr(e, "NoSpace") || strstr(e, "ENOSPC")) return AK_WF_NO_SPACE;
   if (strstr(e, "Corruption")) return AK_WF_CORRUPTION;
-  if (strstr(e, "read only") || strstr(e, "Read-only") || strstr(e, "read-only") || strstr(e, "Not implemented: Not supported operation in read only mode"))
+  if (strstr(e, "read only") || strstr(e, "Read-only") || strstr(e, "read-only"))
     return AK_WF_READ_ONLY;
   if (strstr(e, "Busy") || strstr(e, "TryAgain")) return AK_WF_BUSY;
   if (strstr(e, "IO error")) return AK_WF_IO_ERROR;

@@ -40,6 +40,11 @@ typedef struct ak_source_cfg {
   char *verify_type;           /* "none" when verify is absent or {} */
   json_t *verify;              /* validated verify mapping, or NULL */
   bool trust_url_tenant;
+  /* forward_headers: absent -> forward_default true (every provider header except the
+   * deny set); a list -> only these lowercased names (still minus the deny set); [] -> none */
+  bool forward_default;
+  char **forward_headers;
+  size_t nforward_headers;
   ak_sink_cfg_t *sinks;
   size_t nsinks;
 } ak_source_cfg_t;
@@ -72,6 +77,29 @@ typedef struct ak_config {
   int64_t batcher_max_queue;
   int64_t batcher_max_queue_bytes;
   ak_wal_type_t wal_type;
+  /* dispatch.* (docs/configuration.md) */
+  int64_t dispatch_batch;              /* rows claimed per scan: 128 */
+  int64_t dispatch_concurrency;        /* attempts in flight: 32 */
+  int64_t dispatch_max_inflight;       /* claimed, unfinished rows: 4096 */
+  int64_t dispatch_max_inflight_bytes; /* stored bytes of those rows: 134217728 */
+  int64_t dispatch_attempt_timeout_ms; /* 30000 */
+  int64_t dispatch_sink_concurrency;   /* per sink key; 0 when null (no cap beyond the others) */
+  int64_t dispatch_breaker_failures;   /* 5; 0 = no breaker */
+  int64_t dispatch_breaker_open_ms;    /* 30000 */
+  int64_t dispatch_breaker_max_open_ms; /* 300000 */
+  int64_t dispatch_retry_base_ms;      /* 100 */
+  int64_t dispatch_retry_max_ms;       /* 300000 */
+  int64_t dispatch_retry_max_attempts; /* 84 */
+  bool dispatch_retry_jitter;          /* true */
+  /* dispatch.tenants: the window every tenant is held to (null = the derived default,
+   * resolved at load: max_inflight / 4, max_inflight_bytes / 4, max(1, concurrency / 2)) */
+  int64_t dispatch_tenant_max_inflight;
+  int64_t dispatch_tenant_max_inflight_bytes;
+  int64_t dispatch_tenant_concurrency;
+  /* egress.* */
+  char **egress_allow_cidrs;
+  size_t egress_nallow_cidrs;
+  bool egress_allow_http;
   int64_t quarantine_burst;    /* quarantine.burst: tokens per source bucket */
   double quarantine_rate;      /* quarantine.rate: tokens per second (> 0) */
   int64_t quarantine_max_bytes; /* quarantine.max_bytes: body bytes the pen may hold */

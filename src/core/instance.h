@@ -13,6 +13,9 @@ struct ak_writer;
 struct ak_edge;
 struct ak_admin;
 struct ak_pen;
+struct ak_dispatch;
+struct ak_replays;
+struct ak_egress;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -24,6 +27,9 @@ typedef struct ak_instance {
   struct ak_edge *edge;
   struct ak_admin *admin;
   struct ak_pen *pen;           /* quarantine pen (queue/quarantine.h) */
+  struct ak_egress *egress;     /* egress.* guard shared by every sink (sinks/egress.h) */
+  struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
+  struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */
   _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
   struct ak_verifier **verifiers; /* one per cfg->sources entry, same index */
 } ak_instance_t;

@@ -334,6 +334,8 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   memcpy(c->req.id, env.id, 16);
   c->req.received_at_ms = c->received_at_ms;
   c->req.source = c->src;
+  c->req.tenant = c->tenant;
+  c->req.tenant_len = strlen(c->tenant);
   c->req.done = on_committed;
   c->req.ctx = c;
   free(c->body);

@@ -432,6 +432,8 @@ static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_f
   }
   bool ok = check(check_ctx, idx, &env, e->received_at_ms / 1000) == 0;
   size_t body_len = env.body_len;
+  const char *tenant = env.tenant; /* points into v, which the request keeps */
+  size_t tenant_len = env.tenant_len;
   ak_envelope_clear(&env);
   if (!ok) {
     free(v);
@@ -446,6 +448,8 @@ static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_f
   memcpy(r->req.id, e->id, 16);
   r->req.received_at_ms = e->received_at_ms;
   r->req.source = src;
+  r->req.tenant = tenant;
+  r->req.tenant_len = tenant_len;
   r->req.unpen = true;
   r->req.unpen_bytes = (int64_t)e->size;
   r->req.done = release_done;

@@ -20,6 +20,8 @@
 
 struct ak_writer {
   ak_instance_t *inst;
+  ak_writer_commit_fn on_commit; /* set before start; read by writer threads */
+  void *on_commit_ctx;
   ak_store_t *store;
   pthread_mutex_t mu;
   pthread_cond_t cv;        /* writer waits for work */
@@ -363,9 +365,11 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     }
   for (ak_write_req_t *r = keep; r; r = r->next)
     for (size_t i = 0; r->kind == AK_WRITE_HOOK && i < r->source->nsinks; i++) {
-      uint8_t due[AK_DUE_KEY_LEN];
-      ak_key_due(due, now_ms, r->seq, (uint16_t)i);
-      rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)due, sizeof due, "", 0);
+      uint8_t due[AK_DUE_KEY_MAX], dv[AK_DUE_VALUE_MAX];
+      size_t kl = ak_key_due(due, r->tenant, r->tenant_len, now_ms, r->seq, (uint16_t)i);
+      const char *type = r->source->sinks[i].type;
+      size_t vl = ak_due_value(dv, sizeof dv, 0, type, strlen(type), NULL);
+      rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)due, kl, (const char *)dv, vl);
     }
   for (ak_write_req_t *r = keep; r; r = r->next) {
     if (r->kind != AK_WRITE_HOOK) continue;
@@ -442,6 +446,7 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     w->hook_count[wi] += nh;
     w->pen_bytes[wi] += pen_delta;
     ak_gauge_set(w->m_hooks, (double)(atomic_fetch_add(&w->hooks_total, nh) + nh));
+    if (nh && w->on_commit) w->on_commit(w->on_commit_ctx, keep, now_ms);
     finish_all(w, keep, AK_WR_COMMITTED);
     return;
   }
@@ -648,6 +653,11 @@ bool ak_writer_ready(ak_writer_t *w, const char **reason) {
   pthread_mutex_unlock(&w->probe_mu);
   *reason = ok ? "ok" : ak_wf_class_names[atomic_load(&w->last_failure_class)];
   return ok;
+}
+
+void ak_writer_on_commit(ak_writer_t *w, ak_writer_commit_fn fn, void *ctx) {
+  w->on_commit = fn;
+  w->on_commit_ctx = ctx;
 }
 
 void ak_writer_sample(ak_writer_t *w) {

@@ -41,6 +41,9 @@ typedef struct ak_write_req {
   uint8_t id[16];
   int64_t received_at_ms;
   const ak_source_cfg_t *source;
+  const char *tenant;         /* AK_WRITE_HOOK: the hook's tenant (groups its due keys); must
+                                 stay valid until done() */
+  size_t tenant_len;
   int64_t deadline_ns;        /* set by submit */
   ak_wr_status_t status;      /* final status, valid when done() runs */
   uint64_t seq;
@@ -49,6 +52,12 @@ typedef struct ak_write_req {
 } ak_write_req_t;
 
 typedef struct ak_writer ak_writer_t;
+
+/* Called on the writer thread after a batch committed, before anyone is answered: the
+ * dispatcher learns which tenants have new due rows (list is the batch, `next`-linked;
+ * entries of other kinds are skipped). Must not block on I/O. */
+typedef void (*ak_writer_commit_fn)(void *ctx, const ak_write_req_t *list, int64_t due_at_ms);
+void ak_writer_on_commit(ak_writer_t *w, ak_writer_commit_fn fn, void *ctx);
 
 #define AK_RECORD_DEADLINE_MS 15000
 

@@ -559,8 +559,9 @@ static char *dup_header_value(const char *p, size_t n) {
   return dup_n(p, n);
 }
 
-static void http_deliver(void *self, const ak_envelope_t *env, void *ctx, ak_sink_done_fn done) {
+static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done) {
   http_sink_t *s = self;
+  const ak_envelope_t *env = att->env;
   ak_sink_outcome_t out = {.result = AK_SINK_RETRY};
   if (!ak_egress_url_allowed(s->egress, s->url, out.reason, sizeof out.reason)) {
     out.result = AK_SINK_PERMANENT;
@@ -764,8 +765,9 @@ fail:
   return NULL;
 }
 
-static void *http_create(const json_t *opts, const char *source_id, char *err, size_t errlen) {
-  return ak_sink_http_impl_create_with_egress(opts, source_id, NULL, err, errlen);
+static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err, size_t errlen) {
+  return ak_sink_http_impl_create_with_egress(opts, sctx ? sctx->source_id : NULL, sctx ? sctx->egress : NULL, err,
+                                              errlen);
 }
 
 const ak_sink_vtable_t ak_sink_http_impl = {

@@ -14,8 +14,9 @@ typedef struct {
 
 static const ak_opt_t log_opts[] = {{0}};
 
-static void *log_create(const json_t *opts, const char *source_id, char *err, size_t errlen) {
+static void *log_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err, size_t errlen) {
   (void)opts;
+  const char *source_id = sctx ? sctx->source_id : NULL;
   log_sink_t *s = calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, errlen, "out of memory");
@@ -25,8 +26,9 @@ static void *log_create(const json_t *opts, const char *source_id, char *err, si
   return s;
 }
 
-static void log_deliver(void *self, const ak_envelope_t *env, void *ctx, ak_sink_done_fn done) {
+static void log_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done) {
   log_sink_t *s = self;
+  const ak_envelope_t *env = att->env;
   char id[AK_UUID_STR_LEN];
   ak_uuid_format(env->id, id);
   ak_log(AK_LOG_INFO, "sink.log", "delivered", "id=%s seq=%llu tenant=%.*s source=%s size=%zu", id,

@@ -6,10 +6,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <jansson.h>
 #include "core/options.h"
 
 struct ak_envelope;
+struct ak_egress;
+struct ak_source_cfg;
 
 typedef enum {
   AK_SINK_OK = 0,
@@ -25,15 +28,34 @@ typedef struct ak_sink_outcome {
 
 typedef void (*ak_sink_done_fn)(void *ctx, const ak_sink_outcome_t *outcome);
 
+/* What a sink instance is built with besides its options. */
+typedef struct ak_sink_ctx {
+  const char *source_id;
+  const struct ak_egress *egress;  /* the node's egress guard (egress.*), borrowed; it outlives
+                                      every sink. NULL = the default guard. */
+} ak_sink_ctx_t;
+
+/* One delivery attempt. Everything pointed to stays valid until deliver() returns only:
+ * a sink that works asynchronously copies what it needs. */
+typedef struct ak_sink_attempt {
+  const struct ak_envelope *env;       /* the stored hook (raw body, headers, ids) */
+  uint32_t attempt;                    /* 1-based */
+  const char *replay_id;               /* UUID text when a replay job moved the row, else NULL */
+  const char *idempotency_key;         /* <tenant>:<source>:<dedupe_key>, or the hook id */
+  const char *dedupe_key;              /* NULL unless the hook carries one */
+  const struct ak_source_cfg *source;  /* current config of the hook's source: forward_headers */
+} ak_sink_attempt_t;
+
 typedef struct ak_sink_vtable {
   const char *type;          /* YAML `type` */
   bool durable;              /* an ok means the destination keeps it (wal.type none) */
   bool supported;            /* false: known to Ankusa, not built here yet */
   const ak_opt_t *options;   /* keys besides `type`; terminated by key == NULL */
   /* Build an instance from validated opts. Returns NULL and fills err on failure. */
-  void *(*create)(const json_t *opts, const char *source_id, char *err, size_t errlen);
-  /* Deliver asynchronously; `done` is called exactly once, possibly from another thread. */
-  void (*deliver)(void *self, const struct ak_envelope *env, void *ctx, ak_sink_done_fn done);
+  void *(*create)(const json_t *opts, const ak_sink_ctx_t *sctx, char *err, size_t errlen);
+  /* Deliver asynchronously; `done` is called exactly once, possibly from another thread,
+   * possibly before deliver() returns. */
+  void (*deliver)(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done);
   void (*destroy)(void *self);
 } ak_sink_vtable_t;
 

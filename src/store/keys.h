@@ -3,6 +3,7 @@
 #ifndef AK_STORE_KEYS_H
 #define AK_STORE_KEYS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,7 +22,8 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_KEY_QUARANTINE_BYTES "m:quarantine_bytes"
 
 /* index CF tags */
-#define AK_IDX_DUE 'd'     /* 'd' at:64 seq:64 sink:16 -> "" */
+#define AK_IDX_DUE 'd'     /* 'd' tlen:8 tenant at:64 seq:64 sink:16 -> due value v1 */
+#define AK_IDX_DEAD 'x'    /* 'x' dead_at:64 seq:64 sink:16 -> dead entry v1 */
 #define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32 */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64 */
 
@@ -38,23 +40,82 @@ uint64_t ak_get_u64(const uint8_t *p);
 
 #define AK_HOOK_KEY_LEN 8
 #define AK_DELIVERY_KEY_LEN 10
-#define AK_DUE_KEY_LEN 19
+#define AK_DUE_KEY_MAX (2 + 255 + 18)  /* variable: 20 + tenant length */
+#define AK_DEAD_KEY_LEN 19
 #define AK_ARCHIVE_KEY_LEN 9
 #define AK_ID_KEY_LEN 17
 #define AK_PEN_KEY_LEN 25
 
 void ak_key_hook(uint8_t out[AK_HOOK_KEY_LEN], uint64_t seq);
 void ak_key_delivery(uint8_t out[AK_DELIVERY_KEY_LEN], uint64_t seq, uint16_t sink);
-void ak_key_due(uint8_t out[AK_DUE_KEY_LEN], int64_t at_ms, uint64_t seq, uint16_t sink);
+/* Due keys are grouped by tenant (a scan for one tenant never wades through another's
+ * rows), then ordered by due time. Returns the key length (20 + tenant length; tenant
+ * lengths above 255 are cut, ids are at most 64). */
+size_t ak_key_due(uint8_t out[AK_DUE_KEY_MAX], const char *tenant, size_t tlen, int64_t at_ms, uint64_t seq,
+                  uint16_t sink);
+/* Parse a due key; points tenant into k. 0, or -1 when it is not a well-formed due key. */
+int ak_key_due_parse(const uint8_t *k, size_t klen, const char **tenant, size_t *tlen, int64_t *at_ms,
+                     uint64_t *seq, uint16_t *sink);
+/* The prefix every due key of one tenant starts with ('d' tlen tenant); returns its length. */
+size_t ak_key_due_prefix(uint8_t out[AK_DUE_KEY_MAX], const char *tenant, size_t tlen);
+void ak_key_dead(uint8_t out[AK_DEAD_KEY_LEN], int64_t dead_at_ms, uint64_t seq, uint16_t sink);
 void ak_key_archive(uint8_t out[AK_ARCHIVE_KEY_LEN], uint64_t seq);
 void ak_key_id(uint8_t out[AK_ID_KEY_LEN], const uint8_t id[16]);
 void ak_key_pen(uint8_t out[AK_PEN_KEY_LEN], char tag, int64_t received_at_ms, const uint8_t id[16]);
 
-/* delivery row value v1: u8 version, u8 state, u32 attempts, u64 next_at_ms,
- * str8 sink type. */
-enum { AK_DELIVERY_PENDING = 0 };
+/* delivery row value v1: u8 version, u8 state, u32 attempts, u64 next_at_ms (pending: when
+ * due; dead: when dead-lettered), str8 sink type, then optionally 16 bytes: the replay
+ * job id that moved the row back from the dead-letter set. */
+enum { AK_DELIVERY_PENDING = 0, AK_DELIVERY_DEAD = 1 };
 size_t ak_delivery_row(uint8_t *out, size_t cap, uint8_t state, uint32_t attempts,
                        int64_t next_at_ms, const char *sink_type);
+size_t ak_delivery_row_ex(uint8_t *out, size_t cap, uint8_t state, uint32_t attempts, int64_t next_at_ms,
+                          const char *sink_type, size_t type_len, const uint8_t *replay_id /* 16 or NULL */);
+typedef struct ak_delivery_row {
+  uint8_t state;
+  uint32_t attempts;
+  int64_t next_at_ms;
+  const char *sink_type; /* points into the value, not NUL-terminated */
+  size_t sink_type_len;
+  bool has_replay;
+  uint8_t replay_id[16];
+} ak_delivery_row_t;
+int ak_delivery_row_decode(const uint8_t *v, size_t len, ak_delivery_row_t *r);
+
+/* due value v1 (what the scheduler needs without reading the delivery row):
+ * u8 version=1, u32 attempts made, str8 sink type, then optionally 16 bytes replay id. */
+#define AK_DUE_VALUE_MAX (1 + 4 + 1 + 255 + 16)
+size_t ak_due_value(uint8_t *out, size_t cap, uint32_t attempts, const char *sink_type, size_t type_len,
+                    const uint8_t *replay_id /* 16 or NULL */);
+typedef struct ak_due_value {
+  uint32_t attempts;
+  const char *sink_type;
+  size_t sink_type_len;
+  bool has_replay;
+  uint8_t replay_id[16];
+} ak_due_value_t;
+/* An empty value (written before this format) decodes as attempts 0, no type. */
+int ak_due_value_decode(const uint8_t *v, size_t len, ak_due_value_t *d);
+
+/* dead entry v1, the value of a 'x' key: everything GET /v1/dlq lists, so a listing
+ * never reads hooks. u8 version=1, 16 id, u64 received_at_ms, u32 attempts,
+ * str8 sink type, str8 source, str8 tenant, str16 reason. */
+typedef struct ak_dead_entry {
+  uint8_t id[16];
+  int64_t received_at_ms;
+  uint32_t attempts;
+  const char *sink_type;
+  size_t sink_type_len;
+  const char *source;
+  size_t source_len;
+  const char *tenant;
+  size_t tenant_len;
+  const char *reason;
+  size_t reason_len;
+} ak_dead_entry_t;
+/* Bytes written, or 0 when it does not fit (lengths above 255 / 65535 are cut). */
+size_t ak_dead_entry_encode(uint8_t *out, size_t cap, const ak_dead_entry_t *e);
+int ak_dead_entry_decode(const uint8_t *v, size_t len, ak_dead_entry_t *e);
 
 /* quarantine summary value v1: u8 version, u8 reason (ak_verify_reason_t), u64 size (body
  * bytes counted on the pen), str16 source_id, str16 tenant_id. The source is kept by id:

@@ -152,16 +152,32 @@ Test(keys, big_endian_order_is_sort_order) {
   ak_key_hook(a, 255);
   ak_key_hook(b, 256);
   cr_assert(memcmp(a, b, sizeof a) < 0);
-  uint8_t d1[AK_DUE_KEY_LEN], d2[AK_DUE_KEY_LEN], d3[AK_DUE_KEY_LEN];
-  ak_key_due(d1, 1000, 99, 1);
-  ak_key_due(d2, 1001, 1, 0);
-  ak_key_due(d3, 1001, 1, 1);
-  cr_assert(memcmp(d1, d2, sizeof d1) < 0, "due keys order by time first");
-  cr_assert(memcmp(d2, d3, sizeof d2) < 0, "then seq, then sink");
+  uint8_t d1[AK_DUE_KEY_MAX], d2[AK_DUE_KEY_MAX], d3[AK_DUE_KEY_MAX], d4[AK_DUE_KEY_MAX];
+  size_t l1 = ak_key_due(d1, "acme", 4, 1000, 99, 1);
+  size_t l2 = ak_key_due(d2, "acme", 4, 1001, 1, 0);
+  ak_key_due(d3, "acme", 4, 1001, 1, 1);
+  size_t l4 = ak_key_due(d4, "b", 1, 5, 1, 1);
+  cr_assert_eq(l1, 24);
+  cr_assert_eq(l4, 21);
+  cr_assert(memcmp(d1, d2, l1) < 0, "due keys of a tenant order by time first");
+  cr_assert(memcmp(d2, d3, l2) < 0, "then seq, then sink");
+  cr_assert(memcmp(d4, d1, 2) < 0, "tenants group apart, shorter names first");
   cr_assert_eq(d1[0], 'd');
-  cr_assert_eq(ak_get_u64(d1 + 1), 1000);
-  cr_assert_eq(ak_get_u64(d1 + 9), 99);
-  cr_assert_eq(ak_get_u16(d1 + 17), 1);
+  cr_assert_eq(d1[1], 4);
+  const char *t;
+  size_t tl;
+  int64_t at;
+  uint64_t sq;
+  uint16_t sk;
+  cr_assert_eq(ak_key_due_parse(d1, l1, &t, &tl, &at, &sq, &sk), 0);
+  cr_assert(tl == 4 && memcmp(t, "acme", 4) == 0 && at == 1000 && sq == 99 && sk == 1);
+  cr_assert_neq(ak_key_due_parse(d1, l1 - 1, &t, &tl, &at, &sq, &sk), 0, "a short key is refused");
+  uint8_t pfx[AK_DUE_KEY_MAX];
+  size_t pl = ak_key_due_prefix(pfx, "acme", 4);
+  cr_assert(pl == 6 && memcmp(pfx, d3, pl) == 0);
+  uint8_t xk[AK_DEAD_KEY_LEN];
+  ak_key_dead(xk, 77, 5, 2);
+  cr_assert(xk[0] == 'x' && ak_get_u64(xk + 1) == 77 && ak_get_u64(xk + 9) == 5 && ak_get_u16(xk + 17) == 2);
   uint8_t dk[AK_DELIVERY_KEY_LEN];
   ak_key_delivery(dk, 0x0102030405060708ULL, 0x0A0B);
   cr_assert_eq(dk[0], 1);
@@ -188,6 +204,44 @@ Test(keys, delivery_row_layout) {
   cr_assert_eq(row[14], 3);
   cr_assert_eq(memcmp(row + 15, "log", 3), 0);
   cr_assert_eq(ak_delivery_row(row, 10, 0, 0, 0, "log"), 0, "too small a buffer is refused");
+  ak_delivery_row_t r;
+  cr_assert_eq(ak_delivery_row_decode(row, n, &r), 0);
+  cr_assert(r.state == AK_DELIVERY_PENDING && r.attempts == 3 && r.next_at_ms == 1234 && !r.has_replay);
+  uint8_t rid[16] = {9, 8, 7};
+  n = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_DEAD, 84, 99, "http", 4, rid);
+  cr_assert_eq(ak_delivery_row_decode(row, n, &r), 0);
+  cr_assert(r.state == AK_DELIVERY_DEAD && r.attempts == 84 && r.has_replay && r.replay_id[2] == 7);
+  cr_assert(r.sink_type_len == 4 && memcmp(r.sink_type, "http", 4) == 0);
+  cr_assert_neq(ak_delivery_row_decode(row, n - 1, &r), 0, "a cut row is damaged");
+}
+
+Test(keys, due_value_and_dead_entry) {
+  uint8_t v[AK_DUE_VALUE_MAX] = {0};
+  ak_due_value_t d;
+  cr_assert_eq(ak_due_value_decode(v, 0, &d), 0, "an empty value is a first attempt");
+  cr_assert_eq(d.attempts, 0);
+  size_t n = ak_due_value(v, sizeof v, 7, "log", 3, NULL);
+  cr_assert_eq(ak_due_value_decode(v, n, &d), 0);
+  cr_assert(d.attempts == 7 && d.sink_type_len == 3 && !d.has_replay);
+  uint8_t rid[16] = {1};
+  n = ak_due_value(v, sizeof v, 0, "http", 4, rid);
+  cr_assert_eq(ak_due_value_decode(v, n, &d), 0);
+  cr_assert(d.has_replay && d.replay_id[0] == 1);
+  cr_assert_neq(ak_due_value_decode(v, n - 3, &d), 0);
+
+  uint8_t buf[512];
+  ak_dead_entry_t e = {.id = {0xab}, .received_at_ms = 123, .attempts = 84, .sink_type = "http", .sink_type_len = 4,
+                       .source = "gh", .source_len = 2, .tenant = "acme", .tenant_len = 4,
+                       .reason = "{sink, Http, {http_status, 410}}", .reason_len = 32};
+  n = ak_dead_entry_encode(buf, sizeof buf, &e);
+  cr_assert_gt(n, 0);
+  ak_dead_entry_t o;
+  cr_assert_eq(ak_dead_entry_decode(buf, n, &o), 0);
+  cr_assert(o.id[0] == 0xab && o.received_at_ms == 123 && o.attempts == 84);
+  cr_assert(o.source_len == 2 && memcmp(o.source, "gh", 2) == 0 && o.tenant_len == 4);
+  cr_assert(o.reason_len == 32 && memcmp(o.reason, e.reason, 32) == 0);
+  cr_assert_neq(ak_dead_entry_decode(buf, n - 1, &o), 0, "a cut entry is damaged");
+  cr_assert_eq(ak_dead_entry_encode(buf, 10, &e), 0, "too small a buffer is refused");
 }
 
 Test(metrics, render_counters_gauges_histograms) {
@@ -245,13 +299,13 @@ Test(sinks, registry_and_log_sink) {
   cr_assert_null(ak_sinks_find("carrier_pigeon"));
   cr_assert_not_null(strstr(ak_sinks_type_list(), "google_pubsub"));
   char err[64] = "";
-  void *s = log->create(NULL, "demo", err, sizeof err);
+  void *s = log->create(NULL, &(ak_sink_ctx_t){.source_id = "demo"}, err, sizeof err);
   cr_assert_not_null(s);
   ak_envelope_t e = {0};
   e.tenant = "default";
   e.tenant_len = 7;
   e.body_len = 3;
-  log->deliver(s, &e, NULL, sink_done);
+  log->deliver(s, &(ak_sink_attempt_t){.env = &e, .attempt = 1}, NULL, sink_done);
   cr_assert_eq(sink_calls, 1, "done is called exactly once");
   cr_assert_eq(sink_last, AK_SINK_OK);
   log->destroy(s);

@@ -229,7 +229,8 @@ static ak_sink_outcome_t deliver(void *sink, const ak_envelope_t *env) {
   waiter_t w = {.calls = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  ak_sink_http_impl.deliver(sink, env, &w, on_done);
+  ak_sink_attempt_t att = {.env = env, .attempt = 1};
+  ak_sink_http_impl.deliver(sink, &att, &w, on_done);
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += 15;
@@ -263,7 +264,7 @@ static void *sink_new(const ak_egress_t *egress, const char *fmt, unsigned short
   cr_assert_not_null(opts, "bad test json: %s", je.text);
   char err[256] = "";
   void *s = egress ? ak_sink_http_impl_create_with_egress(opts, "github", egress, err, sizeof err)
-                   : ak_sink_http_impl.create(opts, "github", err, sizeof err);
+                   : ak_sink_http_impl.create(opts, &(ak_sink_ctx_t){.source_id = "github"}, err, sizeof err);
   json_decref(opts);
   cr_assert_not_null(s, "create: %s", err);
   return s;
@@ -401,7 +402,7 @@ Test(http_sink, bad_secrets_refused_at_create) {
     json_t *opts = json_loads(bad[i], 0, NULL);
     cr_assert_not_null(opts);
     char err[256] = "";
-    void *s = ak_sink_http_impl.create(opts, "src", err, sizeof err);
+    void *s = ak_sink_http_impl.create(opts, &(ak_sink_ctx_t){.source_id = "src"}, err, sizeof err);
     cr_expect_null(s, "%s accepted", bad[i]);
     if (s) ak_sink_http_impl.destroy(s);
     cr_expect(*err, "%s: no error", bad[i]);
@@ -543,7 +544,7 @@ Test(http_sink, many_concurrent_deliveries) {
   for (int i = 0; i < N; i++) {
     pthread_mutex_init(&w[i].mu, NULL);
     pthread_cond_init(&w[i].cv, NULL);
-    ak_sink_http_impl.deliver(s, &env, &w[i], on_done);
+    ak_sink_http_impl.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
   }
   for (int i = 0; i < N; i++) {
     struct timespec until;
@@ -571,7 +572,7 @@ Test(http_sink, destroy_answers_pending_deliveries_once) {
   for (int i = 0; i < 3; i++) {
     pthread_mutex_init(&w[i].mu, NULL);
     pthread_cond_init(&w[i].cv, NULL);
-    ak_sink_http_impl.deliver(s, &env, &w[i], on_done);
+    ak_sink_http_impl.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
   }
   usleep(50 * 1000);
   ak_sink_http_impl.destroy(s);

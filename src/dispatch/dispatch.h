@@ -1,0 +1,56 @@
+/* The dispatcher: one thread that turns the store's due delivery rows into sink attempts.
+ * Owns the tenant-fair scheduler (deficit round-robin over the tenants with work due,
+ * per-tenant windows, slots round-robin across tenants and then their sink keys), the
+ * sink instances, breakers, retry decisions, the batched outcome writes, dead-lettering,
+ * hook reclaim and the dispatch/queue metrics. Never blocks on a sink (sinks are async)
+ * and never writes a hook; the writer only tells it, after each commit, which tenants
+ * got new rows.
+ *
+ * Claims live in memory: a claimed row keeps its due key in the store, so a row claimed
+ * when the process died is due again at the next start. */
+#ifndef AK_DISPATCH_DISPATCH_H
+#define AK_DISPATCH_DISPATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/instance.h"
+
+typedef struct ak_dispatch ak_dispatch_t;
+
+/* Build the sink instances of every configured source (a sink that can never work, e.g.
+ * refused by the egress guard, fails here with err naming sources.<id>.sinks[i]) and the
+ * metrics. Does not start the thread. */
+ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen);
+/* Scan the due index once (per-tenant counters and cursors), hook into the writer, start
+ * the thread. 0, or -1 with err. */
+int ak_dispatch_start(ak_dispatch_t *d, char *err, size_t errlen);
+/* Stop claiming, wait up to wait_ms for running attempts, write the outcomes, join.
+ * Rows still claimed stay due in the store. */
+void ak_dispatch_stop(ak_dispatch_t *d, int64_t wait_ms);
+void ak_dispatch_free(ak_dispatch_t *d);
+
+/* Rows became due outside a hook commit (a replay moved them back from the dead-letter
+ * set): `rows` rows of `tenant`, the earliest due at at_ms; `from_dead` of them left the
+ * dead set. Thread-safe; wakes the dispatcher. */
+void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int64_t at_ms, uint64_t rows,
+                          uint64_t from_dead);
+
+/* For replay jobs: age of the oldest due, unclaimed row (0 when none), and whether the
+ * global claim window has room. Thread-safe snapshots. */
+int64_t ak_dispatch_oldest_due_age_ms(ak_dispatch_t *d);
+bool ak_dispatch_has_room(ak_dispatch_t *d);
+
+/* A delivery of a replayed row settled (ok or dead): the replay module counts it. Set
+ * before start; called on the dispatch thread. */
+typedef void (*ak_dispatch_settled_fn)(void *ctx, const uint8_t replay_id[16], bool delivered);
+void ak_dispatch_on_replay_settled(ak_dispatch_t *d, ak_dispatch_settled_fn fn, void *ctx);
+
+/* Called on the dispatch thread about every 100 ms (replay jobs drip from here). */
+typedef void (*ak_dispatch_tick_fn)(void *ctx, int64_t now_ms);
+void ak_dispatch_on_tick(ak_dispatch_t *d, ak_dispatch_tick_fn fn, void *ctx);
+
+/* Refresh the gauges that are not kept live (called by /metrics). */
+void ak_dispatch_sample(ak_dispatch_t *d);
+
+#endif

@@ -61,6 +61,20 @@ void ak_metrics_free(ak_metrics_t *m) {
   free(m);
 }
 
+void ak_metrics_family_clear(ak_family_t *f) {
+  pthread_mutex_lock(&f->owner->mu);
+  ak_series_t *s = f->series;
+  f->series = NULL;
+  pthread_mutex_unlock(&f->owner->mu);
+  while (s) {
+    ak_series_t *sn = s->next;
+    free(s->labels);
+    free((void *)s->buckets);
+    free(s);
+    s = sn;
+  }
+}
+
 ak_family_t *ak_metrics_family(ak_metrics_t *m, const char *name, const char *help,
                                ak_metric_type_t type, const char *const *labels,
                                const double *bounds, size_t nbounds) {

@@ -36,6 +36,10 @@ ak_family_t *ak_metrics_family(ak_metrics_t *m, const char *name, const char *he
 /* Get or create the series for these label values (same count as the family's names). */
 ak_series_t *ak_metrics_series(ak_family_t *f, const char *const *values);
 
+/* Drop every series of a family (for top-N gauges whose label set changes). Only for a
+ * family whose series pointers nobody else holds. */
+void ak_metrics_family_clear(ak_family_t *f);
+
 /* The one series of a family labelled only by instance: most gauges and counters. */
 ak_series_t *ak_metrics_instance_series(ak_metrics_t *m, const char *instance, const char *name, const char *help,
                                        ak_metric_type_t type);

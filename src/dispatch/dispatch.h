@@ -28,6 +28,12 @@ int ak_dispatch_start(ak_dispatch_t *d, char *err, size_t errlen);
 /* Stop claiming, wait up to wait_ms for running attempts, write the outcomes, join.
  * Rows still claimed stay due in the store. */
 void ak_dispatch_stop(ak_dispatch_t *d, int64_t wait_ms);
+
+/* For benchmarks and tests, on a dispatcher that is not started: ak_dispatch_load does
+ * start's due-index scan without the thread; ak_dispatch_debug_scan runs one scheduling
+ * pass at now_ms and returns the rows it claimed (they stay claimed). */
+int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen);
+size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms);
 void ak_dispatch_free(ak_dispatch_t *d);
 
 /* Rows became due outside a hook commit (a replay moved them back from the dead-letter
@@ -49,8 +55,5 @@ void ak_dispatch_on_replay_settled(ak_dispatch_t *d, ak_dispatch_settled_fn fn, 
 /* Called on the dispatch thread about every 100 ms (replay jobs drip from here). */
 typedef void (*ak_dispatch_tick_fn)(void *ctx, int64_t now_ms);
 void ak_dispatch_on_tick(ak_dispatch_t *d, ak_dispatch_tick_fn fn, void *ctx);
-
-/* Refresh the gauges that are not kept live (called by /metrics). */
-void ak_dispatch_sample(ak_dispatch_t *d);
 
 #endif

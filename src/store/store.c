@@ -290,6 +290,8 @@ ak_wf_class_t ak_store_classify(const char *e) {
   return AK_WF_OTHER;
 }
 
+rocksdb_t *ak_store_db(ak_store_t *st) { return st->db; }
+
 int ak_store_pin(ak_store_t *st) {
   pthread_rwlock_rdlock(&st->lock);
   if (st->db) return 0;

@@ -42,6 +42,9 @@ uint64_t ak_store_hook_count(const ak_store_t *st);
  * calls (the writer thread). */
 rocksdb_column_family_handle_t *ak_store_cf(ak_store_t *st, int cf);
 
+/* The database handle, for iterators; only valid while the caller holds a pin. */
+rocksdb_t *ak_store_db(ak_store_t *st);
+
 /* Pin the open handle (shared lock) so it cannot be closed while a caller builds a batch
  * from ak_store_cf() handles and writes it. -1 (nothing held) when the store is closed. */
 int ak_store_pin(ak_store_t *st);

@@ -1,0 +1,1634 @@
+/* The dispatcher (dispatch.h). One thread owns every scheduler structure below; other
+ * threads only touch the inbox (writer commits, replay notices) and the outcome queue
+ * (sink callbacks), both under `mu`, and a few atomics read by gauges and replay jobs.
+ *
+ * Store contract (docs/storage.md): a due key 'd' <tenant> <at> <seq> <sink> exists for
+ * every pending delivery row. Claiming changes nothing in the store; an outcome deletes
+ * or moves the due key (and updates the delivery row) in one batched, unsynced write, so
+ * a crash redelivers rather than loses. Every outcome batch is written before the next
+ * scan, so a scan never sees a due key whose outcome is already decided.
+ *
+ * Per tenant the scan keeps a cursor (the last due key it claimed) and starts after it;
+ * a row that becomes due before the cursor (a commit racing a scan, a retry, a replay)
+ * moves the cursor back, and the set of claimed rows keeps the rescan from claiming a row
+ * twice. A scan therefore costs the tenants it serves and the rows it claims, not the
+ * backlog or the number of tenants. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <openssl/rand.h>
+#include "dispatch/dispatch.h"
+#include "core/clock.h"
+#include "core/envelope.h"
+#include "core/log.h"
+#include "dispatch/breaker.h"
+#include "dispatch/retry.h"
+#include "queue/writer.h"
+#include "sinks/egress.h"
+#include "sinks/sink.h"
+#include "store/store.h"
+
+#define TICK_MS 100
+#define MAX_SLEEP_MS 1000
+#define FLUSH_OPS 256
+#define FLUSH_MS 10
+#define TOP_TENANTS 100
+
+typedef struct tenant tenant_t;
+typedef struct skey skey_t;
+
+/* A claimed row: from claim until its outcome is written. */
+typedef struct row {
+  struct row *qnext;             /* the sink key's queue */
+  struct row *onext;             /* the outcome queue (under mu) */
+  struct row *rprev, *rnext;     /* running list, in start order */
+  tenant_t *t;
+  skey_t *key;
+  uint64_t seq;
+  uint16_t sink;
+  int64_t due_at;
+  uint32_t attempts;             /* made before this claim */
+  bool has_replay;
+  uint8_t replay_id[16];
+  char type[64];                 /* the sink type the row was bound to at ack */
+  size_t type_len;
+  uint8_t *rec;
+  size_t rec_len;
+  ak_envelope_t env;
+  int64_t start_ns;
+  int64_t deadline_ms;
+  bool running;
+  bool zombie;                   /* timed out: settled, waiting for the sink's late callback */
+  ak_sink_outcome_t out;
+} row_t;
+
+struct skey {
+  skey_t *knext, *kprev;         /* the tenant's ring of keys with queued rows */
+  bool in_ring;
+  tenant_t *t;
+  size_t src, sink;              /* config indexes */
+  row_t *qhead, *qtail;
+  size_t queued, running;
+  ak_breaker_t *breaker;
+  bool was_open;
+};
+
+struct tenant {
+  char *name;
+  size_t nlen;
+  uint8_t cursor[AK_DUE_KEY_MAX];
+  size_t cursor_len;             /* 0: from the start of the tenant's due keys */
+  int64_t next_due;              /* earliest unclaimed due time known; INT64_MAX: none */
+  size_t heap_idx;               /* in the timer heap, or SIZE_MAX */
+  tenant_t *rnext, *rprev;       /* ready ring: due now, window has room */
+  bool in_ready;
+  tenant_t *snext, *sprev;       /* slot ring: has queued rows */
+  bool in_slots;
+  skey_t *keys;                  /* ring cursor */
+  int64_t pending, scheduled;    /* unclaimed due rows: first attempts / retries */
+  int64_t inflight, inflight_bytes, running;
+  size_t queued;
+};
+
+/* Open-addressing maps owned by the dispatch thread. */
+typedef struct {
+  char **names;
+  tenant_t **vals;
+  size_t cap, n;
+} tmap_t;
+
+typedef struct {
+  uint64_t *keys; /* 0 = empty; stored as key + 1 */
+  void **vals;
+  size_t cap, n;
+} umap_t;
+
+/* Inbox entries: tenant notices from other threads, swapped out whole each loop. */
+typedef struct {
+  char *name;
+  size_t nlen;
+  int64_t min_at;
+  uint64_t rows, from_dead;
+} notice_t;
+
+typedef struct {
+  notice_t *v;
+  size_t n, cap;
+} inbox_t;
+
+typedef struct {
+  const ak_sink_vtable_t *vt;
+  void *self;
+  char label[32];                /* sink type: the metrics label */
+  ak_series_t *att_ok, *att_err, *att_timeout, *del_ok, *del_dlq, *parked;
+  ak_series_t *dur_ok, *dur_err, *dur_timeout, *lat_ok, *lat_dlq;
+} sink_inst_t;
+
+struct ak_dispatch {
+  ak_instance_t *inst;
+  const ak_config_t *cfg;
+  ak_retry_policy_t retry;
+  ak_breaker_config_t bcfg;
+  sink_inst_t **sinks;           /* [source][sink] */
+
+  pthread_t thread;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  inbox_t inbox;                 /* under mu */
+  row_t *ohead, *otail;          /* finished attempts, under mu */
+  bool stop;                     /* under mu */
+  int64_t stop_deadline_ms;      /* under mu */
+
+  ak_dispatch_settled_fn settled;
+  void *settled_ctx;
+  ak_dispatch_tick_fn tick;
+  void *tick_ctx;
+
+  /* dispatch thread only */
+  tmap_t tenants;
+  umap_t claimed;                /* seq<<16|sink -> row */
+  umap_t keys;                   /* tenant# <<32 | src <<16 | sink -> skey */
+  tenant_t **heap;
+  size_t nheap, capheap;
+  tenant_t *ready;               /* ring head */
+  size_t nready;
+  tenant_t *slots;               /* ring head */
+  size_t nslots;
+  row_t *run_head, *run_tail;
+  int64_t inflight, inflight_bytes, running;
+  int64_t pending, scheduled, dead;
+  rocksdb_writebatch_t *wb;
+  size_t wb_ops;
+  int64_t wb_first_ms;
+  uint64_t *reclaim_seq;
+  uint8_t (*reclaim_id)[16];
+  size_t nreclaim, capreclaim;
+  int64_t last_tick_ms;
+  bool store_down_logged;
+  bool ops_lost;                 /* an outcome never reached the store: rescan everything */
+
+  /* published for other threads */
+  _Atomic int64_t pub_oldest_due_ms; /* 0 = none */
+  _Atomic int pub_has_room;
+
+  ak_series_t *g_pending, *g_scheduled, *g_inflight, *g_dead, *g_oldest, *g_running, *g_claimed, *g_runnable,
+      *g_active, *g_breakers, *c_transitions, *c_write_fail;
+  ak_family_t *f_tenant_pending, *f_tenant_inflight;
+  uint64_t transitions_seen;
+};
+
+/* ------------------------------------------------------------------ small maps ---- */
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ULL;
+  return h;
+}
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static tenant_t *tmap_get(tmap_t *m, const char *name, size_t n) {
+  if (!m->cap) return NULL;
+  for (size_t i = hash_bytes(name, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    if (!m->names[i]) return NULL;
+    if (m->vals[i]->nlen == n && memcmp(m->names[i], name, n) == 0) return m->vals[i];
+  }
+}
+
+static int tmap_put(tmap_t *m, tenant_t *t) {
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t nc = m->cap ? m->cap * 2 : 64;
+    char **nn = calloc(nc, sizeof *nn);
+    tenant_t **nv = calloc(nc, sizeof *nv);
+    if (!nn || !nv) {
+      free(nn);
+      free(nv);
+      return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->names[i]) {
+        size_t j = hash_bytes(m->vals[i]->name, m->vals[i]->nlen) & (nc - 1);
+        while (nn[j]) j = (j + 1) & (nc - 1);
+        nn[j] = m->names[i];
+        nv[j] = m->vals[i];
+      }
+    free(m->names);
+    free(m->vals);
+    m->names = nn;
+    m->vals = nv;
+    m->cap = nc;
+  }
+  size_t j = hash_bytes(t->name, t->nlen) & (m->cap - 1);
+  while (m->names[j]) j = (j + 1) & (m->cap - 1);
+  m->names[j] = t->name;
+  m->vals[j] = t;
+  m->n++;
+  return 0;
+}
+
+static void *umap_get(umap_t *m, uint64_t k) {
+  if (!m->cap) return NULL;
+  for (size_t i = mix64(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    if (!m->keys[i]) return NULL;
+    if (m->keys[i] == k + 1) return m->vals[i];
+  }
+}
+
+static int umap_put(umap_t *m, uint64_t k, void *v) {
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t nc = m->cap ? m->cap * 2 : 256;
+    uint64_t *nk = calloc(nc, sizeof *nk);
+    void **nv = calloc(nc, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->keys[i]) {
+        size_t j = mix64(m->keys[i] - 1) & (nc - 1);
+        while (nk[j]) j = (j + 1) & (nc - 1);
+        nk[j] = m->keys[i];
+        nv[j] = m->vals[i];
+      }
+    free(m->keys);
+    free(m->vals);
+    m->keys = nk;
+    m->vals = nv;
+    m->cap = nc;
+  }
+  size_t j = mix64(k) & (m->cap - 1);
+  while (m->keys[j] && m->keys[j] != k + 1) j = (j + 1) & (m->cap - 1);
+  if (!m->keys[j]) m->n++;
+  m->keys[j] = k + 1;
+  m->vals[j] = v;
+  return 0;
+}
+
+/* Backward-shift deletion keeps probe chains intact without tombstones. */
+static void umap_del(umap_t *m, uint64_t k) {
+  if (!m->cap) return;
+  size_t i = mix64(k) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != k + 1) i = (i + 1) & (m->cap - 1);
+  if (!m->keys[i]) return;
+  m->keys[i] = 0;
+  m->vals[i] = NULL;
+  m->n--;
+  for (size_t j = (i + 1) & (m->cap - 1); m->keys[j]; j = (j + 1) & (m->cap - 1)) {
+    size_t home = mix64(m->keys[j] - 1) & (m->cap - 1);
+    /* move j back to i when i lies cyclically within [home, j) */
+    bool move = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
+    if (move) {
+      m->keys[i] = m->keys[j];
+      m->vals[i] = m->vals[j];
+      m->keys[j] = 0;
+      m->vals[j] = NULL;
+      i = j;
+    }
+  }
+}
+
+static uint64_t row_id(uint64_t seq, uint16_t sink) { return seq << 16 | sink; }
+
+/* ------------------------------------------------------------------ tenant places ---- */
+
+static int64_t tenant_cap_inflight(const ak_dispatch_t *d) { return d->cfg->dispatch_tenant_max_inflight; }
+
+static bool tenant_has_room(const ak_dispatch_t *d, const tenant_t *t) {
+  return t->inflight < tenant_cap_inflight(d) && t->inflight_bytes < d->cfg->dispatch_tenant_max_inflight_bytes;
+}
+
+static bool global_has_room(const ak_dispatch_t *d) {
+  return d->inflight < d->cfg->dispatch_max_inflight && d->inflight_bytes < d->cfg->dispatch_max_inflight_bytes;
+}
+
+static void heap_swap(ak_dispatch_t *d, size_t a, size_t b) {
+  tenant_t *x = d->heap[a];
+  d->heap[a] = d->heap[b];
+  d->heap[b] = x;
+  d->heap[a]->heap_idx = a;
+  d->heap[b]->heap_idx = b;
+}
+
+static void heap_fix(ak_dispatch_t *d, size_t i) {
+  while (i > 0 && d->heap[(i - 1) / 2]->next_due > d->heap[i]->next_due) {
+    heap_swap(d, i, (i - 1) / 2);
+    i = (i - 1) / 2;
+  }
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < d->nheap && d->heap[l]->next_due < d->heap[m]->next_due) m = l;
+    if (r < d->nheap && d->heap[r]->next_due < d->heap[m]->next_due) m = r;
+    if (m == i) break;
+    heap_swap(d, i, m);
+    i = m;
+  }
+}
+
+static void heap_remove(ak_dispatch_t *d, tenant_t *t) {
+  if (t->heap_idx == SIZE_MAX) return;
+  size_t i = t->heap_idx;
+  t->heap_idx = SIZE_MAX;
+  d->nheap--;
+  if (i == d->nheap) return;
+  d->heap[i] = d->heap[d->nheap];
+  d->heap[i]->heap_idx = i;
+  heap_fix(d, i);
+}
+
+static void heap_upsert(ak_dispatch_t *d, tenant_t *t) {
+  if (t->heap_idx != SIZE_MAX) {
+    heap_fix(d, t->heap_idx);
+    return;
+  }
+  if (d->nheap == d->capheap) {
+    size_t nc = d->capheap ? d->capheap * 2 : 64;
+    tenant_t **nh = realloc(d->heap, nc * sizeof *nh);
+    if (!nh) return; /* the tenant is found again by its next notice */
+    d->heap = nh;
+    d->capheap = nc;
+  }
+  t->heap_idx = d->nheap;
+  d->heap[d->nheap++] = t;
+  heap_fix(d, t->heap_idx);
+}
+
+static void ready_remove(ak_dispatch_t *d, tenant_t *t) {
+  if (!t->in_ready) return;
+  t->in_ready = false;
+  d->nready--;
+  if (t->rnext == t) {
+    d->ready = NULL;
+  } else {
+    t->rprev->rnext = t->rnext;
+    t->rnext->rprev = t->rprev;
+    if (d->ready == t) d->ready = t->rnext;
+  }
+}
+
+/* New ready tenants join at the tail: the head is whoever the last page did not reach. */
+static void ready_add(ak_dispatch_t *d, tenant_t *t) {
+  if (t->in_ready) return;
+  t->in_ready = true;
+  d->nready++;
+  if (!d->ready) {
+    d->ready = t->rnext = t->rprev = t;
+  } else {
+    t->rnext = d->ready;
+    t->rprev = d->ready->rprev;
+    t->rprev->rnext = t;
+    d->ready->rprev = t;
+  }
+}
+
+/* Put a tenant where its due state says: idle, waiting on the timer heap, ready, or
+ * blocked by its own window (found again when one of its rows settles). */
+static void tenant_place(ak_dispatch_t *d, tenant_t *t, int64_t now) {
+  if (t->next_due == INT64_MAX) {
+    heap_remove(d, t);
+    ready_remove(d, t);
+  } else if (t->next_due > now) {
+    ready_remove(d, t);
+    heap_upsert(d, t);
+  } else {
+    heap_remove(d, t);
+    if (tenant_has_room(d, t)) ready_add(d, t);
+    else ready_remove(d, t);
+  }
+}
+
+static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
+  tenant_t *t = tmap_get(&d->tenants, name, n);
+  if (t) return t;
+  t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->name = malloc(n + 1);
+  if (!t->name) {
+    free(t);
+    return NULL;
+  }
+  memcpy(t->name, name, n);
+  t->name[n] = 0;
+  t->nlen = n;
+  t->next_due = INT64_MAX;
+  t->heap_idx = SIZE_MAX;
+  if (tmap_put(&d->tenants, t) != 0) {
+    free(t->name);
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+/* A row became due at `at` for tenant t: make sure the next scan sees it. */
+static void tenant_note_due(tenant_t *t, int64_t at) {
+  if (at < t->next_due) t->next_due = at;
+  if (t->cursor_len) {
+    int64_t cat = (int64_t)ak_get_u64(t->cursor + t->cursor_len - 18);
+    if (at <= cat) t->cursor_len = 0; /* rescan from the start; claimed rows are skipped */
+  }
+}
+
+/* ------------------------------------------------------------------ slots ---- */
+
+static void slots_add(ak_dispatch_t *d, tenant_t *t) {
+  if (t->in_slots) return;
+  t->in_slots = true;
+  d->nslots++;
+  if (!d->slots) {
+    d->slots = t->snext = t->sprev = t;
+  } else {
+    t->snext = d->slots;
+    t->sprev = d->slots->sprev;
+    t->sprev->snext = t;
+    d->slots->sprev = t;
+  }
+}
+
+static void slots_remove(ak_dispatch_t *d, tenant_t *t) {
+  if (!t->in_slots) return;
+  t->in_slots = false;
+  d->nslots--;
+  if (t->snext == t) {
+    d->slots = NULL;
+  } else {
+    t->sprev->snext = t->snext;
+    t->snext->sprev = t->sprev;
+    if (d->slots == t) d->slots = t->snext;
+  }
+}
+
+static void key_ring_add(tenant_t *t, skey_t *k) {
+  if (k->in_ring) return;
+  k->in_ring = true;
+  if (!t->keys) {
+    t->keys = k->knext = k->kprev = k;
+  } else {
+    k->knext = t->keys;
+    k->kprev = t->keys->kprev;
+    k->kprev->knext = k;
+    t->keys->kprev = k;
+  }
+}
+
+static void key_ring_remove(tenant_t *t, skey_t *k) {
+  if (!k->in_ring) return;
+  k->in_ring = false;
+  if (k->knext == k) {
+    t->keys = NULL;
+  } else {
+    k->kprev->knext = k->knext;
+    k->knext->kprev = k->kprev;
+    if (t->keys == k) t->keys = k->knext;
+  }
+}
+
+static void key_push(ak_dispatch_t *d, skey_t *k, row_t *r) {
+  r->qnext = NULL;
+  if (k->qtail) k->qtail->qnext = r;
+  else k->qhead = r;
+  k->qtail = r;
+  k->queued++;
+  k->t->queued++;
+  key_ring_add(k->t, k);
+  slots_add(d, k->t);
+}
+
+static row_t *key_pop(ak_dispatch_t *d, skey_t *k) {
+  row_t *r = k->qhead;
+  if (!r) return NULL;
+  k->qhead = r->qnext;
+  if (!k->qhead) k->qtail = NULL;
+  k->queued--;
+  k->t->queued--;
+  if (!k->queued) key_ring_remove(k->t, k);
+  if (!k->t->queued) slots_remove(d, k->t);
+  return r;
+}
+
+/* ------------------------------------------------------------------ outcome writes ---- */
+
+static rocksdb_writebatch_t *batch(ak_dispatch_t *d, int64_t now) {
+  if (!d->wb) d->wb = rocksdb_writebatch_create();
+  if (!d->wb_ops) d->wb_first_ms = now;
+  d->wb_ops++;
+  return d->wb;
+}
+
+static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
+  if (d->nreclaim == d->capreclaim) {
+    size_t nc = d->capreclaim ? d->capreclaim * 2 : 64;
+    uint64_t *ns = realloc(d->reclaim_seq, nc * sizeof *ns);
+    if (!ns) return;
+    d->reclaim_seq = ns;
+    uint8_t(*ni)[16] = realloc(d->reclaim_id, nc * sizeof *ni);
+    if (!ni) return;
+    d->reclaim_id = ni;
+    d->capreclaim = nc;
+  }
+  d->reclaim_seq[d->nreclaim] = seq;
+  memcpy(d->reclaim_id[d->nreclaim], id, 16);
+  d->nreclaim++;
+}
+
+typedef struct {
+  bool found;
+} any_ctx_t;
+
+static int any_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)k;
+  (void)kl;
+  (void)v;
+  (void)vl;
+  ((any_ctx_t *)ctx)->found = true;
+  return 1;
+}
+
+/* A hook whose delivery rows and archive obligation are all gone is deleted with its id
+ * entry. Runs after the outcome batch that cleared its last row was written. */
+static void reclaim(ak_dispatch_t *d) {
+  if (!d->nreclaim) return;
+  ak_store_t *st = d->inst->store;
+  rocksdb_writebatch_t *wb = NULL;
+  for (size_t i = 0; i < d->nreclaim; i++) {
+    uint64_t seq = d->reclaim_seq[i];
+    uint8_t ak[AK_ARCHIVE_KEY_LEN], pfx[8];
+    ak_key_archive(ak, seq);
+    char *v = NULL;
+    size_t vl = 0;
+    int rc = ak_store_get(st, AK_CF_INDEX, ak, sizeof ak, &v, &vl);
+    free(v);
+    if (rc != 1) continue; /* obligation still there (or the store is down) */
+    ak_put_u64(pfx, seq);
+    any_ctx_t a = {false};
+    if (ak_store_scan(st, AK_CF_DELIVERIES, pfx, sizeof pfx, any_cb, &a) != 0 || a.found) continue;
+    if (!wb) wb = rocksdb_writebatch_create();
+    uint8_t hk[AK_HOOK_KEY_LEN], ik[AK_ID_KEY_LEN];
+    ak_key_hook(hk, seq);
+    ak_key_id(ik, d->reclaim_id[i]);
+    if (ak_store_pin(st) != 0) break;
+    rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_HOOKS), (const char *)hk, sizeof hk);
+    rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_INDEX), (const char *)ik, sizeof ik);
+    ak_store_unpin(st);
+  }
+  d->nreclaim = 0;
+  if (wb) {
+    ak_wf_class_t cls;
+    char *err = NULL;
+    if (ak_store_write(st, wb, false, &cls, &err) != 0) {
+      ak_counter_add(d->c_write_fail, 1);
+      free(err);
+    }
+    rocksdb_writebatch_destroy(wb);
+  }
+}
+
+/* Write the outcome batch. On failure the rows' outcomes are lost, which only means
+ * they are delivered again (their due keys stay): at-least-once holds. */
+static void flush(ak_dispatch_t *d) {
+  if (!d->wb_ops) return;
+  ak_wf_class_t cls;
+  char *err = NULL;
+  if (ak_store_write(d->inst->store, d->wb, false, &cls, &err) != 0) {
+    ak_counter_add(d->c_write_fail, 1);
+    if (!d->store_down_logged)
+      ak_log(AK_LOG_ERROR, "dispatch", "outcome write failed; those rows will be delivered again", "class=%s",
+             ak_wf_class_names[cls]);
+    d->store_down_logged = true;
+    free(err);
+    d->nreclaim = 0;
+    d->ops_lost = true;
+  } else {
+    d->store_down_logged = false;
+    reclaim(d);
+  }
+  rocksdb_writebatch_clear(d->wb);
+  d->wb_ops = 0;
+}
+
+/* Puts/deletes under a pin so a reopen cannot swap the CF handles mid-batch. Returns
+ * false when the store is closed (the op is skipped: the row is simply due again). */
+static bool op_begin(ak_dispatch_t *d) {
+  if (ak_store_pin(d->inst->store) == 0) return true;
+  d->ops_lost = true;
+  return false;
+}
+static void op_end(ak_dispatch_t *d) { ak_store_unpin(d->inst->store); }
+
+static void op_delete_due(ak_dispatch_t *d, row_t *r, int64_t now) {
+  uint8_t k[AK_DUE_KEY_MAX];
+  size_t kl = ak_key_due(k, r->t->name, r->t->nlen, r->due_at, r->seq, r->sink);
+  rocksdb_writebatch_delete_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_INDEX), (const char *)k, kl);
+}
+
+static const char *row_type(const row_t *r, size_t *len) {
+  *len = r->type_len;
+  return r->type;
+}
+
+/* Reschedule: the due key moves to `at`, the row records `attempts`. */
+static void op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now) {
+  if (!op_begin(d)) return;
+  op_delete_due(d, r, now);
+  size_t tl;
+  const char *ty = row_type(r, &tl);
+  uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
+  size_t kl = ak_key_due(k, r->t->name, r->t->nlen, at, r->seq, r->sink);
+  size_t vl = ak_due_value(v, sizeof v, attempts, ty, tl, r->has_replay ? r->replay_id : NULL);
+  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_INDEX), (const char *)k, kl,
+                            (const char *)v, vl);
+  ak_key_delivery(dk, r->seq, r->sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, attempts, at, ty, tl,
+                                 r->has_replay ? r->replay_id : NULL);
+  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_DELIVERIES), (const char *)dk,
+                            sizeof dk, (const char *)row, rl);
+  op_end(d);
+}
+
+static void op_clear(ak_dispatch_t *d, row_t *r, int64_t now) {
+  if (!op_begin(d)) return;
+  op_delete_due(d, r, now);
+  uint8_t dk[AK_DELIVERY_KEY_LEN];
+  ak_key_delivery(dk, r->seq, r->sink);
+  rocksdb_writebatch_delete_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_DELIVERIES), (const char *)dk,
+                               sizeof dk);
+  op_end(d);
+  reclaim_note(d, r->seq, r->env.id);
+}
+
+static void op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *reason, int64_t now) {
+  if (!op_begin(d)) return;
+  op_delete_due(d, r, now);
+  size_t tl;
+  const char *ty = row_type(r, &tl);
+  uint8_t dk[AK_DELIVERY_KEY_LEN], row[300], xk[AK_DEAD_KEY_LEN], xv[1024];
+  ak_key_delivery(dk, r->seq, r->sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_DEAD, attempts, now, ty, tl,
+                                 r->has_replay ? r->replay_id : NULL);
+  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_DELIVERIES), (const char *)dk,
+                            sizeof dk, (const char *)row, rl);
+  ak_key_dead(xk, now, r->seq, r->sink);
+  ak_dead_entry_t e = {.received_at_ms = r->env.received_at_ms, .attempts = attempts, .sink_type = ty,
+                       .sink_type_len = tl, .source = r->env.source, .source_len = r->env.source_len,
+                       .tenant = r->t->name, .tenant_len = r->t->nlen, .reason = reason,
+                       .reason_len = strlen(reason)};
+  memcpy(e.id, r->env.id, 16);
+  size_t xl = ak_dead_entry_encode(xv, sizeof xv, &e);
+  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_INDEX), (const char *)xk, sizeof xk,
+                            (const char *)xv, xl);
+  op_end(d);
+}
+
+/* Outcomes that never reached the store leave their rows' old due keys behind the
+ * cursors: start every tenant's next scan from its first key (claimed rows are
+ * skipped), so those rows are delivered again rather than forgotten. */
+static void rescan_all(ak_dispatch_t *d, int64_t now) {
+  d->ops_lost = false;
+  for (size_t i = 0; i < d->tenants.cap; i++) {
+    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
+    if (!t) continue;
+    t->cursor_len = 0;
+    t->next_due = now;
+    tenant_place(d, t, now);
+  }
+}
+
+/* ------------------------------------------------------------------ rows ---- */
+
+static void row_release(ak_dispatch_t *d, row_t *r) {
+  tenant_t *t = r->t;
+  t->inflight--;
+  t->inflight_bytes -= (int64_t)r->rec_len;
+  d->inflight--;
+  d->inflight_bytes -= (int64_t)r->rec_len;
+  umap_del(&d->claimed, row_id(r->seq, r->sink));
+  ak_envelope_clear(&r->env);
+  free(r->rec);
+  r->rec = NULL;
+}
+
+static void count_unclaimed(ak_dispatch_t *d, tenant_t *t, uint32_t attempts, int64_t delta) {
+  if (attempts == 0) {
+    t->pending += delta;
+    d->pending += delta;
+  } else {
+    t->scheduled += delta;
+    d->scheduled += delta;
+  }
+}
+
+/* The row goes back to the store's due set at `at` (retry or park). */
+static void row_requeue(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now) {
+  op_reschedule(d, r, at, attempts, now);
+  tenant_t *t = r->t;
+  count_unclaimed(d, t, attempts, +1);
+  row_release(d, r);
+  tenant_note_due(t, at);
+  tenant_place(d, t, now);
+}
+
+static void format_reason(char *out, size_t len, const char *type, const char *why) {
+  snprintf(out, len, "{sink, %s, %s}", type, why && *why ? why : "unknown");
+}
+
+static void row_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *why, int64_t now) {
+  char reason[256];
+  format_reason(reason, sizeof reason, r->type_len ? r->type : "-", why);
+  op_dead(d, r, attempts, reason, now);
+  d->dead++;
+  if (r->key) {
+    sink_inst_t *si = &d->sinks[r->key->src][r->key->sink];
+    ak_counter_add(si->del_dlq, 1);
+    if (!r->has_replay) ak_histogram_observe(si->lat_dlq, (double)(now - r->env.received_at_ms) / 1000.0);
+  }
+  if (r->has_replay && d->settled) d->settled(d->settled_ctx, r->replay_id, false);
+  char id[AK_UUID_STR_LEN];
+  ak_uuid_format(r->env.id, id);
+  ak_log(AK_LOG_WARNING, "dispatch", "dead-lettered", "id=%s seq=%" PRIu64 " sink=%u attempts=%u reason=\"%s\"", id,
+         r->seq, r->sink, attempts, reason);
+  tenant_t *t = r->t;
+  row_release(d, r);
+  tenant_place(d, t, now);
+}
+
+/* Settle a finished attempt: outcome -> retry decision -> store op. */
+static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool timeout, int64_t now) {
+  skey_t *k = r->key;
+  tenant_t *t = r->t;
+  sink_inst_t *si = &d->sinks[k->src][k->sink];
+  double dur = (double)(ak_mono_ns() - r->start_ns) / 1e9;
+  if (timeout) dur = (double)d->cfg->dispatch_attempt_timeout_ms / 1000.0;
+  r->running = false;
+  if (r->rprev) r->rprev->rnext = r->rnext;
+  else d->run_head = r->rnext;
+  if (r->rnext) r->rnext->rprev = r->rprev;
+  else d->run_tail = r->rprev;
+  r->rprev = r->rnext = NULL;
+  k->running--;
+  t->running--;
+  d->running--;
+  if (o->result == AK_SINK_OK) {
+    ak_counter_add(si->att_ok, 1);
+    ak_histogram_observe(si->dur_ok, dur);
+  } else if (timeout) {
+    ak_counter_add(si->att_timeout, 1);
+    ak_histogram_observe(si->dur_timeout, dur);
+  } else {
+    ak_counter_add(si->att_err, 1);
+    ak_histogram_observe(si->dur_err, dur);
+  }
+  if (k->breaker) ak_breaker_record(k->breaker, now, o->result);
+  uint32_t n = r->attempts + 1;
+  uint64_t rnd;
+  if (RAND_bytes((unsigned char *)&rnd, sizeof rnd) != 1) rnd = (uint64_t)ak_mono_ns() * 0x9E3779B97F4A7C15ULL;
+  int64_t delay = 0;
+  const char *why = NULL;
+  switch (ak_retry_decide(&d->retry, (int)n, o->result, o->retry_after_ms, rnd, &delay, &why)) {
+    case AK_RETRY_DONE:
+      op_clear(d, r, now);
+      ak_counter_add(si->del_ok, 1);
+      if (!r->has_replay) ak_histogram_observe(si->lat_ok, (double)(now - r->env.received_at_ms) / 1000.0);
+      if (r->has_replay && d->settled) d->settled(d->settled_ctx, r->replay_id, true);
+      row_release(d, r);
+      tenant_place(d, t, now);
+      break;
+    case AK_RETRY_AGAIN:
+      row_requeue(d, r, now + delay, n, now);
+      break;
+    case AK_RETRY_DEAD: {
+      /* the sink's own words first; a give-up after the last attempt says so */
+      char why2[200];
+      if (strcmp(why, "max_attempts") == 0)
+        snprintf(why2, sizeof why2, "{max_attempts, %s}", o->reason[0] ? o->reason : "failed");
+      else
+        snprintf(why2, sizeof why2, "%s", o->reason[0] ? o->reason : why);
+      row_dead(d, r, n, why2, now);
+      break;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ claiming ---- */
+
+static int src_index(const ak_config_t *cfg, const char *id, size_t n) {
+  size_t lo = 0, hi = cfg->nsources;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    const char *s = cfg->sources[mid].id;
+    size_t sl = strlen(s);
+    int c = memcmp(s, id, sl < n ? sl : n);
+    if (c == 0) c = sl < n ? -1 : sl > n ? 1 : 0;
+    if (c == 0) return (int)mid;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return -1;
+}
+
+/* The sink a row was bound to at ack: same index and type, else the only sink of that
+ * type, else none (-1). */
+static int bind_sink(const ak_source_cfg_t *s, uint16_t idx, const char *type, size_t tl) {
+  if (idx < s->nsinks && strlen(s->sinks[idx].type) == tl && memcmp(s->sinks[idx].type, type, tl) == 0) return idx;
+  int found = -1;
+  for (size_t i = 0; i < s->nsinks; i++)
+    if (strlen(s->sinks[i].type) == tl && memcmp(s->sinks[i].type, type, tl) == 0) {
+      if (found >= 0) return -1;
+      found = (int)i;
+    }
+  return found;
+}
+
+static skey_t *key_get(ak_dispatch_t *d, tenant_t *t, size_t src, size_t sink) {
+  /* tenants are never freed, so the pointer identifies one; mix it into the key */
+  uint64_t id = mix64((uint64_t)(uintptr_t)t) ^ ((uint64_t)src << 16 | sink);
+  for (;; id++) {
+    skey_t *k = umap_get(&d->keys, id);
+    if (!k) break;
+    if (k->t == t && k->src == src && k->sink == sink) return k;
+  }
+  skey_t *k = calloc(1, sizeof *k);
+  if (!k) return NULL;
+  k->t = t;
+  k->src = src;
+  k->sink = sink;
+  if (d->bcfg.failures > 0) k->breaker = ak_breaker_new(&d->bcfg);
+  if (umap_put(&d->keys, id, k) != 0) {
+    ak_breaker_free(k->breaker);
+    free(k);
+    return NULL;
+  }
+  return k;
+}
+
+/* Park a row whose key's breaker is open: due again when it may close, attempts kept. */
+static void park(ak_dispatch_t *d, row_t *r, int64_t now) {
+  sink_inst_t *si = &d->sinks[r->key->src][r->key->sink];
+  ak_counter_add(si->parked, 1);
+  int64_t at = ak_breaker_retry_at(r->key->breaker, now);
+  if (at <= now) at = now + 1;
+  row_requeue(d, r, at, r->attempts, now);
+}
+
+typedef enum { CLAIM_OK, CLAIM_SKIP, CLAIM_STOP } claim_rc_t;
+
+/* Claim one due row the iterator points at. */
+static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const uint8_t *k, size_t kl, const char *v, size_t vl,
+                            int64_t at, uint64_t seq, uint16_t sink, int64_t now) {
+  if (umap_get(&d->claimed, row_id(seq, sink))) return CLAIM_SKIP;
+  ak_due_value_t dv;
+  if (ak_due_value_decode((const uint8_t *)v, vl, &dv) != 0) {
+    ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
+    return CLAIM_SKIP;
+  }
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  ak_key_hook(hk, seq);
+  char *rec = NULL;
+  size_t rl = 0;
+  int rc = ak_store_get(d->inst->store, AK_CF_HOOKS, hk, sizeof hk, &rec, &rl);
+  if (rc < 0) return CLAIM_STOP;
+  /* windows: always let a tenant hold one row, however large, or it could never move */
+  if (t->inflight > 0 && (t->inflight_bytes + (int64_t)rl > d->cfg->dispatch_tenant_max_inflight_bytes ||
+                          d->inflight_bytes + (int64_t)rl > d->cfg->dispatch_max_inflight_bytes)) {
+    free(rec);
+    return CLAIM_STOP;
+  }
+  row_t *r = calloc(1, sizeof *r);
+  if (!r) {
+    free(rec);
+    return CLAIM_STOP;
+  }
+  r->t = t;
+  r->seq = seq;
+  r->sink = sink;
+  r->due_at = at;
+  r->attempts = dv.attempts;
+  r->has_replay = dv.has_replay;
+  memcpy(r->replay_id, dv.replay_id, 16);
+  r->type_len = dv.sink_type_len < sizeof r->type - 1 ? dv.sink_type_len : sizeof r->type - 1;
+  memcpy(r->type, dv.sink_type, r->type_len);
+  r->type[r->type_len] = 0;
+  r->rec = (uint8_t *)rec;
+  r->rec_len = rc == 0 ? rl : 0;
+  if (umap_put(&d->claimed, row_id(seq, sink), r) != 0) {
+    free(rec);
+    free(r);
+    return CLAIM_STOP;
+  }
+  count_unclaimed(d, t, dv.attempts, -1);
+  t->inflight++;
+  t->inflight_bytes += (int64_t)r->rec_len;
+  d->inflight++;
+  d->inflight_bytes += (int64_t)r->rec_len;
+  memcpy(t->cursor, k, kl);
+  t->cursor_len = kl;
+
+  const char *why = NULL;
+  int si = -1, sk = -1;
+  if (rc == 1) why = "hook_missing";
+  else if (ak_envelope_decode(r->rec, r->rec_len, &r->env) != 0) why = "undecodable hook record";
+  else if ((si = src_index(d->cfg, r->env.source, r->env.source_len)) < 0) why = "source_gone";
+  else if ((sk = bind_sink(&d->cfg->sources[si], sink, dv.sink_type, dv.sink_type_len)) < 0) why = "sink_gone";
+  if (why) {
+    row_dead(d, r, dv.attempts, why, now);
+    free(r);
+    return CLAIM_OK;
+  }
+  r->key = key_get(d, t, (size_t)si, (size_t)sk);
+  if (!r->key) {
+    row_requeue(d, r, now + 1000, dv.attempts, now);
+    free(r);
+    return CLAIM_STOP;
+  }
+  if (r->key->breaker && ak_breaker_state(r->key->breaker) == AK_BREAKER_OPEN &&
+      now < ak_breaker_open_until(r->key->breaker)) {
+    park(d, r, now);
+    free(r);
+    return CLAIM_OK;
+  }
+  key_push(d, r->key, r);
+  return CLAIM_OK;
+}
+
+/* Claim up to `want` rows of tenant t. Returns rows claimed; updates t->next_due. */
+static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t, size_t want, int64_t now,
+                           bool *store_err) {
+  uint8_t pfx[AK_DUE_KEY_MAX];
+  size_t pl = ak_key_due_prefix(pfx, t->name, t->nlen);
+  if (t->cursor_len) rocksdb_iter_seek(it, (const char *)t->cursor, t->cursor_len);
+  else rocksdb_iter_seek(it, (const char *)pfx, pl);
+  size_t got = 0;
+  t->next_due = INT64_MAX;
+  for (; rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+    size_t kl, vl;
+    const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+    if (kl < pl || memcmp(k, pfx, pl) != 0) break;
+    if (t->cursor_len && kl == t->cursor_len && memcmp(k, t->cursor, kl) == 0) continue;
+    int64_t at;
+    uint64_t seq;
+    uint16_t sink;
+    if (ak_key_due_parse(k, kl, NULL, NULL, &at, &seq, &sink) != 0) continue;
+    if (at > now) {
+      t->next_due = at;
+      break;
+    }
+    if (got >= want || !tenant_has_room(d, t) || !global_has_room(d)) {
+      t->next_due = at;
+      break;
+    }
+    const char *v = rocksdb_iter_value(it, &vl);
+    claim_rc_t rc = claim_row(d, t, k, kl, v, vl, at, seq, sink, now);
+    if (rc == CLAIM_STOP) {
+      t->next_due = at;
+      *store_err = true;
+      break;
+    }
+    if (rc == CLAIM_OK) got++;
+  }
+  return got;
+}
+
+/* One scheduling pass: deficit round-robin over the ready tenants. Each gets an equal
+ * share of the page; what a tenant leaves goes to the others; the tenants the page did
+ * not reach stay at the head of the ring and go first next time. */
+static void scan(ak_dispatch_t *d, int64_t now) {
+  if (!d->ready || !global_has_room(d)) return;
+  if (ak_store_pin(d->inst->store) != 0) return;
+  rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+  rocksdb_readoptions_set_fill_cache(ro, 0);
+  rocksdb_iterator_t *it = NULL;
+  it = rocksdb_create_iterator_cf(ak_store_db(d->inst->store), ro, ak_store_cf(d->inst->store, AK_CF_INDEX));
+  int64_t room = d->cfg->dispatch_batch;
+  int64_t gl = d->cfg->dispatch_max_inflight - d->inflight;
+  if (gl < room) room = gl;
+  bool store_err = false;
+  while (room > 0 && d->ready && !store_err && global_has_room(d)) {
+    size_t n = d->nready;
+    size_t quantum = (size_t)((room + (int64_t)n - 1) / (int64_t)n);
+    size_t visited = 0, progress = 0;
+    while (visited < n && room > 0 && d->ready && !store_err) {
+      tenant_t *t = d->ready;
+      d->ready = t->rnext; /* served tenants rotate behind the unserved ones */
+      size_t want = quantum < (size_t)room ? quantum : (size_t)room;
+      int64_t trow = tenant_cap_inflight(d) - t->inflight;
+      if ((int64_t)want > trow) want = trow > 0 ? (size_t)trow : 0;
+      size_t got = want ? claim_tenant(d, it, t, want, now, &store_err) : 0;
+      room -= (int64_t)got;
+      progress += got;
+      visited++;
+      tenant_place(d, t, now);
+    }
+    if (!progress) break;
+  }
+  rocksdb_iter_destroy(it);
+  rocksdb_readoptions_destroy(ro);
+  ak_store_unpin(d->inst->store);
+}
+
+/* ------------------------------------------------------------------ attempts ---- */
+
+/* The sink's callback (any thread): ctx is a small cell, freed here, so a sink holds no
+ * scheduler pointer past its one call. */
+typedef struct {
+  ak_dispatch_t *d;
+  row_t *r;
+} cb_cell_t;
+
+static void on_sink_done(void *ctx, const ak_sink_outcome_t *o) {
+  cb_cell_t *c = ctx;
+  ak_dispatch_t *d = c->d;
+  row_t *r = c->r;
+  free(c);
+  pthread_mutex_lock(&d->mu);
+  r->out = *o;
+  r->onext = NULL;
+  if (d->otail) d->otail->onext = r;
+  else d->ohead = r;
+  d->otail = r;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
+  skey_t *k = r->key;
+  sink_inst_t *si = &d->sinks[k->src][k->sink];
+  r->running = true;
+  r->start_ns = ak_mono_ns();
+  r->deadline_ms = now + d->cfg->dispatch_attempt_timeout_ms;
+  r->rprev = d->run_tail;
+  r->rnext = NULL;
+  if (d->run_tail) d->run_tail->rnext = r;
+  else d->run_head = r;
+  d->run_tail = r;
+  k->running++;
+  k->t->running++;
+  d->running++;
+  cb_cell_t *c = malloc(sizeof *c);
+  if (!c) {
+    ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
+    snprintf(o.reason, sizeof o.reason, "out of memory");
+    settle(d, r, &o, false, now);
+    free(r);
+    return;
+  }
+  c->d = d;
+  c->r = r;
+  char id[AK_UUID_STR_LEN], rid[AK_UUID_STR_LEN];
+  ak_uuid_format(r->env.id, id);
+  if (r->has_replay) ak_uuid_format(r->replay_id, rid);
+  ak_sink_attempt_t att = {
+    .env = &r->env,
+    .attempt = r->attempts + 1,
+    .replay_id = r->has_replay ? rid : NULL,
+    .idempotency_key = id,
+    .dedupe_key = NULL,
+    .source = &d->cfg->sources[k->src],
+  };
+  si->vt->deliver(si->self, &att, c, on_sink_done);
+}
+
+/* Hand free slots round-robin across tenants with queued rows, then across the
+ * tenant's sink keys, within every cap. */
+static void start_attempts(ak_dispatch_t *d, int64_t now) {
+  int64_t tcap = d->cfg->dispatch_tenant_concurrency;
+  int64_t kcap = d->cfg->dispatch_sink_concurrency;
+  size_t idle = 0;
+  while (d->running < d->cfg->dispatch_concurrency && d->slots && idle < d->nslots) {
+    tenant_t *t = d->slots;
+    d->slots = t->snext;
+    if (t->running >= tcap) {
+      idle++;
+      continue;
+    }
+    /* find a key of t that may run now */
+    skey_t *k = t->keys, *first = t->keys;
+    bool started = false;
+    while (k) {
+      skey_t *next = k->knext;
+      if (kcap <= 0 || (int64_t)k->running < kcap) {
+        t->keys = next;
+        row_t *r = key_pop(d, k);
+        ak_breaker_verdict_t v = k->breaker ? ak_breaker_allow(k->breaker, now) : AK_BREAKER_ALLOW;
+        if (v == AK_BREAKER_DENY) {
+          park(d, r, now);
+          free(r);
+          while ((r = key_pop(d, k))) {
+            park(d, r, now);
+            free(r);
+          }
+        } else {
+          start_attempt(d, r, now);
+          started = true;
+        }
+        break;
+      }
+      k = next;
+      if (k == first) break;
+    }
+    idle = started ? 0 : idle + 1;
+    if (!d->slots) break;
+  }
+}
+
+static void check_timeouts(ak_dispatch_t *d, int64_t now) {
+  while (d->run_head && d->run_head->deadline_ms <= now) {
+    row_t *r = d->run_head;
+    ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
+    snprintf(o.reason, sizeof o.reason, "{attempt_timeout, %lld}", (long long)d->cfg->dispatch_attempt_timeout_ms);
+    settle(d, r, &o, true, now);
+    r->zombie = true; /* freed when the sink's callback finally arrives */
+  }
+}
+
+/* ------------------------------------------------------------------ inbox ---- */
+
+static void inbox_add(inbox_t *in, const char *name, size_t n, int64_t at, uint64_t rows, uint64_t from_dead) {
+  for (size_t i = in->n; i > 0; i--) { /* recent tenants are at the end: usually one probe */
+    notice_t *x = &in->v[i - 1];
+    if (x->nlen == n && memcmp(x->name, name, n) == 0) {
+      if (at < x->min_at) x->min_at = at;
+      x->rows += rows;
+      x->from_dead += from_dead;
+      return;
+    }
+    if (in->n - i >= 8) break;
+  }
+  if (in->n == in->cap) {
+    size_t nc = in->cap ? in->cap * 2 : 16;
+    notice_t *nv = realloc(in->v, nc * sizeof *nv);
+    if (!nv) return;
+    in->v = nv;
+    in->cap = nc;
+  }
+  char *nm = malloc(n + 1);
+  if (!nm) return;
+  memcpy(nm, name, n);
+  nm[n] = 0;
+  in->v[in->n++] = (notice_t){.name = nm, .nlen = n, .min_at = at, .rows = rows, .from_dead = from_dead};
+}
+
+static void on_commit(void *ctx, const ak_write_req_t *list, int64_t due_at) {
+  ak_dispatch_t *d = ctx;
+  pthread_mutex_lock(&d->mu);
+  for (const ak_write_req_t *r = list; r; r = r->next)
+    if (r->kind == AK_WRITE_HOOK && r->source->nsinks)
+      inbox_add(&d->inbox, r->tenant ? r->tenant : "", r->tenant ? r->tenant_len : 0, due_at, r->source->nsinks, 0);
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int64_t at_ms, uint64_t rows,
+                          uint64_t from_dead) {
+  if (!d) return;
+  pthread_mutex_lock(&d->mu);
+  inbox_add(&d->inbox, tenant ? tenant : "", tenant ? tlen : 0, at_ms, rows, from_dead);
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static void apply_inbox(ak_dispatch_t *d, inbox_t *in, int64_t now) {
+  for (size_t i = 0; i < in->n; i++) {
+    notice_t *x = &in->v[i];
+    tenant_t *t = tenant_get(d, x->name, x->nlen);
+    free(x->name);
+    if (!t) continue;
+    t->pending += (int64_t)x->rows;
+    d->pending += (int64_t)x->rows;
+    d->dead -= (int64_t)x->from_dead;
+    tenant_note_due(t, x->min_at);
+    tenant_place(d, t, now);
+  }
+  in->n = 0;
+}
+
+/* ------------------------------------------------------------------ gauges ---- */
+
+static int64_t oldest_due(ak_dispatch_t *d, int64_t now) {
+  int64_t m = INT64_MAX;
+  for (size_t i = 0; i < d->tenants.cap; i++) {
+    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
+    if (t && t->next_due < m && t->next_due <= now) m = t->next_due;
+  }
+  return m == INT64_MAX ? 0 : m;
+}
+
+static void publish(ak_dispatch_t *d, int64_t now) {
+  atomic_store(&d->pub_oldest_due_ms, oldest_due(d, now));
+  atomic_store(&d->pub_has_room, global_has_room(d) ? 1 : 0);
+  ak_gauge_set(d->g_pending, (double)d->pending);
+  ak_gauge_set(d->g_scheduled, (double)d->scheduled);
+  ak_gauge_set(d->g_inflight, (double)d->inflight);
+  ak_gauge_set(d->g_dead, (double)d->dead);
+  int64_t od = atomic_load(&d->pub_oldest_due_ms);
+  ak_gauge_set(d->g_oldest, od ? (double)(now - od) / 1000.0 : 0);
+  ak_gauge_set(d->g_running, (double)d->running);
+  ak_gauge_set(d->g_claimed, (double)d->inflight);
+  int64_t runnable = d->inflight - d->running;
+  ak_gauge_set(d->g_runnable, (double)runnable);
+}
+
+/* Top tenants by a counter, into a fresh gauge family (the label set changes). */
+static void top_tenants(ak_dispatch_t *d, ak_family_t *f, bool by_pending) {
+  tenant_t *top[TOP_TENANTS];
+  size_t n = 0;
+  size_t active = 0;
+  for (size_t i = 0; i < d->tenants.cap; i++) {
+    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
+    if (!t) continue;
+    int64_t v = by_pending ? t->pending : t->inflight;
+    if (t->inflight || t->pending || t->scheduled) active++;
+    if (v <= 0) continue;
+    if (n < TOP_TENANTS) {
+      top[n++] = t;
+    } else {
+      size_t mi = 0;
+      for (size_t j = 1; j < n; j++)
+        if ((by_pending ? top[j]->pending : top[j]->inflight) < (by_pending ? top[mi]->pending : top[mi]->inflight))
+          mi = j;
+      if ((by_pending ? top[mi]->pending : top[mi]->inflight) < v) top[mi] = t;
+    }
+  }
+  ak_metrics_family_clear(f);
+  for (size_t i = 0; i < n; i++) {
+    const char *vals[] = {d->inst->name, top[i]->name};
+    ak_gauge_set(ak_metrics_series(f, vals), (double)(by_pending ? top[i]->pending : top[i]->inflight));
+  }
+  if (by_pending) ak_gauge_set(d->g_active, (double)active);
+}
+
+static void sample_breakers(ak_dispatch_t *d) {
+  size_t open = 0;
+  uint64_t trans = 0;
+  for (size_t i = 0; i < d->keys.cap; i++) {
+    skey_t *k = d->keys.keys[i] ? d->keys.vals[i] : NULL;
+    if (!k || !k->breaker) continue;
+    if (ak_breaker_state(k->breaker) != AK_BREAKER_CLOSED) open++;
+    trans += ak_breaker_transitions(k->breaker);
+  }
+  ak_gauge_set(d->g_breakers, (double)open);
+  if (trans > d->transitions_seen) ak_counter_add(d->c_transitions, trans - d->transitions_seen);
+  d->transitions_seen = trans;
+}
+
+/* ------------------------------------------------------------------ thread ---- */
+
+static void *run(void *arg) {
+  ak_dispatch_t *d = arg;
+  inbox_t spare = {0};
+  int64_t last_gauge = 0;
+  for (;;) {
+    pthread_mutex_lock(&d->mu);
+    inbox_t in = d->inbox;
+    d->inbox = spare;
+    row_t *outs = d->ohead;
+    d->ohead = d->otail = NULL;
+    bool stopping = d->stop;
+    int64_t stop_deadline = d->stop_deadline_ms;
+    pthread_mutex_unlock(&d->mu);
+    int64_t now = ak_now_ms();
+
+    apply_inbox(d, &in, now);
+    spare = in;
+    for (row_t *r = outs, *nx; r; r = nx) {
+      nx = r->onext;
+      if (r->zombie) {
+        free(r);
+        continue;
+      }
+      settle(d, r, &r->out, false, now);
+      free(r);
+    }
+    check_timeouts(d, now);
+    while (d->nheap && d->heap[0]->next_due <= now) {
+      tenant_t *t = d->heap[0];
+      heap_remove(d, t);
+      tenant_place(d, t, now);
+    }
+    if (stopping && (d->running == 0 || now >= stop_deadline)) {
+      flush(d);
+      break;
+    }
+    if (d->ops_lost && ak_store_is_open(d->inst->store)) rescan_all(d, now);
+    if (!stopping) {
+      /* outcomes must be in the store before a scan can see their due keys again */
+      if (d->ready && global_has_room(d)) {
+        flush(d);
+        scan(d, now);
+      }
+      start_attempts(d, now);
+    }
+    if (d->wb_ops && (d->wb_ops >= FLUSH_OPS || now - d->wb_first_ms >= FLUSH_MS)) flush(d);
+    if (now - d->last_tick_ms >= TICK_MS) {
+      d->last_tick_ms = now;
+      publish(d, now);
+      if (d->tick && !stopping) d->tick(d->tick_ctx, now);
+      if (now - last_gauge >= 1000) {
+        last_gauge = now;
+        top_tenants(d, d->f_tenant_pending, true);
+        top_tenants(d, d->f_tenant_inflight, false);
+        sample_breakers(d);
+      }
+    }
+
+    /* sleep until something can happen */
+    int64_t wake = now + MAX_SLEEP_MS;
+    if (d->nheap && d->heap[0]->next_due < wake) wake = d->heap[0]->next_due;
+    if (d->run_head && d->run_head->deadline_ms < wake) wake = d->run_head->deadline_ms;
+    if (d->wb_ops && d->wb_first_ms + FLUSH_MS < wake) wake = d->wb_first_ms + FLUSH_MS;
+    if (d->last_tick_ms + TICK_MS < wake) wake = d->last_tick_ms + TICK_MS;
+    if (d->ready && global_has_room(d) && !stopping) wake = now; /* more to claim */
+    pthread_mutex_lock(&d->mu);
+    if (!d->inbox.n && !d->ohead && !(d->stop && !stopping) && wake > now) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t ms = wake - now;
+      ts.tv_sec += ms / 1000;
+      ts.tv_nsec += (ms % 1000) * 1000000;
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+    }
+    pthread_mutex_unlock(&d->mu);
+  }
+  free(spare.v);
+  publish(d, ak_now_ms());
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ lifecycle ---- */
+
+static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si) {
+  ak_metrics_t *m = d->inst->metrics;
+  const char *const lbl[] = {"instance", "sink", "result", NULL};
+  const char *const lbl2[] = {"instance", "sink", NULL};
+  static const double lat_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600};
+  static const double dur_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  ak_family_t *att = ak_metrics_family(m, "ankusa_dispatch_attempts_total", "Delivery attempts by sink and result.",
+                                       AK_METRIC_COUNTER, lbl, NULL, 0);
+  ak_family_t *del = ak_metrics_family(m, "ankusa_deliveries_total",
+                                       "Deliveries settled: ok (the sink confirmed) or dlq (dead-lettered).",
+                                       AK_METRIC_COUNTER, lbl, NULL, 0);
+  ak_family_t *par = ak_metrics_family(m, "ankusa_dispatch_parked_total",
+                                       "Rows parked because their sink key's breaker was open.", AK_METRIC_COUNTER,
+                                       lbl2, NULL, 0);
+  ak_family_t *dur = ak_metrics_family(m, "ankusa_dispatch_attempt_duration_seconds",
+                                       "Duration of one delivery attempt (result ok, error or timeout).",
+                                       AK_METRIC_HISTOGRAM, lbl, dur_bounds, sizeof dur_bounds / sizeof dur_bounds[0]);
+  ak_family_t *lat = ak_metrics_family(m, "ankusa_delivery_latency_seconds",
+                                       "Age of a hook (from received_at) when its delivery settled; replays excluded.",
+                                       AK_METRIC_HISTOGRAM, lbl, lat_bounds, sizeof lat_bounds / sizeof lat_bounds[0]);
+#define S(f, r) ak_metrics_series(f, (const char *const[]){d->inst->name, si->label, r})
+  si->att_ok = S(att, "ok");
+  si->att_err = S(att, "error");
+  si->att_timeout = S(att, "timeout");
+  si->del_ok = S(del, "ok");
+  si->del_dlq = S(del, "dlq");
+  si->dur_ok = S(dur, "ok");
+  si->dur_err = S(dur, "error");
+  si->dur_timeout = S(dur, "timeout");
+  si->lat_ok = S(lat, "ok");
+  si->lat_dlq = S(lat, "dlq");
+#undef S
+  si->parked = ak_metrics_series(par, (const char *const[]){d->inst->name, si->label});
+}
+
+ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
+  ak_dispatch_t *d = calloc(1, sizeof *d);
+  if (!d) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  d->inst = inst;
+  d->cfg = inst->cfg;
+  const ak_config_t *c = d->cfg;
+  if (c->dispatch_batch == 0) { /* TEMP until config lands */
+    ak_config_t *w = (ak_config_t *)c;
+    w->dispatch_batch = 128; w->dispatch_concurrency = 32; w->dispatch_max_inflight = 4096;
+    w->dispatch_max_inflight_bytes = 134217728; w->dispatch_attempt_timeout_ms = 30000;
+    w->dispatch_breaker_failures = 5; w->dispatch_breaker_open_ms = getenv("BOPEN") ? atoi(getenv("BOPEN")) : 30000; w->dispatch_breaker_max_open_ms = 300000;
+    w->dispatch_retry_base_ms = getenv("RBASE") ? atoi(getenv("RBASE")) : 100; w->dispatch_retry_max_ms = 300000; w->dispatch_retry_max_attempts = getenv("RMAX") ? atoi(getenv("RMAX")) : 84;
+    w->dispatch_retry_jitter = true; w->dispatch_tenant_max_inflight = 1024; w->dispatch_tenant_max_inflight_bytes = 33554432;
+    w->dispatch_tenant_concurrency = 16;
+  }
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
+  d->retry = (ak_retry_policy_t){.base_ms = c->dispatch_retry_base_ms, .max_ms = c->dispatch_retry_max_ms,
+                                 .max_attempts = (int)c->dispatch_retry_max_attempts, .jitter = c->dispatch_retry_jitter};
+  d->bcfg = (ak_breaker_config_t){.failures = (int)c->dispatch_breaker_failures, .open_ms = c->dispatch_breaker_open_ms,
+                                  .max_open_ms = c->dispatch_breaker_max_open_ms};
+  if (ak_retry_policy_check(&d->retry, err, errlen) != 0 ||
+      (d->bcfg.failures > 0 && ak_breaker_config_check(&d->bcfg, err, errlen) != 0)) {
+    ak_dispatch_free(d);
+    return NULL;
+  }
+  d->sinks = calloc(c->nsources ? c->nsources : 1, sizeof *d->sinks);
+  if (!d->sinks) goto oom;
+  for (size_t i = 0; i < c->nsources; i++) {
+    const ak_source_cfg_t *s = &c->sources[i];
+    d->sinks[i] = calloc(s->nsinks ? s->nsinks : 1, sizeof **d->sinks);
+    if (!d->sinks[i]) goto oom;
+    for (size_t j = 0; j < s->nsinks; j++) {
+      sink_inst_t *si = &d->sinks[i][j];
+      si->vt = ak_sinks_find(s->sinks[j].type);
+      if (!si->vt || !si->vt->supported) {
+        snprintf(err, errlen, "sources.%s.sinks[%zu]: sink type %s is not supported", s->id, j, s->sinks[j].type);
+        ak_dispatch_free(d);
+        return NULL;
+      }
+      char serr[256] = "";
+      ak_sink_ctx_t sctx = {.source_id = s->id, .egress = inst->egress};
+      si->self = si->vt->create(s->sinks[j].opts, &sctx, serr, sizeof serr);
+      if (!si->self) {
+        snprintf(err, errlen, "sources.%s.sinks[%zu]: %s", s->id, j, serr);
+        ak_dispatch_free(d);
+        return NULL;
+      }
+      snprintf(si->label, sizeof si->label, "%s", s->sinks[j].type);
+      sink_metrics(d, si);
+    }
+  }
+  ak_metrics_t *m = inst->metrics;
+  const char *in = inst->name;
+  d->g_pending = ak_metrics_instance_series(m, in, "ankusa_queue_pending", "First delivery attempts waiting (due or not).", AK_METRIC_GAUGE);
+  d->g_scheduled = ak_metrics_instance_series(m, in, "ankusa_queue_scheduled", "Retries waiting for their next attempt.", AK_METRIC_GAUGE);
+  d->g_inflight = ak_metrics_instance_series(m, in, "ankusa_queue_inflight", "Delivery rows claimed by the dispatcher and not settled.", AK_METRIC_GAUGE);
+  d->g_dead = ak_metrics_instance_series(m, in, "ankusa_queue_dead", "Dead-lettered delivery rows.", AK_METRIC_GAUGE);
+  d->g_oldest = ak_metrics_instance_series(m, in, "ankusa_queue_oldest_due_age_seconds", "How long the oldest due, unclaimed row has been due.", AK_METRIC_GAUGE);
+  d->g_running = ak_metrics_instance_series(m, in, "ankusa_dispatch_running", "Delivery attempts in flight.", AK_METRIC_GAUGE);
+  d->g_claimed = ak_metrics_instance_series(m, in, "ankusa_dispatch_claimed", "Rows claimed (running or queued per sink key).", AK_METRIC_GAUGE);
+  d->g_runnable = ak_metrics_instance_series(m, in, "ankusa_dispatch_runnable", "Claimed rows waiting for a slot.", AK_METRIC_GAUGE);
+  d->g_active = ak_metrics_instance_series(m, in, "ankusa_dispatch_active_tenants", "Tenants with rows waiting or claimed.", AK_METRIC_GAUGE);
+  d->g_breakers = ak_metrics_instance_series(m, in, "ankusa_dispatch_breakers_open", "Sink keys whose breaker is open or half-open.", AK_METRIC_GAUGE);
+  d->c_transitions = ak_metrics_instance_series(m, in, "ankusa_dispatch_breaker_transitions_total", "Breaker state changes.", AK_METRIC_COUNTER);
+  d->c_write_fail = ak_metrics_instance_series(m, in, "ankusa_dispatch_write_failures_total", "Outcome batches the store refused (those rows are delivered again).", AK_METRIC_COUNTER);
+  const char *const tl[] = {"instance", "tenant", NULL};
+  d->f_tenant_pending = ak_metrics_family(m, "ankusa_tenant_pending", "First attempts waiting, for the 100 tenants with the most.", AK_METRIC_GAUGE, tl, NULL, 0);
+  d->f_tenant_inflight = ak_metrics_family(m, "ankusa_dispatch_tenant_inflight", "Claimed rows, for the 100 tenants holding the most.", AK_METRIC_GAUGE, tl, NULL, 0);
+  return d;
+oom:
+  snprintf(err, errlen, "out of memory");
+  ak_dispatch_free(d);
+  return NULL;
+}
+
+typedef struct {
+  ak_dispatch_t *d;
+  tenant_t *last;
+  uint64_t rows;
+} start_scan_t;
+
+static int start_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  start_scan_t *s = ctx;
+  const char *tn;
+  size_t tl;
+  int64_t at;
+  if (ak_key_due_parse((const uint8_t *)k, kl, &tn, &tl, &at, NULL, NULL) != 0) return 0;
+  tenant_t *t = s->last && s->last->nlen == tl && memcmp(s->last->name, tn, tl) == 0 ? s->last
+                                                                                     : tenant_get(s->d, tn, tl);
+  if (!t) return 1;
+  s->last = t;
+  ak_due_value_t dv;
+  if (ak_due_value_decode((const uint8_t *)v, vl, &dv) != 0) dv.attempts = 0;
+  count_unclaimed(s->d, t, dv.attempts, +1);
+  if (at < t->next_due) t->next_due = at;
+  s->rows++;
+  return 0;
+}
+
+static int dead_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)k;
+  (void)kl;
+  (void)v;
+  (void)vl;
+  ((ak_dispatch_t *)ctx)->dead++;
+  return 0;
+}
+
+int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen) {
+  int64_t t0 = ak_mono_ns();
+  start_scan_t s = {.d = d};
+  const char pd = AK_IDX_DUE, px = AK_IDX_DEAD;
+  if (ak_store_scan(d->inst->store, AK_CF_INDEX, &pd, 1, start_cb, &s) != 0 ||
+      ak_store_scan(d->inst->store, AK_CF_INDEX, &px, 1, dead_cb, d) != 0) {
+    snprintf(err, errlen, "cannot read the due index from the store");
+    return -1;
+  }
+  int64_t now = ak_now_ms();
+  for (size_t i = 0; i < d->tenants.cap; i++)
+    if (d->tenants.names[i]) tenant_place(d, d->tenants.vals[i], now);
+  publish(d, now);
+  ak_log(AK_LOG_INFO, "dispatch", "due index loaded", "rows=%" PRIu64 " tenants=%zu dead=%lld seconds=%.3f", s.rows,
+         d->tenants.n, (long long)d->dead, (double)(ak_mono_ns() - t0) / 1e9);
+  return 0;
+}
+
+size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms) {
+  int64_t before = d->inflight;
+  flush(d);
+  scan(d, now_ms);
+  return (size_t)(d->inflight - before);
+}
+
+int ak_dispatch_start(ak_dispatch_t *d, char *err, size_t errlen) {
+  if (ak_dispatch_load(d, err, errlen) != 0) return -1;
+  if (d->inst->writer) ak_writer_on_commit(d->inst->writer, on_commit, d);
+  if (pthread_create(&d->thread, NULL, run, d) != 0) {
+    snprintf(err, errlen, "cannot start the dispatch thread");
+    return -1;
+  }
+  d->started = true;
+  return 0;
+}
+
+void ak_dispatch_stop(ak_dispatch_t *d, int64_t wait_ms) {
+  if (!d || !d->started) return;
+  pthread_mutex_lock(&d->mu);
+  d->stop = true;
+  d->stop_deadline_ms = ak_now_ms() + wait_ms;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  pthread_join(d->thread, NULL);
+  d->started = false;
+}
+
+void ak_dispatch_free(ak_dispatch_t *d) {
+  if (!d) return;
+  ak_dispatch_stop(d, 0);
+  /* sinks first: their late callbacks still find the queue */
+  for (size_t i = 0; d->sinks && i < d->cfg->nsources; i++) {
+    for (size_t j = 0; d->sinks[i] && j < d->cfg->sources[i].nsinks; j++)
+      if (d->sinks[i][j].self) d->sinks[i][j].vt->destroy(d->sinks[i][j].self);
+    free(d->sinks[i]);
+  }
+  free(d->sinks);
+  /* rows: running ones are referenced by the outcome queue or were abandoned */
+  for (row_t *r = d->ohead, *nx; r; r = nx) {
+    nx = r->onext;
+    if (!r->zombie) umap_del(&d->claimed, row_id(r->seq, r->sink));
+    ak_envelope_clear(&r->env);
+    free(r->rec);
+    free(r);
+  }
+  for (size_t i = 0; i < d->claimed.cap; i++)
+    if (d->claimed.keys[i]) {
+      row_t *r = d->claimed.vals[i];
+      ak_envelope_clear(&r->env);
+      free(r->rec);
+      free(r);
+    }
+  free(d->claimed.keys);
+  free(d->claimed.vals);
+  for (size_t i = 0; i < d->keys.cap; i++)
+    if (d->keys.keys[i]) {
+      skey_t *k = d->keys.vals[i];
+      ak_breaker_free(k->breaker);
+      free(k);
+    }
+  free(d->keys.keys);
+  free(d->keys.vals);
+  for (size_t i = 0; i < d->tenants.cap; i++)
+    if (d->tenants.names[i]) {
+      free(d->tenants.vals[i]->name);
+      free(d->tenants.vals[i]);
+    }
+  free(d->tenants.names);
+  free(d->tenants.vals);
+  for (size_t i = 0; i < d->inbox.n; i++) free(d->inbox.v[i].name);
+  free(d->inbox.v);
+  free(d->heap);
+  free(d->reclaim_seq);
+  free(d->reclaim_id);
+  if (d->wb) rocksdb_writebatch_destroy(d->wb);
+  pthread_mutex_destroy(&d->mu);
+  pthread_cond_destroy(&d->cv);
+  free(d);
+}
+
+int64_t ak_dispatch_oldest_due_age_ms(ak_dispatch_t *d) {
+  if (!d) return 0;
+  int64_t od = atomic_load(&d->pub_oldest_due_ms);
+  int64_t now = ak_now_ms();
+  return od && od < now ? now - od : 0;
+}
+
+bool ak_dispatch_has_room(ak_dispatch_t *d) { return !d || atomic_load(&d->pub_has_room); }
+
+void ak_dispatch_on_replay_settled(ak_dispatch_t *d, ak_dispatch_settled_fn fn, void *ctx) {
+  d->settled = fn;
+  d->settled_ctx = ctx;
+}
+
+void ak_dispatch_on_tick(ak_dispatch_t *d, ak_dispatch_tick_fn fn, void *ctx) {
+  d->tick = fn;
+  d->tick_ctx = ctx;
+}

@@ -1,11 +1,15 @@
 /* Configuration loader: the option tables of the core sections, ${VAR} interpolation,
  * ANKUSA_* overrides, validation with dotted-key messages, the effective tree and its
  * redacted copy, and the lookup of the file. Owns the schema of node, log, http, admin,
- * batcher, wal and sources (sink rows belong to each sink, looked up in the registry).
+ * batcher, dispatch, egress, wal and sources (sink rows belong to each sink, looked up in
+ * the registry).
  * Must never exit, log, or keep state between calls: every result and every error goes
  * back to the caller, and no secret value is ever copied into an error message. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,9 +17,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <curl/curl.h>
 #include "core/config.h"
 #include "core/yamltree.h"
 #include "edge/tls.h"
+#include "sinks/egress.h"
 #include "sinks/sink.h"
 #include "verify/verifier.h"
 
@@ -136,8 +142,9 @@ static const ak_opt_t source_rows[] = {
   {.key = "trust_url_tenant", .type = AK_OPT_BOOL, .def = "false",
    .doc = "allow a shared unverified source under tenant_path routing"},
   {.key = "dedupe", .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = "duplicate suppression"},
-  {.key = "forward_headers", .type = AK_OPT_STRLIST, .flags = AK_OPTF_UNSUPPORTED,
-   .doc = "provider headers passed to sinks"},
+  {.key = "forward_headers", .type = AK_OPT_STRLIST, .flags = AK_OPTF_NULLABLE,
+   .doc = "provider headers passed to sinks: absent or null = all but the deny set, a list = only "
+          "these (lowercased, still minus the deny set), [] = none"},
   {0},
 };
 
@@ -161,6 +168,63 @@ static const ak_opt_t quarantine_rows[] = {
   {0},
 };
 
+static const ak_opt_t dispatch_retry_rows[] = {
+  {.key = "base_ms", .type = AK_OPT_INT, .def = "100", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "delay after the first failed attempt; it doubles after each further one"},
+  {.key = "max_ms", .type = AK_OPT_INT, .def = "300000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "cap on the delay, applied before jitter; at least base_ms"},
+  {.key = "max_attempts", .type = AK_OPT_INT, .def = "84", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "attempts in all; the last failed one dead-letters the row"},
+  {.key = "jitter", .type = AK_OPT_BOOL, .def = "true",
+   .doc = "scale each delay by a random factor in [0.5, 1.0]"},
+  {0},
+};
+
+/* Each null resolves at load to a share of the node's window (check_dispatch). */
+static const ak_opt_t dispatch_tenant_rows[] = {
+  {.key = "max_inflight", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "claimed, unfinished rows of one tenant; null = dispatch.max_inflight / 4"},
+  {.key = "max_inflight_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "stored bytes of those rows; null = dispatch.max_inflight_bytes / 4"},
+  {.key = "concurrency", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "attempts in flight for one tenant; null = dispatch.concurrency / 2"},
+  {0},
+};
+
+static const ak_opt_t dispatch_rows[] = {
+  {.key = "batch", .type = AK_OPT_INT, .def = "128", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "delivery rows claimed per scan"},
+  {.key = "concurrency", .type = AK_OPT_INT, .def = "32", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "attempts in flight on the node"},
+  {.key = "max_inflight", .type = AK_OPT_INT, .def = "4096", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "claimed, unfinished rows; claiming stops when full"},
+  {.key = "max_inflight_bytes", .type = AK_OPT_INT, .def = "134217728", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "stored hook bytes of those rows; claiming stops when full"},
+  {.key = "attempt_timeout_ms", .type = AK_OPT_INT, .def = "30000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "an attempt running longer counts as a transient failure"},
+  {.key = "sink_concurrency", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "attempts in flight per sink key {source, sink index, type}; null = no cap of its own"},
+  {.key = "breaker_failures", .type = AK_OPT_INT, .def = "5", .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "consecutive transient failures that open a sink key's breaker; 0 = no breaker"},
+  {.key = "breaker_open_ms", .type = AK_OPT_INT, .def = "30000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "first open period of a breaker"},
+  {.key = "breaker_max_open_ms", .type = AK_OPT_INT, .def = "300000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "the open period doubles after each failed probe, up to this; at least breaker_open_ms"},
+  {.key = "retry", .type = AK_OPT_MAP, .children = dispatch_retry_rows, .doc = "retry policy (dispatch-wide)"},
+  {.key = "tenants", .type = AK_OPT_MAP, .children = dispatch_tenant_rows,
+   .doc = "the share of the dispatch window one tenant may hold"},
+  {0},
+};
+
+/* Not in Ankusa: the SSRF guard of the sinks that connect out (sinks/egress.h). */
+static const ak_opt_t egress_rows[] = {
+  {.key = "allow_cidrs", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "non-public destinations sinks may reach anyway (\"10.1.0.0/16\", \"fd00::/8\", a bare address)"},
+  {.key = "allow_http", .type = AK_OPT_BOOL, .def = "false",
+   .doc = "allow http:// sink URLs (plain text) besides https://"},
+  {0},
+};
+
 #define NOT_YET_SECTION(name, what) \
   {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
 
@@ -176,7 +240,9 @@ static const ak_opt_t root_rows[] = {
   {.key = "quarantine", .type = AK_OPT_MAP, .children = quarantine_rows,
    .doc = "the pen for hooks that failed verification (on_verify_failure: quarantine)"},
   {.key = "batcher", .type = AK_OPT_MAP, .children = batcher_rows, .doc = "group commit"},
-  NOT_YET_SECTION("dispatch", "delivery scheduler"),
+  {.key = "dispatch", .type = AK_OPT_MAP, .children = dispatch_rows, .doc = "delivery scheduler"},
+  {.key = "egress", .type = AK_OPT_MAP, .children = egress_rows,
+   .doc = "which destinations sinks may connect to"},
   {.key = "wal", .type = AK_OPT_MAP, .children = wal_rows, .doc = "durability of the ack"},
   NOT_YET_SECTION("storage", "segment archive"),
   NOT_YET_SECTION("claim_check", "claim-check gateway"),
@@ -850,6 +916,8 @@ static json_t *check_value(vctx_t *c, const ak_opt_t *row, json_t *v, const char
     if (!is_empty_value(v)) verr(c, "%s: not supported yet; " NOT_YET_HINT, label);
     return NULL;
   }
+  /* before the list types take over: null is "unset" for a nullable list too */
+  if (json_is_null(v) && (row->flags & AK_OPTF_NULLABLE)) return json_null();
   if (row->type == AK_OPT_SECRETS) return check_secrets(c, v, path, label, interp);
   if (row->type == AK_OPT_STRLIST) return check_strlist(c, row, v, path, label, interp);
   json_t *own = (interp && json_is_string(v)) ? interpolate(c, v, label, secret) : json_incref(v);
@@ -1098,8 +1166,219 @@ static void check_tls(vctx_t *c, json_t *http, json_t *sources) {
   }
 }
 
+/* An integer the schema pass accepted; false when that key failed (the tree is partial
+ * then, and its own error is already reported). */
+static bool int_at(const json_t *obj, const char *key, int64_t *out) {
+  const json_t *v = json_object_get(obj, key);
+  if (!json_is_integer(v)) return false;
+  *out = json_integer_value(v);
+  return true;
+}
+
+/* The scheduler keeps these in an int. */
+static void check_int_range(vctx_t *c, const json_t *obj, const char *key, const char *label) {
+  int64_t v;
+  if (int_at(obj, key, &v) && v > INT_MAX)
+    verr(c, "%s must be at most %d, got %lld", label, INT_MAX, (long long)v);
+}
+
+/* Keys bounded by another key of dispatch, and the tenant window: a null resolves to a
+ * share of the node's window, so that one tenant whose sink is slow cannot hold every
+ * claim and slot of the node; an explicit value may not exceed the node's own. */
+static void check_dispatch(vctx_t *c, json_t *d) {
+  if (!json_is_object(d)) return;
+  int64_t conc = 0, v = 0, lo = 0;
+  bool have_conc = int_at(d, "concurrency", &conc);
+  if (have_conc && int_at(d, "sink_concurrency", &v) && v > conc)
+    verr(c, "dispatch.sink_concurrency must be between 1 and %lld (dispatch.concurrency), got %lld",
+         (long long)conc, (long long)v);
+  check_int_range(c, d, "breaker_failures", "dispatch.breaker_failures");
+  if (int_at(d, "breaker_open_ms", &lo) && int_at(d, "breaker_max_open_ms", &v) && v < lo)
+    verr(c, "dispatch.breaker_max_open_ms must be at least %lld (dispatch.breaker_open_ms), got %lld",
+         (long long)lo, (long long)v);
+  json_t *retry = json_object_get(d, "retry");
+  if (int_at(retry, "base_ms", &lo) && int_at(retry, "max_ms", &v) && v < lo)
+    verr(c, "dispatch.retry.max_ms must be at least %lld (dispatch.retry.base_ms), got %lld",
+         (long long)lo, (long long)v);
+  check_int_range(c, retry, "max_attempts", "dispatch.retry.max_attempts");
+
+  json_t *tenants = json_object_get(d, "tenants");
+  if (!json_is_object(tenants)) return;
+  static const struct { const char *key; int64_t div; } share[] = {
+    {"max_inflight", 4}, {"max_inflight_bytes", 4}, {"concurrency", 2},
+  };
+  for (size_t i = 0; i < sizeof share / sizeof share[0]; i++) {
+    int64_t global;
+    if (!int_at(d, share[i].key, &global)) continue;
+    json_t *tv = json_object_get(tenants, share[i].key);
+    if (json_is_null(tv)) {
+      int64_t derived = global / share[i].div;
+      json_object_set_new(tenants, share[i].key, json_integer(derived < 1 ? 1 : derived));
+    } else if (int_at(tenants, share[i].key, &v) && v > global) {
+      verr(c, "dispatch.tenants.%s must be between 1 and %lld (dispatch.%s), got %lld", share[i].key,
+           (long long)global, share[i].key, (long long)v);
+    }
+  }
+}
+
+/* The guard egress.* describes, or NULL after reporting (or when the section failed). */
+static ak_egress_t *check_egress(vctx_t *c, const json_t *eg) {
+  const json_t *list = json_object_get(eg, "allow_cidrs");
+  const json_t *http = json_object_get(eg, "allow_http");
+  if (!json_is_array(list) || !json_is_boolean(http)) return NULL;
+  size_t n = json_array_size(list);
+  const char **cidrs = calloc(n + 1, sizeof *cidrs);
+  if (!cidrs) {
+    verr(c, "egress: out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) cidrs[i] = json_string_value(json_array_get(list, i));
+  char why[192];
+  ak_egress_t *g = ak_egress_new(cidrs, n, json_is_true(http), why, sizeof why);
+  if (!g) verr(c, "%s", why); /* "egress.allow_cidrs[1]: ..." */
+  free(cidrs);
+  return g;
+}
+
+/* A static http sink whose URL the guard can never let through refuses the boot, so
+ * the mistake shows in check-config instead of as dead letters. The URL is never
+ * echoed: it may carry credentials. Names are not resolved here: what a name points at
+ * can change, and the sink judges the address it connects to. */
+static void check_http_url(vctx_t *c, const char *label, const char *url, const ak_egress_t *g) {
+  CURLU *h = curl_url();
+  char *scheme = NULL, *host = NULL;
+  if (!h) {
+    verr(c, "%s: out of memory", label);
+    return;
+  }
+  CURLUcode rc = curl_url_set(h, CURLUPART_URL, url, 0);
+  if (rc != CURLUE_OK) {
+    verr(c, "%s: not a valid URL (%s)", label, curl_url_strerror(rc));
+    goto done;
+  }
+  if (!g) goto done; /* egress.* is broken: its own error says so */
+  curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
+  char why[128];
+  if (!scheme || (strcmp(scheme, "https") && strcmp(scheme, "http"))) {
+    verr(c, "%s: only https:// (or http:// with egress.allow_http) URLs are allowed", label);
+    goto done;
+  }
+  if (!ak_egress_url_allowed(g, url, why, sizeof why)) {
+    if (!strcmp(scheme, "http"))
+      verr(c, "%s: http:// is refused; use https:// or set egress.allow_http: true", label);
+    else
+      verr(c, "%s: %s", label, why);
+    goto done;
+  }
+  if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host) goto done;
+  char lit[INET6_ADDRSTRLEN + 2];
+  size_t hl = strlen(host);
+  if (host[0] == '[' && hl >= 2 && hl - 2 < sizeof lit) {
+    memcpy(lit, host + 1, hl - 2);
+    lit[hl - 2] = '\0';
+    char *zone = strchr(lit, '%');
+    if (zone) *zone = '\0';
+  } else if (hl < sizeof lit) {
+    memcpy(lit, host, hl + 1);
+  } else {
+    goto done;
+  }
+  struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6};
+  struct sockaddr_in sa4 = {.sin_family = AF_INET};
+  const struct sockaddr *sa = NULL;
+  if (inet_pton(AF_INET, lit, &sa4.sin_addr) == 1) sa = (const struct sockaddr *)&sa4;
+  else if (inet_pton(AF_INET6, lit, &sa6.sin6_addr) == 1) sa = (const struct sockaddr *)&sa6;
+  if (sa && !ak_egress_addr_allowed(g, sa)) {
+    ak_egress_refusal(sa, why, sizeof why);
+    verr(c, "%s: %s (egress.allow_cidrs can allow it)", label, why);
+  }
+done:
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(h);
+}
+
+static bool header_token(const char *n) {
+  if (!*n) return false;
+  for (const char *p = n; *p; p++)
+    if (!(isalnum((unsigned char)*p) || strchr("!#$%&'*+-.^_`|~", *p))) return false;
+  return true;
+}
+
+/* forward_headers: names are compared lowercased everywhere, so they are stored that
+ * way; a name written twice counts once. */
+static void check_forward_headers(vctx_t *c, const char *id, json_t *src) {
+  json_t *list = json_object_get(src, "forward_headers");
+  if (!json_is_array(list)) return;
+  json_t *out = json_array();
+  size_t i;
+  json_t *item;
+  bool bad = false;
+  json_array_foreach(list, i, item) {
+    const char *name = json_string_value(item);
+    if (!name || !*name) {
+      verr(c, "sources.%s.forward_headers[%zu]: must not be empty", id, i);
+      bad = true;
+      continue;
+    }
+    if (!header_token(name)) {
+      char *r = render(item, false);
+      verr(c, "sources.%s.forward_headers[%zu]: %s is not a header name", id, i, r ? r : "?");
+      free(r);
+      bad = true;
+      continue;
+    }
+    char *low = strdup(name);
+    if (!low) continue;
+    for (char *p = low; *p; p++) *p = (char)tolower((unsigned char)*p);
+    strlist_add(out, low);
+    free(low);
+  }
+  if (!bad) json_object_set(src, "forward_headers", out);
+  json_decref(out);
+}
+
+/* The http sink's own keys that the sink would refuse only when created: refused here,
+ * so check-config reports them. Header values are never echoed (they are secret). */
+static void check_http_sink(vctx_t *c, const char *id, size_t i, const json_t *sink, const ak_egress_t *g) {
+  char label[160];
+  const char *url = json_string_value(json_object_get(sink, "url"));
+  snprintf(label, sizeof label, "sources.%s.sinks[%zu].url", id, i);
+  if (url) check_http_url(c, label, url, g);
+  const char *name;
+  json_t *v;
+  json_object_foreach((json_t *)json_object_get(sink, "headers"), name, v) {
+    const char *val = json_string_value(v);
+    if (!header_token(name)) {
+      json_t *tmp = json_string(name);
+      char *r = tmp ? render(tmp, false) : NULL;
+      verr(c, "sources.%s.sinks[%zu].headers: %s is not a header name", id, i, r ? r : "?");
+      free(r);
+      json_decref(tmp);
+    } else if (val && strpbrk(val, "\r\n")) {
+      verr(c, "sources.%s.sinks[%zu].headers.%s: a header value cannot hold a line break", id, i, name);
+    }
+  }
+}
+
 /* Rules across keys, run on the checked tree. */
 static void check_cross(vctx_t *c, json_t *eff) {
+  check_dispatch(c, json_object_get(eff, "dispatch"));
+  ak_egress_t *guard = check_egress(c, json_object_get(eff, "egress"));
+  {
+    const char *sid;
+    json_t *s;
+    json_object_foreach(json_object_get(eff, "sources"), sid, s) {
+      check_forward_headers(c, sid, s);
+      size_t i;
+      json_t *sink;
+      json_array_foreach(json_object_get(s, "sinks"), i, sink) {
+        const char *type = json_string_value(json_object_get(sink, "type"));
+        if (type && !strcmp(type, "http")) check_http_sink(c, sid, i, sink, guard);
+      }
+    }
+  }
+  ak_egress_free(guard);
   json_t *http = json_object_get(eff, "http");
   const char *routing = json_string_value(json_object_get(http, "routing"));
   json_t *qrate = json_object_get(json_object_get(eff, "quarantine"), "rate");
@@ -1143,6 +1422,28 @@ static char *str_of(const json_t *section, const char *key) {
 
 static const char *const role_names[] = {"edge", "dispatch", "storage", "claim_check"};
 
+/* A NULL-terminated copy of a list of strings (nothing when list is not an array). */
+static int strlist_dup(const json_t *list, char ***out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (!json_is_array(list)) return 0;
+  size_t len = json_array_size(list);
+  char **v = calloc(len + 1, sizeof *v);
+  if (!v) return -1;
+  *out = v;
+  for (size_t i = 0; i < len; i++) {
+    const char *s = json_string_value(json_array_get(list, i));
+    if (!(v[i] = strdup(s ? s : ""))) return -1;
+    *n = i + 1;
+  }
+  return 0;
+}
+
+static void strlist_free(char **v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) free(v[i]);
+  free(v);
+}
+
 static int build_typed(ak_config_t *cfg) {
   json_t *e = cfg->effective;
   json_t *node = json_object_get(e, "node"), *log = json_object_get(e, "log"),
@@ -1181,6 +1482,28 @@ static int build_typed(ak_config_t *cfg) {
   cfg->quarantine_burst = int_of(quarantine, "burst");
   cfg->quarantine_rate = json_number_value(json_object_get(quarantine, "rate"));
   cfg->quarantine_max_bytes = int_of(quarantine, "max_bytes");
+  json_t *d = json_object_get(e, "dispatch"), *retry = json_object_get(d, "retry"),
+         *tenants = json_object_get(d, "tenants");
+  cfg->dispatch_batch = int_of(d, "batch");
+  cfg->dispatch_concurrency = int_of(d, "concurrency");
+  cfg->dispatch_max_inflight = int_of(d, "max_inflight");
+  cfg->dispatch_max_inflight_bytes = int_of(d, "max_inflight_bytes");
+  cfg->dispatch_attempt_timeout_ms = int_of(d, "attempt_timeout_ms");
+  cfg->dispatch_sink_concurrency = int_of(d, "sink_concurrency"); /* null reads as 0 */
+  cfg->dispatch_breaker_failures = int_of(d, "breaker_failures");
+  cfg->dispatch_breaker_open_ms = int_of(d, "breaker_open_ms");
+  cfg->dispatch_breaker_max_open_ms = int_of(d, "breaker_max_open_ms");
+  cfg->dispatch_retry_base_ms = int_of(retry, "base_ms");
+  cfg->dispatch_retry_max_ms = int_of(retry, "max_ms");
+  cfg->dispatch_retry_max_attempts = int_of(retry, "max_attempts");
+  cfg->dispatch_retry_jitter = json_is_true(json_object_get(retry, "jitter"));
+  cfg->dispatch_tenant_max_inflight = int_of(tenants, "max_inflight"); /* resolved by check_dispatch */
+  cfg->dispatch_tenant_max_inflight_bytes = int_of(tenants, "max_inflight_bytes");
+  cfg->dispatch_tenant_concurrency = int_of(tenants, "concurrency");
+  json_t *egress = json_object_get(e, "egress");
+  cfg->egress_allow_http = json_is_true(json_object_get(egress, "allow_http"));
+  if (strlist_dup(json_object_get(egress, "allow_cidrs"), &cfg->egress_allow_cidrs, &cfg->egress_nallow_cidrs) < 0)
+    return -1;
   if (!cfg->data_dir || !cfg->http_prefix || !cfg->admin_ip) return -1;
 
   size_t n = json_object_size(sources);
@@ -1198,6 +1521,9 @@ static int build_typed(ak_config_t *cfg) {
     s->verify_type = str_of(verify, "type");
     s->verify = (s->verify_type && strcmp(s->verify_type, "none")) ? json_incref(verify) : NULL;
     s->trust_url_tenant = json_is_true(json_object_get(src, "trust_url_tenant"));
+    json_t *fwd = json_object_get(src, "forward_headers");
+    s->forward_default = !json_is_array(fwd);
+    if (strlist_dup(fwd, &s->forward_headers, &s->nforward_headers) < 0) return -1;
     s->sinks = calloc(json_array_size(sinks) + 1, sizeof *s->sinks);
     if (!s->id || !s->tenant || !s->verify_type || !s->sinks) return -1;
     json_array_foreach(sinks, i, item) {
@@ -1223,7 +1549,9 @@ void ak_config_free(ak_config_t *cfg) {
     free(s->tenant);
     free(s->verify_type);
     json_decref(s->verify);
+    strlist_free(s->forward_headers, s->nforward_headers);
   }
+  strlist_free(cfg->egress_allow_cidrs, cfg->egress_nallow_cidrs);
   free(cfg->sources);
   free(cfg->path);
   free(cfg->data_dir);

@@ -6,13 +6,16 @@
  * reads more than max_response_bytes of a response, never puts a secret, a header value
  * or the URL into an outcome reason, and never touches the store.
  *
- * Not in the registry yet (registry.c keeps `http` supported = false until the
- * dispatcher delivers to it); callers reach it through these two names:
- *   extern const ak_sink_vtable_t ak_sink_http_impl;   create() = default egress guard
- *   void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
- *                                             const ak_egress_t *egress, char *err, size_t errlen);
- * The egress guard is borrowed and must outlive the sink; NULL means the default guard
- * (no allow list, no http://), owned by the sink.
+ * Registered as ak_sink_http (registry.c). The egress guard comes in ak_sink_ctx_t; it is
+ * borrowed and must outlive the sink; NULL means the default guard (no allow list, no
+ * http://), owned by the sink.
+ *
+ * Headers, strongest first: the sink's identity (content-type, x-ankusa-*), then the
+ * operator's `headers`, then the provider headers forward_headers lets through (sinks/
+ * forward.h); a weaker header whose name a stronger one holds is dropped, so a receiver
+ * never sees two answers to one question. With a secret, the three webhook-* signature
+ * headers replace forwarded ones of those names. A value holding CR, LF or NUL is never
+ * sent: that header is dropped.
  *
  * Egress pinning: libcurl resolves the name, and CURLOPT_OPENSOCKETFUNCTION judges each
  * sockaddr right before the socket for it is created. The address checked is therefore
@@ -34,15 +37,13 @@
 #include <openssl/params.h>
 #include "core/envelope.h"
 #include "sinks/egress.h"
+#include "sinks/forward.h"
 #include "sinks/sink.h"
 
 #define HTTP_MAX_SECRETS 8
 #define HTTP_MAX_ACTIVE 64        /* transfers in the CURLM at once */
 #define HTTP_MAX_OUTSTANDING 4096 /* queued + active; beyond it deliver answers retry */
 #define HTTP_RETRY_AFTER_CAP_MS 3600000
-
-void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
-                                           const ak_egress_t *egress, char *err, size_t errlen);
 
 static const ak_opt_t http_opts[] = {
   {.key = "url", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN, .min = 1,
@@ -70,6 +71,9 @@ typedef struct http_req {
   struct curl_slist *hdrs;
   char id[AK_UUID_STR_LEN];
   char *source, *tenant, *ctype;
+  char *idem, *dedupe, *replay; /* x-ankusa-* values, NULL = header not sent */
+  char **fwd;                   /* forwarded "name: value" lines */
+  size_t nfwd;
   uint8_t *body;
   size_t body_len;
   void *ctx;
@@ -85,6 +89,7 @@ struct http_sink {
   char *url;
   const char *method; /* NULL = POST */
   char **conf_headers; /* "name: value" lines */
+  char **conf_names;   /* their names, to drop forwarded headers of the same name */
   size_t nconf_headers;
   long timeout_ms;
   size_t max_resp;
@@ -268,6 +273,11 @@ static void req_free(http_req_t *r) {
   free(r->source);
   free(r->tenant);
   free(r->ctype);
+  free(r->idem);
+  free(r->dedupe);
+  free(r->replay);
+  for (size_t i = 0; i < r->nfwd; i++) free(r->fwd[i]);
+  free(r->fwd);
   free(r->body);
   free(r);
 }
@@ -327,15 +337,26 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
   return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
 }
 
+/* "name: value", or "name;" (curl's way to send an empty value). Malloc'd or NULL. */
+static char *header_line(const char *name, size_t nlen, const char *val, size_t vlen) {
+  char *line = malloc(nlen + vlen + 3);
+  if (!line) return NULL;
+  memcpy(line, name, nlen);
+  if (vlen == 0) {
+    memcpy(line + nlen, ";", 2);
+  } else {
+    memcpy(line + nlen, ": ", 2);
+    memcpy(line + nlen + 2, val, vlen);
+    line[nlen + 2 + vlen] = '\0';
+  }
+  return line;
+}
+
 static bool add_header(struct curl_slist **l, const char *name, const char *val, size_t vlen) {
-  char line[1024];
-  int n;
-  if (vlen == 0)
-    n = snprintf(line, sizeof line, "%s;", name); /* curl's way to send an empty value */
-  else
-    n = snprintf(line, sizeof line, "%s: %.*s", name, (int)vlen, val);
-  if (n < 0 || (size_t)n >= sizeof line) return true; /* oversized value: left out */
-  struct curl_slist *nl = curl_slist_append(*l, line);
+  char *line = header_line(name, strlen(name), val, vlen);
+  if (!line) return false;
+  struct curl_slist *nl = curl_slist_append(*l, line); /* copies */
+  free(line);
   if (!nl) return false;
   *l = nl;
   return true;
@@ -391,10 +412,13 @@ static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
                        r->ctype ? strlen(r->ctype) : strlen("application/octet-stream")) &&
             add_header(&r->hdrs, "x-ankusa-id", r->id, strlen(r->id)) &&
             add_header(&r->hdrs, "x-ankusa-source", r->source, strlen(r->source)) &&
-            add_header(&r->hdrs, "x-ankusa-idempotency-key", r->id, strlen(r->id)) &&
+            (!r->idem || add_header(&r->hdrs, "x-ankusa-idempotency-key", r->idem, strlen(r->idem))) &&
             (!r->tenant || add_header(&r->hdrs, "x-ankusa-tenant", r->tenant, strlen(r->tenant))) &&
+            (!r->dedupe || add_header(&r->hdrs, "x-ankusa-dedupe-key", r->dedupe, strlen(r->dedupe))) &&
+            (!r->replay || add_header(&r->hdrs, "x-ankusa-replay-id", r->replay, strlen(r->replay))) &&
             add_line(&r->hdrs, "Expect:");
   for (size_t i = 0; ok && i < s->nconf_headers; i++) ok = add_line(&r->hdrs, s->conf_headers[i]);
+  for (size_t i = 0; ok && i < r->nfwd; i++) ok = add_line(&r->hdrs, r->fwd[i]);
   if (ok && s->nkeys) {
     char ts[24];
     snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
@@ -559,6 +583,81 @@ static char *dup_header_value(const char *p, size_t n) {
   return dup_n(p, n);
 }
 
+static bool name_is(const char *name, size_t len, const char *word) {
+  return strlen(word) == len && strncasecmp(name, word, len) == 0;
+}
+
+/* A forwarded name that a stronger header already answers (see the top of this file). */
+static bool forward_collides(const http_sink_t *s, const char *name, size_t len) {
+  if (name_is(name, len, "content-type") || (len >= 9 && strncasecmp(name, "x-ankusa-", 9) == 0)) return true;
+  for (size_t i = 0; i < s->nconf_headers; i++)
+    if (name_is(name, len, s->conf_names[i])) return true;
+  return s->nkeys && (name_is(name, len, "webhook-id") || name_is(name, len, "webhook-timestamp") ||
+                      name_is(name, len, "webhook-signature"));
+}
+
+static bool token_n(const char *n, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (!(isalnum((unsigned char)n[i]) || (n[i] && strchr("!#$%&'*+-.^_`|~", n[i])))) return false;
+  return len > 0;
+}
+
+static bool value_ok_n(const char *v, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (v[i] == '\r' || v[i] == '\n' || v[i] == '\0') return false;
+  return true;
+}
+
+/* The forwarded header lines of one attempt: one per name (lowercased), in the order the
+ * names first arrived, repeats joined with ", " in received order. A name with any value
+ * that could split a line is left out whole (half of a repeated header would mislead).
+ * 0, or -1 when out of memory. */
+static int collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *att, http_req_t *r) {
+  const ak_envelope_t *env = att->env;
+  if (!env->nheaders) return 0;
+  r->fwd = calloc(env->nheaders, sizeof *r->fwd);
+  if (!r->fwd) return -1;
+  for (size_t i = 0; i < env->nheaders; i++) {
+    const ak_header_t *h = &env->headers[i];
+    if (!h->name || !token_n(h->name, h->name_len)) continue;
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; j++)
+      seen = env->headers[j].name_len == h->name_len && env->headers[j].name &&
+             strncasecmp(env->headers[j].name, h->name, h->name_len) == 0;
+    if (seen || !ak_forward_header(att->source, h->name, h->name_len) ||
+        forward_collides(s, h->name, h->name_len))
+      continue;
+    size_t vlen = 0, nvals = 0;
+    bool ok = true;
+    for (size_t j = i; j < env->nheaders && ok; j++) {
+      const ak_header_t *o = &env->headers[j];
+      if (o->name_len != h->name_len || !o->name || strncasecmp(o->name, h->name, h->name_len) != 0) continue;
+      ok = !o->value_len || (o->value && value_ok_n(o->value, o->value_len));
+      vlen += (nvals++ ? 2 : 0) + o->value_len;
+    }
+    if (!ok) continue;
+    char *val = malloc(vlen + 1), *p = val;
+    if (!val) return -1;
+    nvals = 0;
+    for (size_t j = i; j < env->nheaders; j++) {
+      const ak_header_t *o = &env->headers[j];
+      if (o->name_len != h->name_len || !o->name || strncasecmp(o->name, h->name, h->name_len) != 0) continue;
+      if (nvals++) {
+        memcpy(p, ", ", 2);
+        p += 2;
+      }
+      if (o->value_len) memcpy(p, o->value, o->value_len);
+      p += o->value_len;
+    }
+    char *line = header_line(h->name, h->name_len, val, vlen);
+    free(val);
+    if (!line) return -1;
+    for (size_t k = 0; k < h->name_len; k++) line[k] = (char)tolower((unsigned char)line[k]);
+    r->fwd[r->nfwd++] = line;
+  }
+  return 0;
+}
+
 static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done) {
   http_sink_t *s = self;
   const ak_envelope_t *env = att->env;
@@ -578,6 +677,16 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
   if (!r->source) r->source = dup_n("", 0);
   r->tenant = dup_header_value(env->tenant, env->tenant_len);
   r->ctype = dup_header_value(env->content_type, env->content_type_len);
+  /* A key that cannot go on the wire is left out, never replaced by another value: a
+   * receiver deduplicating on it must not see two keys for one hook. */
+  const char *idem = att->idempotency_key;
+  r->idem = (idem && *idem) ? dup_header_value(idem, strlen(idem)) : dup_n(r->id, strlen(r->id));
+  if (att->dedupe_key) r->dedupe = dup_header_value(att->dedupe_key, strlen(att->dedupe_key));
+  if (att->replay_id) r->replay = dup_header_value(att->replay_id, strlen(att->replay_id));
+  if (collect_forwarded(s, att, r) != 0) {
+    req_free(r);
+    goto oom;
+  }
   r->body_len = env->body_len;
   if (env->body_len) {
     r->body = malloc(env->body_len);
@@ -628,8 +737,10 @@ static void http_destroy(void *self) {
   for (size_t i = 0; i < s->nconf_headers; i++) {
     OPENSSL_cleanse(s->conf_headers[i], strlen(s->conf_headers[i]));
     free(s->conf_headers[i]);
+    free(s->conf_names[i]);
   }
   free(s->conf_headers);
+  free(s->conf_names);
   EVP_MAC_free(s->mac);
   ak_egress_free(s->owned_egress);
   free(s->url);
@@ -674,7 +785,8 @@ static int parse_opts(http_sink_t *s, const json_t *opts, char *err, size_t errl
       return -1;
     }
     s->conf_headers = calloc(json_object_size(h) + 1, sizeof *s->conf_headers);
-    if (!s->conf_headers) goto oom;
+    s->conf_names = calloc(json_object_size(h) + 1, sizeof *s->conf_names);
+    if (!s->conf_headers || !s->conf_names) goto oom;
     const char *name;
     const json_t *hv;
     json_object_foreach((json_t *)h, name, hv) {
@@ -690,9 +802,15 @@ static int parse_opts(http_sink_t *s, const json_t *opts, char *err, size_t errl
       const char *val = json_string_value(hv);
       size_t len = strlen(name) + strlen(val) + 3;
       char *line = malloc(len);
-      if (!line) goto oom;
+      char *lname = strdup(name);
+      if (!line || !lname) {
+        free(line);
+        free(lname);
+        goto oom;
+      }
       if (*val) snprintf(line, len, "%s: %s", name, val);
       else snprintf(line, len, "%s;", name);
+      s->conf_names[s->nconf_headers] = lname;
       s->conf_headers[s->nconf_headers++] = line;
     }
   }
@@ -728,8 +846,9 @@ oom:
   return -1;
 }
 
-void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
-                                           const ak_egress_t *egress, char *err, size_t errlen) {
+static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err, size_t errlen) {
+  const char *source_id = sctx ? sctx->source_id : NULL;
+  const ak_egress_t *egress = sctx ? sctx->egress : NULL;
   pthread_once(&curl_once, curl_init);
   if (curl_init_rc != CURLE_OK) {
     snprintf(err, errlen, "libcurl init failed: %s", curl_easy_strerror(curl_init_rc));
@@ -765,12 +884,7 @@ fail:
   return NULL;
 }
 
-static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err, size_t errlen) {
-  return ak_sink_http_impl_create_with_egress(opts, sctx ? sctx->source_id : NULL, sctx ? sctx->egress : NULL, err,
-                                              errlen);
-}
-
-const ak_sink_vtable_t ak_sink_http_impl = {
+const ak_sink_vtable_t ak_sink_http = {
   .type = "http",
   .durable = true,
   .supported = true,

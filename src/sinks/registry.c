@@ -5,12 +5,12 @@
 #include "sinks/sink.h"
 
 extern const ak_sink_vtable_t ak_sink_log;
+extern const ak_sink_vtable_t ak_sink_http;
 
 #define AK_FUTURE_SINK(name) \
   static const ak_opt_t name##_opts[] = {{0}}; \
   static const ak_sink_vtable_t ak_sink_##name = {.type = #name, .supported = false, .options = name##_opts}
 
-AK_FUTURE_SINK(http);
 AK_FUTURE_SINK(kafka);
 AK_FUTURE_SINK(rabbitmq);
 AK_FUTURE_SINK(nats);

@@ -78,6 +78,24 @@ Test(config, defaults_from_empty_document) {
   cr_expect_eq(cfg->batcher_max_queue_bytes, 268435456);
   cr_expect_eq(cfg->wal_type, AK_WAL_DISK);
   cr_expect_str_eq(ak_config_wal_text(cfg->wal_type), "disk");
+  cr_expect_eq(cfg->dispatch_batch, 128);
+  cr_expect_eq(cfg->dispatch_concurrency, 32);
+  cr_expect_eq(cfg->dispatch_max_inflight, 4096);
+  cr_expect_eq(cfg->dispatch_max_inflight_bytes, 134217728);
+  cr_expect_eq(cfg->dispatch_attempt_timeout_ms, 30000);
+  cr_expect_eq(cfg->dispatch_sink_concurrency, 0, "null: no per-key cap");
+  cr_expect_eq(cfg->dispatch_breaker_failures, 5);
+  cr_expect_eq(cfg->dispatch_breaker_open_ms, 30000);
+  cr_expect_eq(cfg->dispatch_breaker_max_open_ms, 300000);
+  cr_expect_eq(cfg->dispatch_retry_base_ms, 100);
+  cr_expect_eq(cfg->dispatch_retry_max_ms, 300000);
+  cr_expect_eq(cfg->dispatch_retry_max_attempts, 84);
+  cr_expect(cfg->dispatch_retry_jitter);
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 1024);
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 33554432);
+  cr_expect_eq(cfg->dispatch_tenant_concurrency, 16);
+  cr_expect_eq(cfg->egress_nallow_cidrs, 0);
+  cr_expect_not(cfg->egress_allow_http);
   cr_expect_eq(cfg->nsources, 0);
   /* The effective tree: every key, defaults applied, in schema order. */
   expect_json(cfg->effective,
@@ -89,6 +107,12 @@ Test(config, defaults_from_empty_document) {
               "\"quarantine\":{\"burst\":100,\"rate\":20,\"max_bytes\":1073741824},"
               "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,"
               "\"max_queue_bytes\":268435456},"
+              "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,"
+              "\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,"
+              "\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,"
+              "\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},"
+              "\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
+              "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false},"
               "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
               "\"sources\":{}}");
   ak_config_free(cfg);
@@ -131,13 +155,16 @@ Test(config, full_source) {
   cr_expect_str_eq(a->tenant, "default");
   cr_expect_eq(a->on_verify_failure, AK_OVF_QUARANTINE);
   cr_expect(a->trust_url_tenant);
+  cr_expect(a->forward_default, "no forward_headers: the default set");
+  cr_expect_eq(a->nforward_headers, 0);
   cr_expect_null(ak_config_source(cfg, "nope"));
   expect_json(json_object_get(cfg->effective, "sources"),
               "{\"alpha\":{\"tenant\":\"default\",\"on_verify_failure\":\"quarantine\","
-              "\"verify\":{\"type\":\"none\"},\"sinks\":[{\"type\":\"log\"}],\"trust_url_tenant\":true},"
+              "\"verify\":{\"type\":\"none\"},\"sinks\":[{\"type\":\"log\"}],\"trust_url_tenant\":true,"
+              "\"forward_headers\":null},"
               "\"zeta\":{\"tenant\":\"acme\",\"on_verify_failure\":\"accept_flag\","
               "\"verify\":{\"type\":\"none\"},\"sinks\":[{\"type\":\"log\"},{\"type\":\"log\"}],"
-              "\"trust_url_tenant\":false}}");
+              "\"trust_url_tenant\":false,\"forward_headers\":null}}");
   ak_config_free(cfg);
 }
 
@@ -288,7 +315,7 @@ Test(config, admin_ip) {
 /* ---------------------------------------------------------------- not yet ---- */
 
 Test(config, not_supported_sections) {
-  const char *sections[] = {"routes", "rate_limits", "dispatch", "storage",
+  const char *sections[] = {"routes", "rate_limits", "storage",
                             "claim_check", "backup", "source_store", "lifecycle"};
   for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
     char yaml[128], want[160];
@@ -307,14 +334,223 @@ Test(config, not_supported_sections) {
 Test(config, not_supported_values) {
   expect_err("wal:\n  type: none\n", "wal.type: \"none\" is not supported yet");
   expect_err("wal:\n  type: dual\n", "wal.type: \"dual\" is not supported yet");
-  expect_err("sources:\n  a:\n    sinks: [{type: http, url: \"http://x\"}]\n",
-             "sources.a.sinks[0].type: sink type \"http\" is not supported yet");
+  expect_err("sources:\n  a:\n    sinks: [{type: nats, servers: x}]\n",
+             "sources.a.sinks[0].type: sink type \"nats\" is not supported yet");
   expect_err(SRC "    dedupe: {ttl_ms: 1000}\n", "sources.a.dedupe: not supported yet; remove it or leave it empty");
-  expect_err(SRC "    forward_headers: [x-a]\n",
-             "sources.a.forward_headers: not supported yet; remove it or leave it empty");
-  ak_config_t *cfg = load_ok(SRC "    dedupe: {}\n    forward_headers: []\n");
+  ak_config_t *cfg = load_ok(SRC "    dedupe: {}\n");
   cr_expect_null(json_object_get(json_object_get(json_object_get(cfg->effective, "sources"), "a"), "dedupe"));
   ak_config_free(cfg);
+}
+
+/* ------------------------------------------------------------------ dispatch ---- */
+
+Test(config, dispatch_values) {
+  ak_config_t *cfg = load_ok("dispatch:\n  batch: 7\n  concurrency: 9\n  max_inflight: 10\n"
+                             "  max_inflight_bytes: 1000\n  attempt_timeout_ms: 5\n  sink_concurrency: 9\n"
+                             "  breaker_failures: 0\n  breaker_open_ms: 10\n  breaker_max_open_ms: 10\n"
+                             "  retry: {base_ms: 5, max_ms: 5, max_attempts: 1, jitter: false}\n"
+                             "  tenants: {max_inflight: 10, max_inflight_bytes: 3, concurrency: 1}\n");
+  cr_expect_eq(cfg->dispatch_batch, 7);
+  cr_expect_eq(cfg->dispatch_concurrency, 9);
+  cr_expect_eq(cfg->dispatch_max_inflight, 10);
+  cr_expect_eq(cfg->dispatch_max_inflight_bytes, 1000);
+  cr_expect_eq(cfg->dispatch_attempt_timeout_ms, 5);
+  cr_expect_eq(cfg->dispatch_sink_concurrency, 9);
+  cr_expect_eq(cfg->dispatch_breaker_failures, 0);
+  cr_expect_eq(cfg->dispatch_breaker_open_ms, 10);
+  cr_expect_eq(cfg->dispatch_breaker_max_open_ms, 10);
+  cr_expect_eq(cfg->dispatch_retry_base_ms, 5);
+  cr_expect_eq(cfg->dispatch_retry_max_ms, 5);
+  cr_expect_eq(cfg->dispatch_retry_max_attempts, 1);
+  cr_expect_not(cfg->dispatch_retry_jitter);
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 10);
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 3);
+  cr_expect_eq(cfg->dispatch_tenant_concurrency, 1);
+  ak_config_free(cfg);
+}
+
+Test(config, dispatch_tenant_defaults_derived) {
+  /* a null (or absent) tenant key is a share of the node's window, never below 1 */
+  ak_config_t *cfg = load_ok("dispatch:\n  concurrency: 1\n  max_inflight: 3\n  max_inflight_bytes: 7\n"
+                             "  tenants: {max_inflight: null}\n");
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 1);
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 1);
+  cr_expect_eq(cfg->dispatch_tenant_concurrency, 1);
+  expect_json(json_object_get(json_object_get(cfg->effective, "dispatch"), "tenants"),
+              "{\"max_inflight\":1,\"max_inflight_bytes\":1,\"concurrency\":1}");
+  ak_config_free(cfg);
+  cfg = load_ok("dispatch:\n  concurrency: 7\n  max_inflight: 100\n  max_inflight_bytes: 1001\n"
+                "  tenants: {concurrency: 7}\n");
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 25);
+  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 250);
+  cr_expect_eq(cfg->dispatch_tenant_concurrency, 7, "an explicit value may equal the node's");
+  ak_config_free(cfg);
+}
+
+Test(config, dispatch_bounds) {
+  expect_err("dispatch:\n  batch: 0\n", "dispatch.batch must be positive, got 0");
+  expect_err("dispatch:\n  concurrency: 0\n", "dispatch.concurrency must be positive, got 0");
+  expect_err("dispatch:\n  max_inflight: 0\n", "dispatch.max_inflight must be positive, got 0");
+  expect_err("dispatch:\n  max_inflight_bytes: -1\n", "dispatch.max_inflight_bytes must be positive, got -1");
+  expect_err("dispatch:\n  attempt_timeout_ms: 0\n", "dispatch.attempt_timeout_ms must be positive, got 0");
+  expect_err("dispatch:\n  sink_concurrency: 0\n", "dispatch.sink_concurrency must be positive, got 0");
+  expect_err("dispatch:\n  sink_concurrency: 33\n",
+             "dispatch.sink_concurrency must be between 1 and 32 (dispatch.concurrency), got 33");
+  expect_err("dispatch:\n  breaker_failures: -1\n", "dispatch.breaker_failures must be non-negative, got -1");
+  expect_err("dispatch:\n  breaker_failures: 2147483648\n",
+             "dispatch.breaker_failures must be at most 2147483647, got 2147483648");
+  expect_err("dispatch:\n  breaker_open_ms: 0\n", "dispatch.breaker_open_ms must be positive, got 0");
+  expect_err("dispatch:\n  breaker_open_ms: 500000\n",
+             "dispatch.breaker_max_open_ms must be at least 500000 (dispatch.breaker_open_ms), got 300000");
+  expect_err("dispatch:\n  breaker_max_open_ms: 29999\n",
+             "dispatch.breaker_max_open_ms must be at least 30000 (dispatch.breaker_open_ms), got 29999");
+  expect_err("dispatch:\n  retry: {base_ms: 0}\n", "dispatch.retry.base_ms must be positive, got 0");
+  expect_err("dispatch:\n  retry: {max_ms: 99}\n",
+             "dispatch.retry.max_ms must be at least 100 (dispatch.retry.base_ms), got 99");
+  expect_err("dispatch:\n  retry: {max_attempts: 0}\n", "dispatch.retry.max_attempts must be positive, got 0");
+  expect_err("dispatch:\n  retry: {max_attempts: 3000000000}\n",
+             "dispatch.retry.max_attempts must be at most 2147483647, got 3000000000");
+  expect_err("dispatch:\n  retry: {jitter: maybe}\n", "dispatch.retry.jitter: expected a boolean, got \"maybe\"");
+  expect_err("dispatch:\n  tenants: {max_inflight: 0}\n", "dispatch.tenants.max_inflight must be positive, got 0");
+  expect_err("dispatch:\n  tenants: {max_inflight: 4097}\n",
+             "dispatch.tenants.max_inflight must be between 1 and 4096 (dispatch.max_inflight), got 4097");
+  expect_err("dispatch:\n  max_inflight_bytes: 10\n  tenants: {max_inflight_bytes: 11}\n",
+             "dispatch.tenants.max_inflight_bytes must be between 1 and 10 (dispatch.max_inflight_bytes), got 11");
+  expect_err("dispatch:\n  concurrency: 4\n  tenants: {concurrency: 5}\n",
+             "dispatch.tenants.concurrency must be between 1 and 4 (dispatch.concurrency), got 5");
+  expect_err("dispatch:\n  poll_ms: 100\n", "dispatch: unknown key \"poll_ms\"");
+  expect_err("dispatch:\n  tenants: {weight: 2}\n", "dispatch.tenants: unknown key \"weight\"");
+  /* a bad global leaves the dependent rules alone: one error, not two */
+  expect_err("dispatch:\n  concurrency: x\n  sink_concurrency: 5\n",
+             "dispatch.concurrency: expected an integer, got \"x\"");
+}
+
+/* -------------------------------------------------------------------- egress ---- */
+
+Test(config, egress_values) {
+  ak_config_t *cfg = load_ok("egress:\n  allow_cidrs: [10.1.0.0/16, \"fd00::/8\", 192.168.1.7]\n  allow_http: true\n");
+  cr_assert_eq(cfg->egress_nallow_cidrs, 3);
+  cr_expect_str_eq(cfg->egress_allow_cidrs[0], "10.1.0.0/16");
+  cr_expect_str_eq(cfg->egress_allow_cidrs[1], "fd00::/8");
+  cr_expect_str_eq(cfg->egress_allow_cidrs[2], "192.168.1.7");
+  cr_expect(cfg->egress_allow_http);
+  ak_config_free(cfg);
+}
+
+Test(config, egress_bad_cidr) {
+  expect_err("egress:\n  allow_cidrs: [10.0.0.0/8, 10.0.0.1/8]\n",
+             "egress.allow_cidrs[1]: \"10.0.0.1/8\" has host bits set beyond its prefix");
+  expect_err("egress:\n  allow_cidrs: [example.com]\n",
+             "egress.allow_cidrs[0]: \"example.com\" is not a CIDR (address/prefix)");
+  expect_err("egress:\n  allow_cidrs: [\"::/129\"]\n", "egress.allow_cidrs[0]: \"::/129\" has a prefix length over 128");
+  expect_err("egress:\n  allow_http: yes\n", "egress.allow_http: expected a boolean, got \"yes\"");
+  expect_err("egress:\n  deny: []\n", "egress: unknown key \"deny\"");
+}
+
+/* ------------------------------------------------------------ http sink url ---- */
+
+static char *http_src(const char *url, const char *extra) {
+  char *y = NULL;
+  cr_assert(asprintf(&y, "%ssources:\n  a:\n    sinks:\n      - {type: log}\n      - {type: http, url: \"%s\"}\n",
+                     extra, url) > 0);
+  return y;
+}
+
+static void expect_url_err(const char *url, const char *extra, const char *want) {
+  char *y = http_src(url, extra);
+  char *err = load_err_env(y, NOENV);
+  cr_expect_str_eq(err, want, "url %s", url);
+  free(err);
+  free(y);
+}
+
+static void expect_url_ok(const char *url, const char *extra) {
+  char *y = http_src(url, extra);
+  ak_config_t *cfg = load_ok(y);
+  cr_expect_str_eq(cfg->sources[0].sinks[1].type, "http");
+  ak_config_free(cfg);
+  free(y);
+}
+
+Test(config, http_sink_url_refused_at_load) {
+  const char *http_refused = "sources.a.sinks[1].url: http:// is refused; use https:// or set egress.allow_http: true";
+  expect_url_err("http://hooks.example.com/in", "", http_refused);
+  expect_url_err("HTTP://user:hunter2@hooks.example.com/in", "", http_refused);
+  expect_url_err("https://127.0.0.1/in", "",
+                 "sources.a.sinks[1].url: egress: 127.0.0.1 is not a public address (egress.allow_cidrs can allow it)");
+  expect_url_err("https://[::1]:8443/in", "",
+                 "sources.a.sinks[1].url: egress: ::1 is not a public address (egress.allow_cidrs can allow it)");
+  expect_url_err("https://10.2.3.4/in", "egress: {allow_http: true}\n",
+                 "sources.a.sinks[1].url: egress: 10.2.3.4 is not a public address (egress.allow_cidrs can allow it)");
+  /* curl's normalised forms of an IPv4 literal are judged by the address */
+  expect_url_err("https://2130706433/", "",
+                 "sources.a.sinks[1].url: egress: 127.0.0.1 is not a public address (egress.allow_cidrs can allow it)");
+  expect_url_err("ftp://files.example.com/x", "",
+                 "sources.a.sinks[1].url: only https:// (or http:// with egress.allow_http) URLs are allowed");
+  expect_url_err("https://", "", "sources.a.sinks[1].url: not a valid URL (No host part in the URL)");
+  expect_url_err("hooks.example.com/in", "", "sources.a.sinks[1].url: not a valid URL (Bad scheme)");
+  /* the URL (and so any credential in it) never appears in the error */
+  char *y = http_src("https://user:s3cr3tpw@127.0.0.1/in", "");
+  char *err = load_err_env(y, NOENV);
+  cr_expect(strstr(err, "s3cr3tpw") == NULL && strstr(err, "user") == NULL, "%s", err);
+  free(err);
+  free(y);
+
+  expect_url_ok("https://hooks.example.com/in", "");
+  expect_url_ok("https://8.8.8.8/in", "");
+  expect_url_ok("https://localhost/in", ""); /* names are judged at connect time */
+  expect_url_ok("http://hooks.example.com/in", "egress: {allow_http: true}\n");
+  expect_url_ok("https://127.0.0.1:8443/in", "egress: {allow_cidrs: [127.0.0.0/8]}\n");
+  expect_url_ok("https://[::1]/in", "egress: {allow_cidrs: [\"::1\"]}\n");
+  expect_url_ok("http://10.2.3.4/in", "egress: {allow_http: true, allow_cidrs: [10.0.0.0/8]}\n");
+}
+
+Test(config, http_sink_options) {
+  ak_config_t *cfg = load_ok("sources:\n  a:\n    sinks:\n      - type: http\n        url: https://h.example.com/x\n"
+                             "        method: put\n        headers: {X-Team: blue}\n        secret: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, s2]\n");
+  const json_t *o = cfg->sources[0].sinks[0].opts;
+  expect_json(o, "{\"type\":\"http\",\"url\":\"https://h.example.com/x\",\"method\":\"put\",\"headers\":{\"X-Team\":\"blue\"},"
+                 "\"timeout_ms\":5000,\"max_response_bytes\":65536,"
+                 "\"secret\":[\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\",\"s2\"]}");
+  /* print-config: the secret and the header values never show */
+  json_t *red = ak_config_redacted(cfg);
+  char *txt = dump(red);
+  cr_expect(strstr(txt, "whsec_") == NULL && strstr(txt, "s2") == NULL && strstr(txt, "blue") == NULL, "%s", txt);
+  cr_expect(strstr(txt, "\"secret\":\"[REDACTED]\"") && strstr(txt, "\"headers\":\"[REDACTED]\""), "%s", txt);
+  free(txt);
+  json_decref(red);
+  ak_config_free(cfg);
+  expect_err("sources:\n  a:\n    sinks: [{type: http}]\n", "sources.a.sinks[0]: missing required key \"url\"");
+  expect_err("sources:\n  a:\n    sinks: [{type: http, url: \"https://h.example.com\", verb: get}]\n",
+             "sources.a.sinks[0]: unknown key \"verb\"");
+  expect_err("sources:\n  a:\n    sinks: [{type: http, url: \"https://h.example.com\", headers: {\"a b\": x}}]\n",
+             "sources.a.sinks[0].headers: \"a b\" is not a header name");
+  expect_err("sources:\n  a:\n    sinks: [{type: http, url: \"https://h.example.com\", headers: {x-a: \"1\\r\\nx-b: 2\"}}]\n",
+             "sources.a.sinks[0].headers.x-a: a header value cannot hold a line break");
+}
+
+/* ----------------------------------------------------------- forward_headers ---- */
+
+Test(config, forward_headers) {
+  ak_config_t *cfg = load_ok(SRC "    forward_headers: [X-GitHub-Event, x-github-event, X-Hub-Signature-256]\n"
+                                 "  b:\n    sinks: [{type: log}]\n    forward_headers: []\n"
+                                 "  c:\n    sinks: [{type: log}]\n    forward_headers:\n");
+  const ak_source_cfg_t *a = ak_config_source(cfg, "a");
+  cr_expect_not(a->forward_default);
+  cr_assert_eq(a->nforward_headers, 2);
+  cr_expect_str_eq(a->forward_headers[0], "x-github-event");
+  cr_expect_str_eq(a->forward_headers[1], "x-hub-signature-256");
+  expect_json(json_object_get(json_object_get(json_object_get(cfg->effective, "sources"), "a"), "forward_headers"),
+              "[\"x-github-event\",\"x-hub-signature-256\"]");
+  const ak_source_cfg_t *b = ak_config_source(cfg, "b");
+  cr_expect_not(b->forward_default, "[]: none");
+  cr_expect_eq(b->nforward_headers, 0);
+  const ak_source_cfg_t *c = ak_config_source(cfg, "c");
+  cr_expect(c->forward_default, "null: the default set");
+  ak_config_free(cfg);
+  expect_err(SRC "    forward_headers: [x-a, \"\"]\n", "sources.a.forward_headers[1]: must not be empty");
+  expect_err(SRC "    forward_headers: [\"x a\"]\n", "sources.a.forward_headers[0]: \"x a\" is not a header name");
+  expect_err(SRC "    forward_headers: {x: 1}\n", "sources.a.forward_headers: expected a list, got {...}");
 }
 
 /* ----------------------------------------------------------------- coercions ---- */
@@ -663,7 +899,7 @@ Test(config, load_file_errors_name_the_path) {
 Test(config, root_options_table) {
   const ak_opt_t *rows = ak_config_root_options();
   const char *want[] = {"node", "log", "http", "admin", "store_headers", "routes", "rate_limits", "quarantine", "batcher",
-                        "dispatch", "wal", "storage", "claim_check", "backup", "sources", "source_store",
+                        "dispatch", "egress", "wal", "storage", "claim_check", "backup", "sources", "source_store",
                         "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {

@@ -294,8 +294,12 @@ Test(sinks, registry_and_log_sink) {
   cr_assert(log->supported);
   cr_assert_not(log->durable, "a log line is not a durable destination");
   const ak_sink_vtable_t *http = ak_sinks_find("http");
-  cr_assert_not_null(http, "known types are listed even before they are built");
-  cr_assert_not(http->supported);
+  cr_assert_not_null(http);
+  cr_assert(http->supported);
+  cr_assert(http->durable);
+  const ak_sink_vtable_t *kafka = ak_sinks_find("kafka");
+  cr_assert_not_null(kafka, "known types are listed even before they are built");
+  cr_assert_not(kafka->supported);
   cr_assert_null(ak_sinks_find("carrier_pigeon"));
   cr_assert_not_null(strstr(ak_sinks_type_list(), "google_pubsub"));
   char err[64] = "";

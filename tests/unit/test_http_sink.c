@@ -1,6 +1,7 @@
 /* Unit tests: the http sink against a receiver in this process (libmicrohttpd on
  * 127.0.0.1, port 0): request shape, Standard Webhooks signatures checked with an HMAC
- * computed here, status mapping, timeouts, response cap, and the egress guard. */
+ * computed here, status mapping, timeouts, response cap, the egress guard, the per-attempt
+ * x-ankusa-* headers and forwarded provider headers with their precedence. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -13,13 +14,13 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/config.h"
 #include "core/envelope.h"
 #include "sinks/egress.h"
+#include "sinks/forward.h"
 #include "sinks/sink.h"
 
-extern const ak_sink_vtable_t ak_sink_http_impl;
-void *ak_sink_http_impl_create_with_egress(const json_t *opts, const char *source_id,
-                                           const ak_egress_t *egress, char *err, size_t errlen);
+extern const ak_sink_vtable_t ak_sink_http;
 
 /* ---- receiver --------------------------------------------------------------------- */
 
@@ -224,13 +225,12 @@ static ak_envelope_t envelope(const uint8_t *body, size_t len, const char *ctype
   return env;
 }
 
-/* Deliver and wait for the single outcome. */
-static ak_sink_outcome_t deliver(void *sink, const ak_envelope_t *env) {
+/* Deliver one attempt and wait for the single outcome. */
+static ak_sink_outcome_t deliver_att(void *sink, const ak_sink_attempt_t *att) {
   waiter_t w = {.calls = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  ak_sink_attempt_t att = {.env = env, .attempt = 1};
-  ak_sink_http_impl.deliver(sink, &att, &w, on_done);
+  ak_sink_http.deliver(sink, att, &w, on_done);
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += 15;
@@ -245,6 +245,10 @@ static ak_sink_outcome_t deliver(void *sink, const ak_envelope_t *env) {
   pthread_cond_destroy(&w.cv);
   pthread_mutex_destroy(&w.mu);
   return out;
+}
+
+static ak_sink_outcome_t deliver(void *sink, const ak_envelope_t *env) {
+  return deliver_att(sink, &(ak_sink_attempt_t){.env = env, .attempt = 1});
 }
 
 static ak_egress_t *loopback_egress(void) {
@@ -263,8 +267,7 @@ static void *sink_new(const ak_egress_t *egress, const char *fmt, unsigned short
   json_t *opts = json_loads(buf, 0, &je);
   cr_assert_not_null(opts, "bad test json: %s", je.text);
   char err[256] = "";
-  void *s = egress ? ak_sink_http_impl_create_with_egress(opts, "github", egress, err, sizeof err)
-                   : ak_sink_http_impl.create(opts, &(ak_sink_ctx_t){.source_id = "github"}, err, sizeof err);
+  void *s = ak_sink_http.create(opts, &(ak_sink_ctx_t){.source_id = "github", .egress = egress}, err, sizeof err);
   json_decref(opts);
   cr_assert_not_null(s, "create: %s", err);
   return s;
@@ -276,7 +279,7 @@ static ak_sink_outcome_t post_to(recv_t *rv, const ak_egress_t *eg, const char *
   void *s = sink_new(eg, fmt, rv->port);
   ak_envelope_t env = envelope((const uint8_t *)"{}", 2, "application/json");
   ak_sink_outcome_t out = deliver(s, &env);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   return out;
 }
 
@@ -315,7 +318,7 @@ Test(http_sink, delivers_method_body_and_headers) {
     cr_expect_null(recv_header(rv, "webhook-signature"), "no secret, no signature");
     cr_expect_null(recv_header(rv, "expect"));
     pthread_mutex_unlock(&rv->mu);
-    ak_sink_http_impl.destroy(s);
+    ak_sink_http.destroy(s);
   }
   cr_expect_eq(recv_count(rv), 3);
   ak_egress_free(eg);
@@ -334,7 +337,7 @@ Test(http_sink, default_content_type_and_empty_body) {
   cr_expect_str_eq(recv_header(rv, "content-type"), "application/octet-stream");
   cr_expect_null(recv_header(rv, "x-ankusa-tenant"), "no tenant, no header");
   cr_expect_eq(rv->body_len, 0);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   ak_egress_free(eg);
   recv_stop(rv);
 }
@@ -382,7 +385,7 @@ Test(http_sink, standard_webhooks_signature_per_secret) {
     strcat(want, enc);
   }
   cr_expect_str_eq(sig, want);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   ak_egress_free(eg);
   recv_stop(rv);
 }
@@ -402,9 +405,9 @@ Test(http_sink, bad_secrets_refused_at_create) {
     json_t *opts = json_loads(bad[i], 0, NULL);
     cr_assert_not_null(opts);
     char err[256] = "";
-    void *s = ak_sink_http_impl.create(opts, &(ak_sink_ctx_t){.source_id = "src"}, err, sizeof err);
+    void *s = ak_sink_http.create(opts, &(ak_sink_ctx_t){.source_id = "src"}, err, sizeof err);
     cr_expect_null(s, "%s accepted", bad[i]);
-    if (s) ak_sink_http_impl.destroy(s);
+    if (s) ak_sink_http.destroy(s);
     cr_expect(*err, "%s: no error", bad[i]);
     cr_expect(strstr(err, "!!!!") == NULL, "no secret in the error: %s", err);
     json_decref(opts);
@@ -484,7 +487,7 @@ Test(http_sink, timeout_is_transient) {
   cr_expect_str_eq(out.reason, "timeout");
   double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
   cr_expect(secs < 1.2, "took %.2fs", secs);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   ak_egress_free(eg);
   recv_stop(rv);
 }
@@ -499,7 +502,7 @@ Test(http_sink, connect_refused_is_transient) {
   ak_sink_outcome_t out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_RETRY);
   cr_expect(strncmp(out.reason, "connect: ", 9) == 0, "%s", out.reason);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   ak_egress_free(eg);
 }
 
@@ -510,7 +513,7 @@ Test(http_sink, max_response_bytes_caps_the_read) {
   ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
   ak_sink_outcome_t out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_OK, "status is what counts: %s", out.reason);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   /* The sink hung up long before 64 MB: the receiver could not finish sending. */
   for (int i = 0; i < 200; i++) {
     pthread_mutex_lock(&rv->mu);
@@ -525,7 +528,7 @@ Test(http_sink, max_response_bytes_caps_the_read) {
   s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/big/1000\",\"max_response_bytes\":1024}", rv->port);
   out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   for (int i = 0; i < 200 && rv->completed_ok == 0; i++) usleep(10 * 1000);
   pthread_mutex_lock(&rv->mu);
   cr_expect_eq(rv->completed_ok, 1, "a small response is read whole");
@@ -544,7 +547,7 @@ Test(http_sink, many_concurrent_deliveries) {
   for (int i = 0; i < N; i++) {
     pthread_mutex_init(&w[i].mu, NULL);
     pthread_cond_init(&w[i].cv, NULL);
-    ak_sink_http_impl.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
+    ak_sink_http.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
   }
   for (int i = 0; i < N; i++) {
     struct timespec until;
@@ -558,7 +561,7 @@ Test(http_sink, many_concurrent_deliveries) {
     cr_expect_eq(w[i].out.result, AK_SINK_OK, "delivery %d: %s", i, w[i].out.reason);
   }
   cr_expect_eq(recv_count(rv), N);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   ak_egress_free(eg);
   recv_stop(rv);
 }
@@ -572,16 +575,239 @@ Test(http_sink, destroy_answers_pending_deliveries_once) {
   for (int i = 0; i < 3; i++) {
     pthread_mutex_init(&w[i].mu, NULL);
     pthread_cond_init(&w[i].cv, NULL);
-    ak_sink_http_impl.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
+    ak_sink_http.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
   }
   usleep(50 * 1000);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   for (int i = 0; i < 3; i++) {
     cr_expect_eq(w[i].calls, 1, "delivery %d answered %d times", i, w[i].calls);
     cr_expect_eq(w[i].out.result, AK_SINK_RETRY);
   }
   ak_egress_free(eg);
   recv_stop(rv);
+}
+
+/* ---- attempt headers and forwarding -------------------------------------------------- */
+
+static const char HOOK_ID[] = "018f2a3b-4c5d-7e6f-8091-a2b3c4d5e6f7";
+
+Test(http_sink, attempt_identity_headers) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/x\"}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+
+  ak_sink_attempt_t att = {.env = &env, .attempt = 3, .idempotency_key = "acme:github:evt_1",
+                           .dedupe_key = "evt_1", .replay_id = "018f0000-0000-7000-8000-000000000001"};
+  ak_sink_outcome_t out = deliver_att(s, &att);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-idempotency-key"), "acme:github:evt_1");
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-dedupe-key"), "evt_1");
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-replay-id"), "018f0000-0000-7000-8000-000000000001");
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-id"), HOOK_ID);
+  pthread_mutex_unlock(&rv->mu);
+
+  /* Neither a dedupe key nor a replay: no header; no key given: the hook id. */
+  out = deliver_att(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1});
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-idempotency-key"), HOOK_ID);
+  cr_expect_null(recv_header(rv, "x-ankusa-dedupe-key"));
+  cr_expect_null(recv_header(rv, "x-ankusa-replay-id"));
+  pthread_mutex_unlock(&rv->mu);
+
+  /* A value that could split a line is never sent, and nothing stands in for it. */
+  att = (ak_sink_attempt_t){.env = &env, .attempt = 1, .idempotency_key = "acme:github:a\r\nx-evil: 1",
+                            .dedupe_key = "a\nb"};
+  out = deliver_att(s, &att);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_null(recv_header(rv, "x-ankusa-idempotency-key"));
+  cr_expect_null(recv_header(rv, "x-ankusa-dedupe-key"));
+  cr_expect_null(recv_header(rv, "x-evil"));
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-id"), HOOK_ID);
+  pthread_mutex_unlock(&rv->mu);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* The provider headers of the hook the forwarding tests deliver. */
+static ak_header_t provider_headers[] = {
+  {"X-GitHub-Event", 14, "push", 4},
+  {"Authorization", 13, "Bearer provider", 15},
+  {"Cookie", 6, "c=1", 3},
+  {"X-Api-Key", 9, "k", 1},
+  {"X-Ankusa-Id", 11, "forged", 6},
+  {"x-ankusa-tenant", 15, "evil", 4},
+  {"X-Multi", 7, "a", 1},
+  {"Content-Type", 12, "text/plain", 10},
+  {"x-multi", 7, "b", 1},
+  {"Host", 4, "provider.example", 16},
+  {"Connection", 10, "close", 5},
+  {"X-Split", 7, "a\r\nx-evil: 1", 13},
+  {"X-Team", 6, "red", 3},
+  {"Webhook-Id", 10, "msg_forged", 10},
+  {"Webhook-Signature", 17, "v1,forged", 9},
+  {"X-Empty", 7, "", 0},
+};
+
+static ak_envelope_t provider_envelope(void) {
+  ak_envelope_t env = envelope((const uint8_t *)"{}", 2, "application/json");
+  env.headers = provider_headers;
+  env.nheaders = sizeof provider_headers / sizeof provider_headers[0];
+  return env;
+}
+
+Test(http_sink, forwards_provider_headers_by_default) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/x\"}", rv->port);
+  ak_envelope_t env = provider_envelope();
+  ak_source_cfg_t src = {.id = "github", .forward_default = true};
+  /* src NULL and a source without forward_headers mean the same default set */
+  const ak_source_cfg_t *srcs[] = {&src, NULL};
+  for (size_t i = 0; i < 2; i++) {
+    ak_sink_outcome_t out = deliver_att(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1, .source = srcs[i]});
+    cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+    pthread_mutex_lock(&rv->mu);
+    cr_expect_str_eq(recv_header(rv, "x-github-event"), "push");
+    cr_expect_str_eq(recv_header(rv, "x-multi"), "a, b", "repeats joined in received order");
+    cr_expect_eq(recv_header_count(rv, "x-multi"), 1);
+    cr_expect_str_eq(recv_header(rv, "x-team"), "red");
+    cr_expect_str_eq(recv_header(rv, "x-empty"), "");
+    cr_expect_str_eq(recv_header(rv, "webhook-id"), "msg_forged", "no secret: the provider's own is forwarded");
+    cr_expect_null(recv_header(rv, "authorization"));
+    cr_expect_null(recv_header(rv, "cookie"));
+    cr_expect_null(recv_header(rv, "x-api-key"));
+    cr_expect_null(recv_header(rv, "x-split"), "a value with CR/LF is dropped");
+    cr_expect_null(recv_header(rv, "x-evil"));
+    cr_expect_str_eq(recv_header(rv, "x-ankusa-id"), HOOK_ID);
+    cr_expect_eq(recv_header_count(rv, "x-ankusa-id"), 1);
+    cr_expect_str_eq(recv_header(rv, "x-ankusa-tenant"), "acme");
+    cr_expect_eq(recv_header_count(rv, "x-ankusa-tenant"), 1);
+    cr_expect_str_eq(recv_header(rv, "content-type"), "application/json");
+    cr_expect_eq(recv_header_count(rv, "content-type"), 1);
+    cr_expect(strncmp(recv_header(rv, "host"), "127.0.0.1:", 10) == 0, "%s", recv_header(rv, "host"));
+    cr_expect(recv_header(rv, "connection") == NULL || strcasecmp(recv_header(rv, "connection"), "close") != 0);
+    pthread_mutex_unlock(&rv->mu);
+  }
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, forward_list_and_empty_list) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/x\"}", rv->port);
+  ak_envelope_t env = provider_envelope();
+  char *names[] = {"x-github-event", "authorization", "x-multi"};
+  ak_source_cfg_t list = {.id = "github", .forward_default = false, .forward_headers = names, .nforward_headers = 3};
+  ak_sink_outcome_t out = deliver_att(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1, .source = &list});
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_str_eq(recv_header(rv, "x-github-event"), "push");
+  cr_expect_str_eq(recv_header(rv, "x-multi"), "a, b");
+  cr_expect_null(recv_header(rv, "authorization"), "a list never lifts the deny set");
+  cr_expect_null(recv_header(rv, "x-team"), "not in the list");
+  cr_expect_null(recv_header(rv, "webhook-id"));
+  pthread_mutex_unlock(&rv->mu);
+
+  ak_source_cfg_t none = {.id = "github", .forward_default = false};
+  out = deliver_att(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1, .source = &none});
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  for (size_t i = 0; i < sizeof provider_headers / sizeof provider_headers[0]; i++) {
+    const char *n = provider_headers[i].name;
+    if (!strcasecmp(n, "content-type") || !strcasecmp(n, "host") || !strcasecmp(n, "connection") ||
+        !strncasecmp(n, "x-ankusa-", 9))
+      continue;
+    cr_expect_null(recv_header(rv, n), "[] forwards nothing, yet %s arrived", n);
+  }
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-id"), HOOK_ID);
+  pthread_mutex_unlock(&rv->mu);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, operator_headers_beat_forwarded_ones) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/x\",\"headers\":{\"X-TEAM\":\"blue\","
+                         "\"x-ankusa-source\":\"forged\"}}", rv->port);
+  ak_envelope_t env = provider_envelope();
+  ak_sink_outcome_t out = deliver_att(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1});
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_str_eq(recv_header(rv, "x-team"), "blue");
+  cr_expect_eq(recv_header_count(rv, "x-team"), 1, "the forwarded x-team is dropped");
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-source"), "github", "identity beats the operator");
+  cr_expect_eq(recv_header_count(rv, "x-ankusa-source"), 1);
+  cr_expect_str_eq(recv_header(rv, "x-github-event"), "push");
+  pthread_mutex_unlock(&rv->mu);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+Test(http_sink, signature_headers_replace_forwarded_ones) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/x\",\"secret\":\"k3y\"}", rv->port);
+  ak_envelope_t env = provider_envelope();
+  ak_sink_outcome_t out = deliver_att(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1});
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_str_eq(recv_header(rv, "webhook-id"), HOOK_ID);
+  cr_expect_eq(recv_header_count(rv, "webhook-id"), 1);
+  cr_expect_eq(recv_header_count(rv, "webhook-signature"), 1);
+  cr_expect(strncmp(recv_header(rv, "webhook-signature"), "v1,", 3) == 0);
+  cr_expect(strcmp(recv_header(rv, "webhook-signature"), "v1,forged") != 0);
+  cr_expect_eq(recv_header_count(rv, "webhook-timestamp"), 1);
+  cr_expect_str_eq(recv_header(rv, "x-github-event"), "push", "other headers still forwarded");
+  pthread_mutex_unlock(&rv->mu);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* ---- forward rules (sinks/forward.c) ------------------------------------------------- */
+
+static bool fwd(const ak_source_cfg_t *src, const char *name) { return ak_forward_header(src, name, strlen(name)); }
+
+Test(forward, deny_set_in_any_case) {
+  const char *deny[] = {"authorization", "Proxy-Authorization", "COOKIE", "x-api-key", "Host", "content-length",
+                        "Content-Type", "connection", "Keep-Alive", "transfer-encoding", "TE", "trailer",
+                        "upgrade", "Expect", "x-ankusa-id", "X-Ankusa-Anything", "x-ankusa-"};
+  char *all[] = {"authorization", "cookie", "x-ankusa-id", "te"};
+  ak_source_cfg_t listed = {.forward_default = false, .forward_headers = all, .nforward_headers = 4};
+  for (size_t i = 0; i < sizeof deny / sizeof deny[0]; i++) {
+    cr_expect_not(fwd(NULL, deny[i]), "%s forwarded by default", deny[i]);
+    cr_expect_not(fwd(&listed, deny[i]), "%s forwarded by a list", deny[i]);
+  }
+  const char *pass[] = {"x-github-event", "User-Agent", "x-ankusa", "tex", "hosts", "x-api-key2", "webhook-id"};
+  for (size_t i = 0; i < sizeof pass / sizeof pass[0]; i++) cr_expect(fwd(NULL, pass[i]), "%s", pass[i]);
+}
+
+Test(forward, default_list_and_none) {
+  ak_source_cfg_t def = {.forward_default = true};
+  char *names[] = {"x-github-event", "x-hub-signature-256"};
+  ak_source_cfg_t list = {.forward_default = false, .forward_headers = names, .nforward_headers = 2};
+  ak_source_cfg_t none = {.forward_default = false};
+  cr_expect(fwd(&def, "X-Anything"));
+  cr_expect(fwd(&list, "X-GitHub-Event"), "a list matches in any case");
+  cr_expect(fwd(&list, "x-hub-signature-256"));
+  cr_expect_not(fwd(&list, "x-github-delivery"));
+  cr_expect_not(fwd(&none, "x-github-event"));
+  cr_expect_not(fwd(NULL, ""));
+  cr_expect_not(ak_forward_header(NULL, NULL, 3));
+  /* the length counts, not a terminator */
+  cr_expect(ak_forward_header(&list, "x-github-eventXYZ", 14));
+  cr_expect_not(ak_forward_header(NULL, "hostname", 4));
+  cr_expect(ak_forward_header(NULL, "hostname", 8));
 }
 
 /* ---- egress ----------------------------------------------------------------------- */
@@ -594,14 +820,14 @@ Test(http_sink, default_egress_refuses_loopback_and_http) {
   ak_sink_outcome_t out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_PERMANENT);
   cr_expect(strstr(out.reason, "http://") && strstr(out.reason, "allow_http"), "%s", out.reason);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
 
   /* https:// to loopback: refused at the address, before any byte is sent. */
   s = sink_new(NULL, "{\"url\":\"https://127.0.0.1:%d/x\"}", rv->port);
   out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_PERMANENT);
   cr_expect_str_eq(out.reason, "egress: 127.0.0.1 is not a public address");
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
 
   /* http allowed but no allow list: the address check alone refuses it. */
   char err[160];
@@ -610,7 +836,7 @@ Test(http_sink, default_egress_refuses_loopback_and_http) {
   out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_PERMANENT);
   cr_expect_str_eq(out.reason, "egress: 127.0.0.1 is not a public address");
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
 
   /* A name that resolves to loopback is judged by the address it resolves to. */
   s = sink_new(http_only, "{\"url\":\"http://localhost:%d/x\"}", rv->port);
@@ -618,14 +844,14 @@ Test(http_sink, default_egress_refuses_loopback_and_http) {
   cr_expect_eq(out.result, AK_SINK_PERMANENT);
   cr_expect(strncmp(out.reason, "egress: ", 8) == 0 && strstr(out.reason, "is not a public address"), "%s",
             out.reason);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
 
   /* A mapped-IPv6 literal for loopback is refused too. */
   s = sink_new(http_only, "{\"url\":\"http://[::ffff:127.0.0.1]:%d/x\"}", rv->port);
   out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_PERMANENT, "%s", out.reason);
   cr_expect(strncmp(out.reason, "egress: ", 8) == 0, "%s", out.reason);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
 
   cr_expect_eq(recv_count(rv), 0, "the receiver saw nothing");
   ak_egress_free(http_only);
@@ -639,17 +865,17 @@ Test(http_sink, other_schemes_refused) {
   ak_sink_outcome_t out = deliver(s, &env);
   cr_expect_eq(out.result, AK_SINK_PERMANENT);
   cr_expect(strncmp(out.reason, "egress: ", 8) == 0, "%s", out.reason);
-  ak_sink_http_impl.destroy(s);
+  ak_sink_http.destroy(s);
   ak_egress_free(eg);
 }
 
 Test(http_sink, option_rows_declared) {
   const char *want[] = {"url", "method", "headers", "timeout_ms", "max_response_bytes", "secret"};
   size_t n = 0;
-  for (const ak_opt_t *o = ak_sink_http_impl.options; o->key; o++, n++) cr_expect_str_eq(o->key, want[n]);
+  for (const ak_opt_t *o = ak_sink_http.options; o->key; o++, n++) cr_expect_str_eq(o->key, want[n]);
   cr_expect_eq(n, 6);
-  cr_expect_str_eq(ak_sink_http_impl.type, "http");
-  cr_expect(ak_sink_http_impl.durable);
-  const ak_sink_vtable_t *reg = ak_sinks_find("http");
-  cr_expect(reg && !reg->supported, "the registry keeps http unsupported until dispatch exists");
+  cr_expect_str_eq(ak_sink_http.type, "http");
+  cr_expect(ak_sink_http.durable);
+  cr_expect_eq(ak_sinks_find("http"), &ak_sink_http, "the registry lists the real sink");
+  cr_expect(ak_sink_http.supported);
 }

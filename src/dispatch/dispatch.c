@@ -1411,15 +1411,6 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   d->inst = inst;
   d->cfg = inst->cfg;
   const ak_config_t *c = d->cfg;
-  if (c->dispatch_batch == 0) { /* TEMP until config lands */
-    ak_config_t *w = (ak_config_t *)c;
-    w->dispatch_batch = 128; w->dispatch_concurrency = 32; w->dispatch_max_inflight = 4096;
-    w->dispatch_max_inflight_bytes = 134217728; w->dispatch_attempt_timeout_ms = 30000;
-    w->dispatch_breaker_failures = 5; w->dispatch_breaker_open_ms = getenv("BOPEN") ? atoi(getenv("BOPEN")) : 30000; w->dispatch_breaker_max_open_ms = 300000;
-    w->dispatch_retry_base_ms = getenv("RBASE") ? atoi(getenv("RBASE")) : 100; w->dispatch_retry_max_ms = 300000; w->dispatch_retry_max_attempts = getenv("RMAX") ? atoi(getenv("RMAX")) : 84;
-    w->dispatch_retry_jitter = true; w->dispatch_tenant_max_inflight = 1024; w->dispatch_tenant_max_inflight_bytes = 33554432;
-    w->dispatch_tenant_concurrency = 16;
-  }
   pthread_mutex_init(&d->mu, NULL);
   pthread_cond_init(&d->cv, NULL);
   d->retry = (ak_retry_policy_t){.base_ms = c->dispatch_retry_base_ms, .max_ms = c->dispatch_retry_max_ms,

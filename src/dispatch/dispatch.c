@@ -1525,9 +1525,25 @@ int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen) {
 
 size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms) {
   int64_t before = d->inflight;
+  pthread_mutex_lock(&d->mu);
+  inbox_t in = d->inbox;
+  d->inbox = (inbox_t){0};
+  pthread_mutex_unlock(&d->mu);
+  apply_inbox(d, &in, now_ms);
+  free(in.v);
+  while (d->nheap && d->heap[0]->next_due <= now_ms) {
+    tenant_t *t = d->heap[0];
+    heap_remove(d, t);
+    tenant_place(d, t, now_ms);
+  }
   flush(d);
   scan(d, now_ms);
   return (size_t)(d->inflight - before);
+}
+
+int64_t ak_dispatch_debug_tenant_claimed(ak_dispatch_t *d, const char *tenant) {
+  tenant_t *t = tmap_get(&d->tenants, tenant, strlen(tenant));
+  return t ? t->inflight : -1;
 }
 
 int ak_dispatch_start(ak_dispatch_t *d, char *err, size_t errlen) {

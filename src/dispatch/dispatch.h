@@ -34,6 +34,8 @@ void ak_dispatch_stop(ak_dispatch_t *d, int64_t wait_ms);
  * pass at now_ms and returns the rows it claimed (they stay claimed). */
 int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen);
 size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms);
+/* Rows of `tenant` claimed now; -1 for a tenant never seen. */
+int64_t ak_dispatch_debug_tenant_claimed(ak_dispatch_t *d, const char *tenant);
 void ak_dispatch_free(ak_dispatch_t *d);
 
 /* Rows became due outside a hook commit (a replay moved them back from the dead-letter

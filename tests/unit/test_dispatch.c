@@ -1,0 +1,219 @@
+/* Unit tests: the dispatcher's claim pass over a real store, without its thread. Deficit
+ * round-robin shares of a page, leftovers to the others, unreached tenants first on the
+ * next pass, per-tenant and global windows, future rows left alone, claims in memory
+ * only (a new dispatcher over the same store claims them again), a row due before a
+ * tenant's cursor found again without claiming anything twice, and the boot refusal of a
+ * sink that cannot be built. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/config.h"
+#include "core/envelope.h"
+#include "core/instance.h"
+#include "dispatch/dispatch.h"
+#include "store/store.h"
+
+#define FAR_FUTURE 4000000000000LL
+
+typedef struct {
+  char dir[64];
+  ak_instance_t inst;
+  uint64_t seq;
+} fx_t;
+
+static void fx_open(fx_t *f, const char *dispatch_yaml) {
+  memset(f, 0, sizeof *f);
+  snprintf(f->dir, sizeof f->dir, "/tmp/ak-dispatch-XXXXXX");
+  cr_assert_not_null(mkdtemp(f->dir));
+  char yaml[1024];
+  snprintf(yaml, sizeof yaml, "node: {data_dir: %s}\n%s\nsources:\n  s: {sinks: [{type: log}]}\n", f->dir,
+           dispatch_yaml ? dispatch_yaml : "");
+  char *err = NULL;
+  const char *env[] = {NULL};
+  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &f->inst.cfg, &err), 0, "config: %s", err);
+  f->inst.name = "default";
+  f->inst.metrics = ak_metrics_new();
+  char sp[128];
+  snprintf(sp, sizeof sp, "%s/store", f->dir);
+  f->inst.store = ak_store_new(sp, false);
+  cr_assert_eq(ak_store_open(f->inst.store, &err), 0, "open: %s", err);
+  f->seq = 1;
+}
+
+static void fx_close(fx_t *f) {
+  ak_store_free(f->inst.store);
+  ak_metrics_free(f->inst.metrics);
+  ak_config_free(f->inst.cfg);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+  cr_expect_eq(system(cmd), 0);
+}
+
+/* n hooks of `tenant` for source s, each with one due row at `at`. */
+static void add_rows(fx_t *f, const char *tenant, int n, int64_t at) {
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  cr_assert_eq(ak_store_pin(f->inst.store), 0);
+  for (int i = 0; i < n; i++) {
+    uint64_t seq = f->seq++;
+    ak_envelope_t env = {.seq = seq, .received_at_ms = at, .tenant = tenant, .tenant_len = strlen(tenant),
+                         .source = "s", .source_len = 1, .method = "POST", .method_len = 4, .body = (const uint8_t *)"{}",
+                         .body_len = 2};
+    env.id[0] = (uint8_t)(seq >> 8);
+    env.id[1] = (uint8_t)seq;
+    env.id[6] = 0x70;
+    size_t rl;
+    uint8_t *rec = ak_envelope_encode(&env, &rl);
+    uint8_t hk[AK_HOOK_KEY_LEN], dk[AK_DELIVERY_KEY_LEN], row[64], due[AK_DUE_KEY_MAX], dv[AK_DUE_VALUE_MAX];
+    ak_key_hook(hk, seq);
+    rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, AK_CF_HOOKS), (const char *)hk, sizeof hk,
+                              (const char *)rec, rl);
+    free(rec);
+    ak_key_delivery(dk, seq, 0);
+    size_t rowl = ak_delivery_row(row, sizeof row, AK_DELIVERY_PENDING, 0, at, "log");
+    rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, AK_CF_DELIVERIES), (const char *)dk, sizeof dk,
+                              (const char *)row, rowl);
+    size_t kl = ak_key_due(due, tenant, strlen(tenant), at, seq, 0);
+    size_t vl = ak_due_value(dv, sizeof dv, 0, "log", 3, NULL);
+    rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, AK_CF_INDEX), (const char *)due, kl, (const char *)dv,
+                              vl);
+  }
+  ak_wf_class_t cls;
+  char *err = NULL;
+  cr_assert_eq(ak_store_write_pinned(f->inst.store, wb, false, &cls, &err), 0);
+  ak_store_unpin(f->inst.store);
+  rocksdb_writebatch_destroy(wb);
+}
+
+static ak_dispatch_t *fx_dispatch(fx_t *f) {
+  char err[256] = "";
+  ak_dispatch_t *d = ak_dispatch_new(&f->inst, err, sizeof err);
+  cr_assert_not_null(d, "%s", err);
+  cr_assert_eq(ak_dispatch_load(d, err, sizeof err), 0, "%s", err);
+  return d;
+}
+
+Test(dispatch, equal_shares_of_a_page) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128}");
+  add_rows(&f, "a", 1000, 1000);
+  add_rows(&f, "b", 1000, 1000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_assert_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 128);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 64);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "b"), 64);
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, a_light_tenant_leaves_the_rest_to_others) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128}");
+  add_rows(&f, "heavy", 1000, 1000);
+  add_rows(&f, "light", 10, 5000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_assert_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 128, "the page is filled");
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "light"), 10, "the light tenant got all it had");
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "heavy"), 118, "the heavy one the rest");
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, tenants_the_page_missed_go_first_next_time) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128}");
+  char name[16];
+  for (int i = 0; i < 200; i++) {
+    snprintf(name, sizeof name, "t%03d", i);
+    add_rows(&f, name, 5, 1000);
+  }
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_assert_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 128);
+  int served = 0;
+  for (int i = 0; i < 200; i++) {
+    snprintf(name, sizeof name, "t%03d", i);
+    int64_t c = ak_dispatch_debug_tenant_claimed(d, name);
+    cr_assert(c == 0 || c == 1, "one row each when the page is smaller than the tenants");
+    served += (int)c;
+  }
+  cr_expect_eq(served, 128);
+  cr_assert_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 128);
+  for (int i = 0; i < 200; i++) {
+    snprintf(name, sizeof name, "t%03d", i);
+    int64_t c = ak_dispatch_debug_tenant_claimed(d, name);
+    cr_expect(c >= 1 && c <= 2, "after two pages every tenant has been served once before any twice (%s: %lld)", name,
+              (long long)c);
+  }
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, windows_bound_claims) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128, max_inflight: 100, tenants: {max_inflight: 30}}");
+  add_rows(&f, "a", 500, 1000);
+  add_rows(&f, "b", 500, 1000);
+  add_rows(&f, "c", 500, 1000);
+  add_rows(&f, "d", 500, 1000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  size_t total = 0;
+  for (int i = 0; i < 5; i++) total += ak_dispatch_debug_scan(d, FAR_FUTURE);
+  cr_expect_eq(total, 100, "the global window: %zu", total);
+  const char *names[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; i++) cr_expect_leq(ak_dispatch_debug_tenant_claimed(d, names[i]), 30, "tenant window");
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, future_rows_wait_and_claims_live_in_memory) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128}");
+  add_rows(&f, "a", 10, 1000);
+  add_rows(&f, "a", 10, 50000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_assert_eq(ak_dispatch_debug_scan(d, 2000), 10, "only the rows already due");
+  cr_assert_eq(ak_dispatch_debug_scan(d, 2000), 0, "nothing is claimed twice");
+  cr_assert_eq(ak_dispatch_debug_scan(d, 60000), 10, "the later rows once their time came");
+  ak_dispatch_free(d);
+  /* a crash with rows claimed: the store still has every due key */
+  d = fx_dispatch(&f);
+  cr_assert_eq(ak_dispatch_debug_scan(d, 60000), 20, "claimed rows are due again in a new process");
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, a_row_due_before_the_cursor_is_found_once) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128}");
+  add_rows(&f, "a", 50, 2000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_assert_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 50);
+  /* a commit that raced the scan: rows due earlier than the tenant's cursor */
+  add_rows(&f, "a", 5, 1500);
+  ak_dispatch_note_due(d, "a", 1, 1500, 5, 0);
+  cr_assert_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 5, "the 5 new rows, none of the 50 again");
+  cr_assert_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 55);
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, unbuildable_sink_refused_with_its_key) {
+  fx_t f;
+  memset(&f, 0, sizeof f);
+  const char *yaml =
+      "egress: {allow_http: true}\n"
+      "sources:\n  s: {sinks: [{type: log}, {type: http, url: 'https://example.com/x', secret: 'whsec_%%%'}]}\n";
+  char *err = NULL;
+  const char *env[] = {NULL};
+  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &f.inst.cfg, &err), 0, "config: %s", err);
+  f.inst.name = "default";
+  f.inst.metrics = ak_metrics_new();
+  char e[256] = "";
+  ak_dispatch_t *d = ak_dispatch_new(&f.inst, e, sizeof e);
+  cr_assert_null(d);
+  cr_expect(strstr(e, "sources.s.sinks[1]") != NULL, "%s", e);
+  cr_expect(strstr(e, "whsec_%") == NULL, "the secret is not echoed: %s", e);
+  ak_metrics_free(f.inst.metrics);
+  ak_config_free(f.inst.cfg);
+}

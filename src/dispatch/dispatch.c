@@ -8,7 +8,7 @@
  * a crash redelivers rather than loses. Every outcome batch is written before the next
  * scan, so a scan never sees a due key whose outcome is already decided.
  *
- * Per tenant the scan keeps a cursor (the last due key it claimed) and starts after it;
+ * Per tenant the scan keeps a cursor (the last due key it claimed) and starts there;
  * a row that becomes due before the cursor (a commit racing a scan, a retry, a replay)
  * moves the cursor back, and the set of claimed rows keeps the rescan from claiming a row
  * twice. A scan therefore costs the tenants it serves and the rows it claims, not the
@@ -429,12 +429,15 @@ static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
   return t;
 }
 
-/* A row became due at `at` for tenant t: make sure the next scan sees it. */
+/* A row became due at `at` for tenant t: make sure the next scan sees it. A cursor past
+ * `at` moves back to the first possible key at `at` (not to the tenant's first key: the
+ * keys of rows already delivered leave tombstones there until compaction); the claimed
+ * rows it passes again are skipped. */
 static void tenant_note_due(tenant_t *t, int64_t at) {
   if (at < t->next_due) t->next_due = at;
   if (t->cursor_len) {
     int64_t cat = (int64_t)ak_get_u64(t->cursor + t->cursor_len - 18);
-    if (at <= cat) t->cursor_len = 0; /* rescan from the start; claimed rows are skipped */
+    if (at <= cat) t->cursor_len = ak_key_due(t->cursor, t->name, t->nlen, at, 0, 0);
   }
 }
 
@@ -971,7 +974,6 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
     size_t kl, vl;
     const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
     if (kl < pl || memcmp(k, pfx, pl) != 0) break;
-    if (t->cursor_len && kl == t->cursor_len && memcmp(k, t->cursor, kl) == 0) continue;
     int64_t at;
     uint64_t seq;
     uint16_t sink;

@@ -1,7 +1,9 @@
 /* Admin API: GET /health, /ready, /metrics, /v1/hooks/{id}; the quarantine pen (GET and
- * DELETE /v1/quarantine, release by POST /v1/replays kind quarantine). Hooks are read
- * from the store by id (index 'i' -> seq -> hooks). Request bodies are read up to
- * AK_ADMIN_MAX_BODY; never a body from an unbounded read. */
+ * DELETE /v1/quarantine, release by POST /v1/replays kind quarantine); the dead-letter
+ * set (GET /v1/dlq) and dlq replay jobs (POST/GET /v1/replays, GET/PATCH
+ * /v1/replays/{id}), which dispatch/replay.c runs. Hooks are read from the store by id
+ * (index 'i' -> seq -> hooks). Request bodies are read up to AK_ADMIN_MAX_BODY; never a
+ * body from an unbounded read. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <openssl/evp.h>
@@ -13,6 +15,7 @@
 #include "core/httpx.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "dispatch/replay.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
@@ -202,7 +205,39 @@ static int pen_check(void *ctx, size_t source_index, const ak_envelope_t *env, i
   return (int)ak_verifier_check(inst->verifiers[source_index], &in);
 }
 
-/* POST /v1/replays. Only kind quarantine for now, run to completion in the request. */
+static enum MHD_Result role_not_enabled(struct MHD_Connection *c, const char *role) {
+  return ak_http_json(c, 409, json_pack("{s:s,s:s}", "error", "role_not_enabled", "role", role), 0);
+}
+
+/* POST /v1/replays kind dlq: a job the dispatch thread runs (dispatch/replay.c). */
+static enum MHD_Result post_dlq_replay(ak_admin_t *a, struct MHD_Connection *c, const ak_pen_filter_t *f,
+                                       int64_t rate, int64_t max_lag) {
+  ak_instance_t *inst = a->inst;
+  if (!(inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
+  if (!inst->replays) return ak_http_error(c, 503, "store_unavailable", 1);
+  ak_replay_filter_t rf = {.source_id = f->source_id, .has_id = f->has_id};
+  memcpy(rf.id, f->id, 16);
+  rf.has_since = f->since_ms != INT64_MIN;
+  rf.since_ms = f->since_ms;
+  rf.has_until = f->until_ms != INT64_MAX;
+  rf.until_ms = f->until_ms;
+  json_t *out = NULL;
+  switch (ak_replays_create(inst->replays, &rf, rate, max_lag, &out)) {
+  case AK_REPLAY_OK:
+    return ak_http_json(c, 202, out, 0);
+  case AK_REPLAY_EXISTS:
+    return ak_http_json(c, 200, out, 0);
+  case AK_REPLAY_TOO_MANY:
+    return ak_http_json(c, 409, json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE),
+                        0);
+  default:
+    return ak_http_error(c, 503, "store_unavailable", 1);
+  }
+}
+
+/* POST /v1/replays. Kind quarantine runs to completion in the request; kind dlq creates
+ * a job. Both take the same filter keys (on received_at for quarantine, on dead-letter
+ * time for dlq). */
 static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, const admin_req_t *r) {
   if (!r->len) return invalid_filter(c, "kind");
   json_error_t jerr;
@@ -213,13 +248,14 @@ static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, cons
   }
   const char *bad = NULL;
   const char *kind = json_string_value(json_object_get(b, "kind"));
+  bool dlq = kind && !strcmp(kind, "dlq");
   ak_pen_filter_t f;
   ak_pen_filter_init(&f, 10000);
-  int64_t rate = 1000, max_lag = 2000;
+  int64_t rate = AK_REPLAY_RATE_DEFAULT, max_lag = AK_REPLAY_LAG_DEFAULT;
   json_t *filter = json_object();
   const char *key;
   json_t *val;
-  if (!kind || strcmp(kind, "quarantine") != 0) bad = "kind";
+  if (!kind || (strcmp(kind, "quarantine") != 0 && !dlq)) bad = "kind";
   json_object_foreach(b, key, val) {
     if (bad) break;
     if (!strcmp(key, "kind")) continue;
@@ -234,11 +270,14 @@ static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, cons
       else if (key[0] == 's') f.since_ms = json_integer_value(val);
       else f.until_ms = json_integer_value(val);
     } else if (!strcmp(key, "rate")) {
-      if (!json_is_integer(val) || json_integer_value(val) < 1 || json_integer_value(val) > 100000) bad = key;
+      if (!json_is_integer(val) || json_integer_value(val) < 1 || json_integer_value(val) > AK_REPLAY_RATE_MAX)
+        bad = key;
       else rate = json_integer_value(val);
       continue;
     } else if (!strcmp(key, "max_lag_ms")) {
-      if (!json_is_integer(val) || json_integer_value(val) < 100 || json_integer_value(val) > 600000) bad = key;
+      if (!json_is_integer(val) || json_integer_value(val) < AK_REPLAY_LAG_MIN ||
+          json_integer_value(val) > AK_REPLAY_LAG_MAX)
+        bad = key;
       else max_lag = json_integer_value(val);
       continue;
     } else {
@@ -253,11 +292,17 @@ static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, cons
     json_decref(b);
     return res;
   }
+  if (dlq) {
+    enum MHD_Result res = post_dlq_replay(a, c, &f, rate, max_lag);
+    json_decref(filter);
+    json_decref(b); /* f.source_id pointed into b: the job keeps its own copy */
+    return res;
+  }
   ak_instance_t *inst = a->inst;
   if (!(inst->cfg->roles & AK_ROLE_EDGE)) {
     json_decref(filter);
     json_decref(b);
-    return ak_http_json(c, 409, json_pack("{s:s,s:s}", "error", "role_not_enabled", "role", "edge"), 0);
+    return role_not_enabled(c, "edge");
   }
   int64_t created = ak_now_ms();
   ak_pen_release_result_t res;
@@ -281,6 +326,88 @@ static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, cons
   ak_log(AK_LOG_INFO, "quarantine", "release finished", "replay_id=%s scanned=%lld moved=%lld skipped=%lld", rids,
          (long long)res.scanned, (long long)res.moved, (long long)res.skipped);
   return ak_http_json(c, 202, j, 0);
+}
+
+/* GET /v1/replays and GET /v1/replays/{id}: dlq jobs (a quarantine release finishes in
+ * its request and is not kept). */
+static enum MHD_Result get_replays(ak_admin_t *a, struct MHD_Connection *c, const char *idtext) {
+  if (!(a->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
+  if (!a->inst->replays) return ak_http_error(c, 503, "store_unavailable", 1);
+  if (!idtext) return ak_http_json(c, 200, ak_replays_list(a->inst->replays), 0);
+  uint8_t id[16];
+  json_t *j = ak_uuid_parse(idtext, id) ? ak_replays_get(a->inst->replays, id) : NULL;
+  if (!j) return ak_http_error(c, 404, "replay_not_found", 0);
+  return ak_http_json(c, 200, j, 0);
+}
+
+/* PATCH /v1/replays/{id} {state?, rate?, max_lag_ms?} */
+static enum MHD_Result patch_replay(ak_admin_t *a, struct MHD_Connection *c, const char *idtext,
+                                    const admin_req_t *r) {
+  json_t *b = r->len ? json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  if (!b || !json_is_object(b)) {
+    json_decref(b);
+    return invalid_filter(c, "body");
+  }
+  ak_replay_patch_t p = {.state = -1};
+  const char *bad = NULL, *key;
+  json_t *val;
+  json_object_foreach(b, key, val) {
+    if (!strcmp(key, "state")) {
+      p.state = ak_replays_state_parse(json_string_value(val));
+      if (p.state != AK_REPLAY_RUNNING && p.state != AK_REPLAY_PAUSED && p.state != AK_REPLAY_CANCELLED) bad = key;
+    } else if (!strcmp(key, "rate")) {
+      if (!json_is_integer(val) || json_integer_value(val) < 1 || json_integer_value(val) > AK_REPLAY_RATE_MAX)
+        bad = key;
+      else p.rate = json_integer_value(val);
+    } else if (!strcmp(key, "max_lag_ms")) {
+      if (!json_is_integer(val) || json_integer_value(val) < AK_REPLAY_LAG_MIN ||
+          json_integer_value(val) > AK_REPLAY_LAG_MAX)
+        bad = key;
+      else p.max_lag_ms = json_integer_value(val);
+    } else {
+      bad = key;
+    }
+    if (bad) break;
+  }
+  enum MHD_Result res;
+  if (bad) {
+    res = invalid_filter(c, bad);
+    json_decref(b);
+    return res;
+  }
+  json_decref(b);
+  if (!(a->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
+  if (!a->inst->replays) return ak_http_error(c, 503, "store_unavailable", 1);
+  uint8_t id[16];
+  if (!ak_uuid_parse(idtext, id)) return ak_http_error(c, 404, "replay_not_found", 0);
+  json_t *out = NULL;
+  switch (ak_replays_patch(a->inst->replays, id, &p, &out)) {
+  case AK_REPLAY_OK:
+    return ak_http_json(c, 200, out, 0);
+  case AK_REPLAY_NOT_FOUND:
+    return ak_http_error(c, 404, "replay_not_found", 0);
+  case AK_REPLAY_FINISHED:
+    return ak_http_error(c, 409, "replay_finished", 0);
+  default:
+    return ak_http_error(c, 503, "store_unavailable", 1);
+  }
+}
+
+/* GET /v1/dlq?source_id=&since=&limit= */
+static enum MHD_Result dlq_list(ak_admin_t *a, struct MHD_Connection *c) {
+  int64_t since = -1, limit = 100;
+  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+  if (v && (!parse_i64(v, &since) || since < 0)) return invalid_filter(c, "since");
+  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  if (v && !parse_i64(v, &limit)) return invalid_filter(c, "limit");
+  limit = clamp64(limit, 0, 1000);
+  const char *source = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source_id");
+  if (source && !*source) return invalid_filter(c, "source_id");
+  if (!(a->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
+  json_t *out = NULL;
+  if (ak_replays_dlq_list(a->inst->store, source, since, limit, &out) != 0)
+    return ak_http_error(c, 503, "store_unavailable", 1);
+  return ak_http_json(c, 200, out, 0);
 }
 
 static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -328,6 +455,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     return ak_http_json(c, 413, json_pack("{s:s,s:i}", "error", "payload_too_large", "limit", AK_ADMIN_MAX_BODY), 0);
   if (strcmp(url, "/v1/quarantine") == 0 && strcmp(method, "DELETE") == 0) return pen_purge(a, c);
   if (strcmp(url, "/v1/replays") == 0 && strcmp(method, "POST") == 0) return post_replay(a, c, ar);
+  if (strncmp(url, "/v1/replays/", 12) == 0 && strcmp(method, "PATCH") == 0) return patch_replay(a, c, url + 12, ar);
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) return ak_http_error(c, 404, "not_found", 0);
 route:
   if (strcmp(url, "/health") == 0) return ak_http_health(a->inst, c);
@@ -346,6 +474,9 @@ route:
   }
   if (strncmp(url, "/v1/hooks/", 10) == 0) return get_hook(a, c, url + 10);
   if (strcmp(url, "/v1/quarantine") == 0) return pen_list(a, c);
+  if (strcmp(url, "/v1/dlq") == 0) return dlq_list(a, c);
+  if (strcmp(url, "/v1/replays") == 0) return get_replays(a, c, NULL);
+  if (strncmp(url, "/v1/replays/", 12) == 0) return get_replays(a, c, url + 12);
   return ak_http_error(c, 404, "not_found", 0);
 }
 

@@ -74,6 +74,11 @@ void ak_key_pen(uint8_t out[AK_PEN_KEY_LEN], char tag, int64_t received_at_ms, c
   memcpy(out + 9, id, 16);
 }
 
+void ak_key_replay(uint8_t out[AK_REPLAY_KEY_LEN], const uint8_t id[16]) {
+  memcpy(out, AK_KEY_REPLAY, 2);
+  memcpy(out + 2, id, 16);
+}
+
 size_t ak_pen_summary_encode(uint8_t *out, size_t cap, const ak_pen_summary_t *s) {
   size_t sl = s->source_len > 0xffff ? 0xffff : s->source_len;
   size_t tl = s->tenant_len > 0xffff ? 0xffff : s->tenant_len;

@@ -20,6 +20,9 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 /* m:quarantine_bytes:<w> (writer thread w) and m:quarantine_bytes:admin (purges): int64
  * two's complement running totals of pen body bytes; the pen holds their sum */
 #define AK_KEY_QUARANTINE_BYTES "m:quarantine_bytes"
+/* r: id:128 -> replay job record (JSON, dispatch/replay.c); ids are UUIDv7, so key order
+ * is creation order */
+#define AK_KEY_REPLAY "r:"
 
 /* index CF tags */
 #define AK_IDX_DUE 'd'     /* 'd' tlen:8 tenant at:64 seq:64 sink:16 -> due value v1 */
@@ -45,6 +48,7 @@ uint64_t ak_get_u64(const uint8_t *p);
 #define AK_ARCHIVE_KEY_LEN 9
 #define AK_ID_KEY_LEN 17
 #define AK_PEN_KEY_LEN 25
+#define AK_REPLAY_KEY_LEN 18
 
 void ak_key_hook(uint8_t out[AK_HOOK_KEY_LEN], uint64_t seq);
 void ak_key_delivery(uint8_t out[AK_DELIVERY_KEY_LEN], uint64_t seq, uint16_t sink);
@@ -62,6 +66,7 @@ void ak_key_dead(uint8_t out[AK_DEAD_KEY_LEN], int64_t dead_at_ms, uint64_t seq,
 void ak_key_archive(uint8_t out[AK_ARCHIVE_KEY_LEN], uint64_t seq);
 void ak_key_id(uint8_t out[AK_ID_KEY_LEN], const uint8_t id[16]);
 void ak_key_pen(uint8_t out[AK_PEN_KEY_LEN], char tag, int64_t received_at_ms, const uint8_t id[16]);
+void ak_key_replay(uint8_t out[AK_REPLAY_KEY_LEN], const uint8_t id[16]);
 
 /* delivery row value v1: u8 version, u8 state, u32 attempts, u64 next_at_ms (pending: when
  * due; dead: when dead-lettered), str8 sink type, then optionally 16 bytes: the replay

@@ -1,0 +1,814 @@
+/* Replay jobs and the dead-letter listing (replay.h). A job walks the dead-letter index
+ * ('x' dead_at seq sink, oldest first) from its cursor and moves each matching row back
+ * to the due queue. Every move is decided and written on the dispatch thread, which is
+ * also the only thread that dead-letters rows, so a row seen in the index cannot change
+ * between the scan and the batch that moves it. Never moves a row dead-lettered after the
+ * job was created: a replayed row that fails again gets a newer dead-letter time and is
+ * past the job's bound, so no job can loop on its own failures. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/clock.h"
+#include "core/log.h"
+#include "dispatch/dispatch.h"
+#include "dispatch/replay.h"
+#include "store/store.h"
+
+/* dispatch.c is written on another branch: until it is merged these resolve to NULL and
+ * are never called (inst->dispatch is NULL without it). Remove at the merge. */
+#pragma weak ak_dispatch_note_due
+#pragma weak ak_dispatch_oldest_due_age_ms
+#pragma weak ak_dispatch_has_room
+
+typedef struct job {
+  uint8_t id[16];
+  ak_replay_state_t state;
+  char *source_id; /* filter; immutable after creation */
+  bool has_id;
+  uint8_t fid[16];
+  bool has_since, has_until;
+  int64_t since_ms, until_ms;
+  int64_t rate, max_lag_ms;
+  int64_t created_at, updated_at, finished_at; /* finished_at 0: not finished */
+  int64_t moved, scanned, skipped, delivered, dead;
+  int64_t dead_streak; /* re-dead-lettered in a row since the last delivered one */
+  char *error;
+  bool has_cursor;
+  uint8_t cursor[AK_DEAD_KEY_LEN]; /* the last dead-letter key this job has decided */
+  /* memory only */
+  double budget;     /* rows the job may still move (fractional carry) */
+  int64_t last_tick; /* 0: the next tick starts the clock instead of crediting */
+  uint64_t gen;      /* bumped by every state change from outside the tick */
+  bool dirty;        /* counters changed since the record was last written */
+} job_t;
+
+struct ak_replays {
+  ak_instance_t *inst;
+  pthread_mutex_t mu;
+  job_t **jobs; /* creation order (ids are UUIDv7) */
+  size_t n, cap;
+  size_t rr; /* which running job goes first in the next tick */
+};
+
+static const char *const state_names[] = {"running", "paused", "cancelled", "done", "failed"};
+
+const char *ak_replays_state_name(ak_replay_state_t s) {
+  return (unsigned)s < sizeof state_names / sizeof *state_names ? state_names[s] : "failed";
+}
+
+int ak_replays_state_parse(const char *s) {
+  for (int i = 0; s && i < (int)(sizeof state_names / sizeof *state_names); i++)
+    if (!strcmp(s, state_names[i])) return i;
+  return -1;
+}
+
+static bool finished(const job_t *j) { return j->state != AK_REPLAY_RUNNING && j->state != AK_REPLAY_PAUSED; }
+
+static void job_free(job_t *j) {
+  if (!j) return;
+  free(j->source_id);
+  free(j->error);
+  free(j);
+}
+
+/* ------------------------------------------------------------------- records ---- */
+
+static json_t *filter_json(const job_t *j) {
+  json_t *f = json_object();
+  if (j->source_id) json_object_set_new(f, "source_id", json_string(j->source_id));
+  if (j->has_id) {
+    char t[AK_UUID_STR_LEN];
+    ak_uuid_format(j->fid, t);
+    json_object_set_new(f, "id", json_string(t));
+  }
+  if (j->has_since) json_object_set_new(f, "since", json_integer(j->since_ms));
+  if (j->has_until) json_object_set_new(f, "until", json_integer(j->until_ms));
+  return f;
+}
+
+/* The Replay object; with record, also what only a restart needs (cursor, streak). */
+static json_t *job_json(const job_t *j, bool record) {
+  char ids[AK_UUID_STR_LEN];
+  ak_uuid_format(j->id, ids);
+  json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:o}", "id", ids, "kind", "dlq",
+                        "state", ak_replays_state_name(j->state), "filter", filter_json(j), "rate",
+                        (json_int_t)j->rate, "max_lag_ms", (json_int_t)j->max_lag_ms, "created_at",
+                        (json_int_t)j->created_at, "updated_at", (json_int_t)j->updated_at, "finished_at",
+                        j->finished_at ? json_integer(j->finished_at) : json_null(), "moved", (json_int_t)j->moved,
+                        "scanned", (json_int_t)j->scanned, "skipped", (json_int_t)j->skipped, "delivered",
+                        (json_int_t)j->delivered, "dead", (json_int_t)j->dead, "error",
+                        j->error ? json_string(j->error) : json_null());
+  if (record) {
+    json_object_set_new(o, "v", json_integer(1));
+    json_object_set_new(o, "dead_streak", json_integer(j->dead_streak));
+    if (j->has_cursor) {
+      char hex[2 * AK_DEAD_KEY_LEN + 1];
+      for (int i = 0; i < AK_DEAD_KEY_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", j->cursor[i]);
+      json_object_set_new(o, "cursor", json_string(hex));
+    } else {
+      json_object_set_new(o, "cursor", json_null());
+    }
+  }
+  return o;
+}
+
+static void batch_record(rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf, const job_t *j) {
+  uint8_t k[AK_REPLAY_KEY_LEN];
+  ak_key_replay(k, j->id);
+  json_t *o = job_json(j, true);
+  char *v = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, v, strlen(v));
+  free(v);
+}
+
+static void log_write_failure(const char *what, const job_t *j, ak_wf_class_t cls, char *err) {
+  char ids[AK_UUID_STR_LEN];
+  ak_uuid_format(j->id, ids);
+  ak_log(AK_LOG_ERROR, "replay", what, "replay_id=%s class=%s", ids, ak_wf_class_names[cls]);
+  free(err);
+}
+
+/* One put of j's record. Caller holds r->mu (the record must not be overtaken by an
+ * older one). 0, or -1 (logged). */
+static int write_record(ak_replays_t *r, const job_t *j, bool sync) {
+  ak_store_t *st = r->inst->store;
+  if (ak_store_pin(st) != 0) return -1;
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  batch_record(wb, ak_store_cf(st, AK_CF_DEFAULT), j);
+  ak_wf_class_t cls = AK_WF_OTHER;
+  char *err = NULL;
+  int rc = ak_store_write_pinned(st, wb, sync, &cls, &err);
+  ak_store_unpin(st);
+  rocksdb_writebatch_destroy(wb);
+  if (rc != 0) log_write_failure("job record write failed", j, cls, err);
+  return rc;
+}
+
+static bool get_i64(json_t *o, const char *k, int64_t *out) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v)) return false;
+  *out = json_integer_value(v);
+  return true;
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* A stored record back into a job; NULL when damaged. */
+static job_t *job_parse(const uint8_t key_id[16], const char *v, size_t vl) {
+  json_t *o = json_loadb(v, vl, 0, NULL);
+  job_t *j = calloc(1, sizeof *j);
+  bool ok = o && json_is_object(o) && j;
+  const char *s;
+  if (ok) {
+    memcpy(j->id, key_id, 16);
+    s = json_string_value(json_object_get(o, "kind"));
+    ok = s && !strcmp(s, "dlq");
+  }
+  if (ok) {
+    int st = ak_replays_state_parse(json_string_value(json_object_get(o, "state")));
+    ok = st >= 0;
+    j->state = (ak_replay_state_t)st;
+  }
+  ok = ok && get_i64(o, "rate", &j->rate) && get_i64(o, "max_lag_ms", &j->max_lag_ms) &&
+       get_i64(o, "created_at", &j->created_at) && get_i64(o, "updated_at", &j->updated_at) &&
+       get_i64(o, "moved", &j->moved) && get_i64(o, "scanned", &j->scanned) &&
+       get_i64(o, "skipped", &j->skipped) && get_i64(o, "delivered", &j->delivered) &&
+       get_i64(o, "dead", &j->dead);
+  if (ok) {
+    get_i64(o, "finished_at", &j->finished_at);
+    get_i64(o, "dead_streak", &j->dead_streak);
+    s = json_string_value(json_object_get(o, "error"));
+    if (s) j->error = strdup(s);
+    json_t *f = json_object_get(o, "filter");
+    ok = json_is_object(f);
+    if (ok && (s = json_string_value(json_object_get(f, "source_id")))) j->source_id = strdup(s);
+    if (ok && (s = json_string_value(json_object_get(f, "id")))) ok = j->has_id = ak_uuid_parse(s, j->fid);
+    if (ok) j->has_since = get_i64(f, "since", &j->since_ms);
+    if (ok) j->has_until = get_i64(f, "until", &j->until_ms);
+  }
+  if (ok && (s = json_string_value(json_object_get(o, "cursor")))) {
+    ok = strlen(s) == 2 * AK_DEAD_KEY_LEN;
+    for (int i = 0; ok && i < AK_DEAD_KEY_LEN; i++) {
+      int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+      ok = hi >= 0 && lo >= 0;
+      j->cursor[i] = (uint8_t)(hi << 4 | lo);
+    }
+    j->has_cursor = ok;
+  }
+  json_decref(o);
+  if (!ok) {
+    job_free(j);
+    return NULL;
+  }
+  return j;
+}
+
+/* ------------------------------------------------------------------ lifecycle ---- */
+
+ak_replays_t *ak_replays_new(ak_instance_t *inst) {
+  ak_replays_t *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->inst = inst;
+  pthread_mutex_init(&r->mu, NULL);
+  return r;
+}
+
+static int append(ak_replays_t *r, job_t *j) {
+  if (r->n == r->cap) {
+    size_t nc = r->cap ? 2 * r->cap : 16;
+    job_t **nj = realloc(r->jobs, nc * sizeof *nj);
+    if (!nj) return -1;
+    r->jobs = nj;
+    r->cap = nc;
+  }
+  r->jobs[r->n++] = j;
+  return 0;
+}
+
+typedef struct load_ctx {
+  ak_replays_t *r;
+  int damaged;
+  bool oom;
+} load_ctx_t;
+
+static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  load_ctx_t *lc = ctx;
+  job_t *j = kl == AK_REPLAY_KEY_LEN ? job_parse((const uint8_t *)k + 2, v, vl) : NULL;
+  if (!j) {
+    lc->damaged++;
+    return 0;
+  }
+  if (append(lc->r, j) != 0) {
+    job_free(j);
+    lc->oom = true;
+    return 1;
+  }
+  return 0;
+}
+
+int ak_replays_load(ak_replays_t *r, char **err) {
+  pthread_mutex_lock(&r->mu);
+  load_ctx_t lc = {.r = r};
+  int rc = ak_store_scan(r->inst->store, AK_CF_DEFAULT, AK_KEY_REPLAY, 2, load_one, &lc);
+  size_t running = 0;
+  for (size_t i = 0; i < r->n; i++) running += r->jobs[i]->state == AK_REPLAY_RUNNING;
+  pthread_mutex_unlock(&r->mu);
+  if (rc != 0 || lc.oom) {
+    char b[512];
+    snprintf(b, sizeof b, "cannot read the replay jobs from the store at %s", ak_store_path(r->inst->store));
+    *err = strdup(b);
+    return -1;
+  }
+  /* A damaged record cannot be trusted for its filter or cursor; the rows it would have
+   * moved stay dead-lettered, where GET /v1/dlq shows them and a new job can take them. */
+  if (lc.damaged)
+    ak_log(AK_LOG_ERROR, "replay", "left out damaged replay job records", "count=%d", lc.damaged);
+  if (r->n) ak_log(AK_LOG_INFO, "replay", "replay jobs loaded", "jobs=%zu running=%zu", r->n, running);
+  return 0;
+}
+
+void ak_replays_free(ak_replays_t *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->n; i++) job_free(r->jobs[i]);
+  free(r->jobs);
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+static job_t *find(ak_replays_t *r, const uint8_t id[16]) {
+  for (size_t i = r->n; i-- > 0;)
+    if (!memcmp(r->jobs[i]->id, id, 16)) return r->jobs[i];
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- admin side ---- */
+
+static bool same_filter(const job_t *j, const ak_replay_filter_t *f) {
+  if (!j->source_id != !f->source_id || (f->source_id && strcmp(j->source_id, f->source_id))) return false;
+  if (j->has_id != f->has_id || (f->has_id && memcmp(j->fid, f->id, 16))) return false;
+  if (j->has_since != f->has_since || (f->has_since && j->since_ms != f->since_ms)) return false;
+  return j->has_until == f->has_until && (!f->has_until || j->until_ms == f->until_ms);
+}
+
+ak_replay_result_t ak_replays_create(ak_replays_t *r, const ak_replay_filter_t *f, int64_t rate, int64_t max_lag_ms,
+                                     json_t **out) {
+  pthread_mutex_lock(&r->mu);
+  size_t active = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    job_t *j = r->jobs[i];
+    if (finished(j)) continue;
+    if (same_filter(j, f)) {
+      *out = job_json(j, false);
+      pthread_mutex_unlock(&r->mu);
+      return AK_REPLAY_EXISTS;
+    }
+    active++;
+  }
+  if (active >= AK_REPLAY_MAX_ACTIVE) {
+    pthread_mutex_unlock(&r->mu);
+    return AK_REPLAY_TOO_MANY;
+  }
+  job_t *j = calloc(1, sizeof *j);
+  if (!j) {
+    pthread_mutex_unlock(&r->mu);
+    return AK_REPLAY_STORE_ERROR;
+  }
+  int64_t now = ak_now_ms();
+  ak_uuid7_new(&r->inst->ids, now, j->id);
+  j->state = AK_REPLAY_RUNNING;
+  j->source_id = f->source_id ? strdup(f->source_id) : NULL;
+  j->has_id = f->has_id;
+  if (f->has_id) memcpy(j->fid, f->id, 16);
+  j->has_since = f->has_since;
+  j->since_ms = f->since_ms;
+  j->has_until = f->has_until;
+  j->until_ms = f->until_ms;
+  j->rate = rate;
+  j->max_lag_ms = max_lag_ms;
+  j->created_at = j->updated_at = now;
+  /* synced before 202: an acknowledged job survives a crash; the table is only changed
+   * once the record is durable, so a failed write leaves nothing behind */
+  if ((f->source_id && !j->source_id) || write_record(r, j, true) != 0 || append(r, j) != 0) {
+    pthread_mutex_unlock(&r->mu);
+    job_free(j);
+    return AK_REPLAY_STORE_ERROR;
+  }
+  *out = job_json(j, false);
+  pthread_mutex_unlock(&r->mu);
+  char ids[AK_UUID_STR_LEN];
+  ak_uuid_format(j->id, ids);
+  ak_log(AK_LOG_INFO, "replay", "dlq replay created", "replay_id=%s rate=%lld max_lag_ms=%lld", ids,
+         (long long)rate, (long long)max_lag_ms);
+  return AK_REPLAY_OK;
+}
+
+json_t *ak_replays_list(ak_replays_t *r) {
+  json_t *arr = json_array();
+  pthread_mutex_lock(&r->mu);
+  for (size_t i = r->n; i-- > 0;) json_array_append_new(arr, job_json(r->jobs[i], false));
+  pthread_mutex_unlock(&r->mu);
+  return json_pack("{s:o}", "replays", arr);
+}
+
+json_t *ak_replays_get(ak_replays_t *r, const uint8_t id[16]) {
+  pthread_mutex_lock(&r->mu);
+  job_t *j = find(r, id);
+  json_t *o = j ? job_json(j, false) : NULL;
+  pthread_mutex_unlock(&r->mu);
+  return o;
+}
+
+/* Undo what a PATCH changed (field by field: the tick reads the filter and the cursor
+ * without the mutex, so the job is never overwritten as a whole). */
+static void restore_settings(job_t *j, const job_t *s) {
+  j->state = s->state;
+  j->rate = s->rate;
+  j->max_lag_ms = s->max_lag_ms;
+  j->error = s->error;
+  j->dead_streak = s->dead_streak;
+  j->last_tick = s->last_tick;
+  j->gen = s->gen;
+  j->finished_at = s->finished_at;
+  j->updated_at = s->updated_at;
+}
+
+ak_replay_result_t ak_replays_patch(ak_replays_t *r, const uint8_t id[16], const ak_replay_patch_t *p,
+                                    json_t **out) {
+  pthread_mutex_lock(&r->mu);
+  job_t *j = find(r, id);
+  ak_replay_result_t res = !j ? AK_REPLAY_NOT_FOUND : finished(j) ? AK_REPLAY_FINISHED : AK_REPLAY_OK;
+  if (res != AK_REPLAY_OK) {
+    pthread_mutex_unlock(&r->mu);
+    return res;
+  }
+  job_t saved = *j;
+  int64_t now = ak_now_ms();
+  if (p->rate > 0) j->rate = p->rate;
+  if (p->max_lag_ms > 0) j->max_lag_ms = p->max_lag_ms;
+  if (p->state == AK_REPLAY_RUNNING) {
+    j->error = NULL;
+    j->dead_streak = 0;
+    if (saved.state != AK_REPLAY_RUNNING) {
+      j->state = AK_REPLAY_RUNNING;
+      j->last_tick = 0; /* no credit for the paused time */
+      j->gen++;
+    }
+  } else if (p->state == AK_REPLAY_PAUSED || p->state == AK_REPLAY_CANCELLED) {
+    if (saved.state != (ak_replay_state_t)p->state) j->gen++;
+    j->state = (ak_replay_state_t)p->state;
+    if (j->state == AK_REPLAY_CANCELLED) j->finished_at = now;
+  }
+  j->updated_at = now;
+  if (write_record(r, j, true) != 0) {
+    restore_settings(j, &saved);
+    pthread_mutex_unlock(&r->mu);
+    return AK_REPLAY_STORE_ERROR;
+  }
+  if (saved.error && !j->error) free(saved.error);
+  j->dirty = false;
+  *out = job_json(j, false);
+  saved = *j; /* for the log line, after the mutex */
+  pthread_mutex_unlock(&r->mu);
+  char ids[AK_UUID_STR_LEN];
+  ak_uuid_format(id, ids);
+  ak_log(AK_LOG_INFO, "replay", "replay changed", "replay_id=%s state=%s rate=%lld max_lag_ms=%lld", ids,
+         ak_replays_state_name(saved.state), (long long)saved.rate, (long long)saved.max_lag_ms);
+  return AK_REPLAY_OK;
+}
+
+/* -------------------------------------------------------- dispatch thread side ---- */
+
+void ak_replays_settled(void *ctx, const uint8_t replay_id[16], bool delivered) {
+  ak_replays_t *r = ctx;
+  char ids[AK_UUID_STR_LEN];
+  bool paused = false;
+  pthread_mutex_lock(&r->mu);
+  job_t *j = find(r, replay_id);
+  if (j) {
+    j->dirty = true;
+    if (delivered) {
+      j->delivered++;
+      j->dead_streak = 0;
+    } else {
+      j->dead++;
+      j->dead_streak++;
+      /* The cause (a sink still broken, a bad payload) is still there: replaying the rest
+       * now would only dead-letter it again and spend the sink's capacity. */
+      if (j->dead_streak >= AK_REPLAY_DEAD_STREAK && j->state == AK_REPLAY_RUNNING) {
+        char b[160];
+        snprintf(b, sizeof b, "auto-paused: %d replayed deliveries in a row were dead-lettered again",
+                 AK_REPLAY_DEAD_STREAK);
+        free(j->error);
+        j->error = strdup(b);
+        j->state = AK_REPLAY_PAUSED;
+        j->updated_at = ak_now_ms();
+        j->gen++;
+        paused = true;
+        ak_uuid_format(j->id, ids);
+      }
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (paused) ak_log(AK_LOG_WARNING, "replay", "replay auto-paused: its deliveries keep dead-lettering",
+                     "replay_id=%s", ids);
+}
+
+/* One dead-lettered row a job will move. */
+typedef struct cand {
+  uint8_t xkey[AK_DEAD_KEY_LEN];
+  uint64_t seq;
+  uint16_t sink;
+  uint8_t tlen, typelen;
+  char tenant[255];
+  char type[255];
+} cand_t;
+
+/* What a tick read about one job, outside the mutex. */
+typedef struct scan_ctx {
+  const job_t *j; /* filter fields only: immutable */
+  int64_t bound;  /* last dead-letter time the job may touch */
+  cand_t *c;
+  size_t n, want;
+  size_t *scan_left;
+  int64_t scanned, skipped;
+  bool has_last;
+  uint8_t last[AK_DEAD_KEY_LEN];
+  bool stopped; /* by a cap, not by the end of the job's range */
+  bool end;
+} scan_ctx_t;
+
+static int scan_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  scan_ctx_t *s = ctx;
+  if (kl != AK_DEAD_KEY_LEN) return 0;
+  const uint8_t *key = (const uint8_t *)k;
+  if ((int64_t)ak_get_u64(key + 1) > s->bound) {
+    s->end = true;
+    return 1;
+  }
+  if (s->n == s->want || *s->scan_left == 0) {
+    s->stopped = true;
+    return 1;
+  }
+  (*s->scan_left)--;
+  memcpy(s->last, key, AK_DEAD_KEY_LEN);
+  s->has_last = true;
+  const job_t *j = s->j;
+  ak_dead_entry_t e;
+  if (ak_dead_entry_decode((const uint8_t *)v, vl, &e) != 0) {
+    /* cannot tell its source, id or tenant: left where it is, listed by GET /v1/dlq */
+    if (!j->source_id && !j->has_id) {
+      s->scanned++;
+      s->skipped++;
+    }
+    return 0;
+  }
+  if (j->source_id && (e.source_len != strlen(j->source_id) || memcmp(e.source, j->source_id, e.source_len)))
+    return 0;
+  if (j->has_id && memcmp(e.id, j->fid, 16)) return 0;
+  s->scanned++;
+  cand_t *c = &s->c[s->n++];
+  memcpy(c->xkey, key, AK_DEAD_KEY_LEN);
+  c->seq = ak_get_u64(key + 9);
+  c->sink = ak_get_u16(key + 17);
+  c->tlen = (uint8_t)e.tenant_len;
+  memcpy(c->tenant, e.tenant, e.tenant_len);
+  return 0;
+}
+
+/* The delivery row must still be the dead row this key points at; a row that is gone or
+ * was changed since is skipped, never resurrected. 1 movable, 0 skip, -1 read error. */
+static int check_row(ak_store_t *st, cand_t *c) {
+  uint8_t dk[AK_DELIVERY_KEY_LEN];
+  ak_key_delivery(dk, c->seq, c->sink);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, AK_CF_DELIVERIES, dk, sizeof dk, &v, &vl);
+  if (rc != 0) return rc < 0 ? -1 : 0;
+  ak_delivery_row_t row;
+  int ok = ak_delivery_row_decode((const uint8_t *)v, vl, &row) == 0 && row.state == AK_DELIVERY_DEAD &&
+           row.next_at_ms == (int64_t)ak_get_u64(c->xkey + 1);
+  if (ok) {
+    c->typelen = (uint8_t)row.sink_type_len;
+    memcpy(c->type, row.sink_type, row.sink_type_len);
+  }
+  free(v);
+  return ok;
+}
+
+static int cand_by_tenant(const void *a, const void *b) {
+  const cand_t *x = a, *y = b;
+  int d = memcmp(x->tenant, y->tenant, x->tlen < y->tlen ? x->tlen : y->tlen);
+  return d ? d : (int)x->tlen - (int)y->tlen;
+}
+
+/* One job's share of a tick, with what was read of it under the mutex. */
+typedef struct turn {
+  job_t *j;
+  uint64_t gen;
+  size_t want;
+  bool has_cursor;
+  uint8_t cursor[AK_DEAD_KEY_LEN];
+} turn_t;
+
+/* Read (no mutex) and move (one batch, under the mutex) one job's share of this tick. */
+static void run_job(ak_replays_t *r, const turn_t *t, size_t want, size_t *scan_left, int64_t now) {
+  ak_instance_t *inst = r->inst;
+  ak_store_t *st = inst->store;
+  job_t *j = t->j;
+  /* the filter is read without the mutex: it never changes after creation */
+  scan_ctx_t s = {.j = j, .want = want, .scan_left = scan_left};
+  s.bound = j->created_at;
+  if (j->has_until && j->until_ms < s.bound) s.bound = j->until_ms;
+  uint8_t from[AK_DEAD_KEY_LEN + 1];
+  size_t flen = 0;
+  if (t->has_cursor) {
+    memcpy(from, t->cursor, AK_DEAD_KEY_LEN);
+    from[AK_DEAD_KEY_LEN] = 0; /* the first key after the cursor */
+    flen = sizeof from;
+  } else if (j->has_since) {
+    ak_key_dead(from, j->since_ms, 0, 0);
+    flen = AK_DEAD_KEY_LEN;
+  }
+  s.c = malloc(want * sizeof *s.c);
+  if (!s.c) return;
+  const char prefix = AK_IDX_DEAD;
+  if (ak_store_scan_from(st, AK_CF_INDEX, &prefix, 1, flen ? from : NULL, flen, false, scan_one, &s) != 0) {
+    free(s.c);
+    return; /* store closed or failing: the writer reopens it; the job retries next tick */
+  }
+  if (!s.stopped) s.end = true;
+  size_t m = 0;
+  for (size_t i = 0; i < s.n; i++) {
+    int rc = check_row(st, &s.c[i]);
+    if (rc < 0) {
+      free(s.c);
+      return;
+    }
+    if (rc) s.c[m++] = s.c[i];
+    else s.skipped++;
+  }
+
+  pthread_mutex_lock(&r->mu);
+  if (j->state != AK_REPLAY_RUNNING || j->gen != t->gen) {
+    /* paused or cancelled while this was read: nothing was written, nothing is lost */
+    pthread_mutex_unlock(&r->mu);
+    free(s.c);
+    return;
+  }
+  if (!s.has_last && !s.end) {
+    pthread_mutex_unlock(&r->mu);
+    free(s.c);
+    return;
+  }
+  const job_t saved = *j;
+  j->moved += (int64_t)m;
+  j->scanned += s.scanned;
+  j->skipped += s.skipped;
+  j->budget -= (double)m;
+  if (s.has_last) {
+    memcpy(j->cursor, s.last, AK_DEAD_KEY_LEN);
+    j->has_cursor = true;
+  }
+  if (s.end) {
+    j->state = AK_REPLAY_DONE;
+    j->finished_at = now;
+  }
+  if (m || s.end) j->updated_at = now;
+  int rc = -1;
+  if (ak_store_pin(st) == 0) {
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_column_family_handle_t *cf_idx = ak_store_cf(st, AK_CF_INDEX), *cf_del = ak_store_cf(st, AK_CF_DELIVERIES);
+    for (size_t i = 0; i < m; i++) {
+      const cand_t *c = &s.c[i];
+      uint8_t k[AK_DUE_KEY_MAX], v[512]; /* a delivery row or a due value */
+      rocksdb_writebatch_delete_cf(wb, cf_idx, (const char *)c->xkey, AK_DEAD_KEY_LEN);
+      ak_key_delivery(k, c->seq, c->sink);
+      size_t vl = ak_delivery_row_ex(v, sizeof v, AK_DELIVERY_PENDING, 0, now, c->type, c->typelen, j->id);
+      rocksdb_writebatch_put_cf(wb, cf_del, (const char *)k, AK_DELIVERY_KEY_LEN, (const char *)v, vl);
+      size_t kl = ak_key_due(k, c->tenant, c->tlen, now, c->seq, c->sink);
+      vl = ak_due_value(v, sizeof v, 0, c->type, c->typelen, j->id);
+      rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)k, kl, (const char *)v, vl);
+    }
+    /* the cursor commits with the rows it passed: a restart resumes exactly here */
+    batch_record(wb, ak_store_cf(st, AK_CF_DEFAULT), j);
+    ak_wf_class_t cls = AK_WF_OTHER;
+    char *err = NULL;
+    /* not synced, like dispatch outcomes: a crash loses a suffix of the WAL, so the rows
+     * and the cursor come back together in their old place */
+    rc = ak_store_write_pinned(st, wb, false, &cls, &err);
+    ak_store_unpin(st);
+    rocksdb_writebatch_destroy(wb);
+    if (rc != 0) log_write_failure("replay batch write failed", j, cls, err);
+  }
+  if (rc != 0) {
+    j->moved = saved.moved;
+    j->scanned = saved.scanned;
+    j->skipped = saved.skipped;
+    j->budget = saved.budget;
+    j->has_cursor = saved.has_cursor;
+    memcpy(j->cursor, saved.cursor, AK_DEAD_KEY_LEN);
+    j->state = saved.state;
+    j->finished_at = saved.finished_at;
+    j->updated_at = saved.updated_at;
+  } else {
+    j->dirty = false;
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (rc != 0) {
+    free(s.c);
+    return;
+  }
+  if (s.end) {
+    char ids[AK_UUID_STR_LEN];
+    ak_uuid_format(j->id, ids);
+    ak_log(AK_LOG_INFO, "replay", "dlq replay finished", "replay_id=%s moved=%lld scanned=%lld skipped=%lld", ids,
+           (long long)saved.moved + (long long)m, (long long)(saved.scanned + s.scanned),
+           (long long)(saved.skipped + s.skipped));
+  }
+  if (inst->dispatch && m) {
+    qsort(s.c, m, sizeof *s.c, cand_by_tenant);
+    for (size_t i = 0; i < m;) {
+      size_t e = i + 1;
+      while (e < m && !cand_by_tenant(&s.c[i], &s.c[e])) e++;
+      ak_dispatch_note_due(inst->dispatch, s.c[i].tenant, s.c[i].tlen, now, e - i, e - i);
+      i = e;
+    }
+  }
+  free(s.c);
+}
+
+/* Persist counters changed by settled deliveries and drop the oldest finished jobs past
+ * AK_REPLAY_KEEP_FINISHED. Only this thread frees jobs (it is the one that uses job
+ * pointers outside the mutex). Caller holds r->mu. */
+static void housekeep(ak_replays_t *r) {
+  size_t nfin = 0, ndirty = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    nfin += finished(r->jobs[i]);
+    ndirty += r->jobs[i]->dirty;
+  }
+  if (nfin <= AK_REPLAY_KEEP_FINISHED && !ndirty) return;
+  ak_store_t *st = r->inst->store;
+  if (ak_store_pin(st) != 0) return;
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  rocksdb_column_family_handle_t *cf = ak_store_cf(st, AK_CF_DEFAULT);
+  size_t drop = nfin > AK_REPLAY_KEEP_FINISHED ? nfin - AK_REPLAY_KEEP_FINISHED : 0, o = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    job_t *j = r->jobs[i];
+    if (drop && finished(j)) {
+      uint8_t k[AK_REPLAY_KEY_LEN];
+      ak_key_replay(k, j->id);
+      rocksdb_writebatch_delete_cf(wb, cf, (const char *)k, sizeof k);
+      job_free(j);
+      drop--;
+      continue;
+    }
+    if (j->dirty) batch_record(wb, cf, j);
+    r->jobs[o++] = j;
+  }
+  r->n = o;
+  ak_wf_class_t cls = AK_WF_OTHER;
+  char *err = NULL;
+  if (ak_store_write_pinned(st, wb, false, &cls, &err) == 0) {
+    for (size_t i = 0; i < r->n; i++) r->jobs[i]->dirty = false;
+  } else {
+    ak_log(AK_LOG_WARNING, "replay", "job record write failed", "class=%s", ak_wf_class_names[cls]);
+    free(err);
+  }
+  ak_store_unpin(st);
+  rocksdb_writebatch_destroy(wb);
+}
+
+void ak_replays_tick(void *ctx, int64_t now_ms) {
+  ak_replays_t *r = ctx;
+  ak_dispatch_t *d = r->inst->dispatch;
+  /* spare capacity only: a dispatcher that is behind or full gets no replayed rows */
+  int64_t lag = d ? ak_dispatch_oldest_due_age_ms(d) : 0;
+  bool room = d ? ak_dispatch_has_room(d) : true;
+  turn_t turns[AK_REPLAY_MAX_ACTIVE];
+  size_t nt = 0;
+  pthread_mutex_lock(&r->mu);
+  size_t n = r->n, start = n ? r->rr++ % n : 0;
+  for (size_t k = 0; k < n && nt < AK_REPLAY_MAX_ACTIVE; k++) {
+    job_t *j = r->jobs[(start + k) % n];
+    if (j->state != AK_REPLAY_RUNNING) continue;
+    if (j->last_tick == 0 || now_ms < j->last_tick || !room || lag > j->max_lag_ms) {
+      j->last_tick = now_ms; /* held back: no credit piles up for later */
+      continue;
+    }
+    double cap = j->rate < 1 ? 1.0 : (double)j->rate; /* at most one second's worth */
+    j->budget += (double)j->rate * (double)(now_ms - j->last_tick) / 1000.0;
+    if (j->budget > cap) j->budget = cap;
+    j->last_tick = now_ms;
+    if (j->budget < 1.0) continue;
+    turn_t *t = &turns[nt++];
+    t->j = j;
+    t->gen = j->gen;
+    t->want = (size_t)floor(j->budget);
+    t->has_cursor = j->has_cursor;
+    memcpy(t->cursor, j->cursor, AK_DEAD_KEY_LEN);
+  }
+  pthread_mutex_unlock(&r->mu);
+  size_t rows_left = AK_REPLAY_TICK_ROWS, scan_left = AK_REPLAY_TICK_SCAN;
+  for (size_t i = 0; i < nt && rows_left && scan_left; i++) {
+    size_t want = turns[i].want < rows_left ? turns[i].want : rows_left;
+    run_job(r, &turns[i], want, &scan_left, now_ms);
+    rows_left -= want; /* what it was offered, moved or not: bounds the tick's reads */
+  }
+  pthread_mutex_lock(&r->mu);
+  housekeep(r);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* ------------------------------------------------------------------ listing ---- */
+
+typedef struct dlq_ctx {
+  const char *source_id;
+  int64_t since_ms, limit, total;
+  json_t *entries;
+} dlq_ctx_t;
+
+static int dlq_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  dlq_ctx_t *c = ctx;
+  if (kl != AK_DEAD_KEY_LEN) return 0;
+  const uint8_t *key = (const uint8_t *)k;
+  int64_t dead_at = (int64_t)ak_get_u64(key + 1);
+  if (c->since_ms >= 0 && dead_at < c->since_ms) return 1; /* newest first: the rest is older */
+  ak_dead_entry_t e;
+  bool ok = ak_dead_entry_decode((const uint8_t *)v, vl, &e) == 0;
+  if (c->source_id && (!ok || e.source_len != strlen(c->source_id) || memcmp(e.source, c->source_id, e.source_len)))
+    return 0;
+  c->total++;
+  if ((int64_t)json_array_size(c->entries) >= c->limit) return 0;
+  json_t *o = json_object();
+  char ids[AK_UUID_STR_LEN];
+  if (ok) ak_uuid_format(e.id, ids);
+  json_object_set_new(o, "id", ok ? json_string(ids) : json_null());
+  json_object_set_new(o, "source_id", ok ? json_stringn_nocheck(e.source, e.source_len) : json_null());
+  json_object_set_new(o, "tenant_id", ok ? json_stringn_nocheck(e.tenant, e.tenant_len) : json_null());
+  json_object_set_new(o, "seq", json_integer((json_int_t)ak_get_u64(key + 9)));
+  json_object_set_new(o, "sink_index", json_integer(ak_get_u16(key + 17)));
+  json_object_set_new(o, "sink", ok ? json_stringn_nocheck(e.sink_type, e.sink_type_len) : json_null());
+  json_object_set_new(o, "attempts", ok ? json_integer(e.attempts) : json_null());
+  json_object_set_new(o, "received_at", ok ? json_integer(e.received_at_ms) : json_null());
+  json_object_set_new(o, "dead_lettered_at", json_integer(dead_at));
+  json_object_set_new(o, "reason", ok ? json_stringn_nocheck(e.reason, e.reason_len)
+                                      : json_string("undecodable delivery row"));
+  json_array_append_new(c->entries, o);
+  return 0;
+}
+
+int ak_replays_dlq_list(ak_store_t *st, const char *source_id, int64_t since_ms, int64_t limit, json_t **out) {
+  dlq_ctx_t c = {.source_id = source_id, .since_ms = since_ms, .limit = limit, .entries = json_array()};
+  const char prefix = AK_IDX_DEAD;
+  if (ak_store_scan_from(st, AK_CF_INDEX, &prefix, 1, NULL, 0, true, dlq_one, &c) != 0) {
+    json_decref(c.entries);
+    return -1;
+  }
+  *out = json_pack("{s:I,s:o}", "total", (json_int_t)c.total, "entries", c.entries);
+  return 0;
+}

@@ -14,6 +14,7 @@
 #include "core/instance.h"
 #include "core/log.h"
 #include "dispatch/dispatch.h"
+#include "dispatch/replay.h"
 #include "edge/edge.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
@@ -225,6 +226,17 @@ static int cmd_serve(const char *path) {
       exit_code = AK_EXIT_CONFIG;
       goto out;
     }
+    inst.replays = ak_replays_new(&inst);
+    char *rerr = NULL;
+    if (!inst.replays || ak_replays_load(inst.replays, &rerr) != 0) {
+      ak_log(AK_LOG_ERROR, "replay", "cannot read the replay jobs from the store", "reason=\"%s\"",
+             rerr ? rerr : "out of memory");
+      free(rerr);
+      exit_code = 1;
+      goto out;
+    }
+    ak_dispatch_on_tick(inst.dispatch, ak_replays_tick, inst.replays);
+    ak_dispatch_on_replay_settled(inst.dispatch, ak_replays_settled, inst.replays);
     /* before the writer starts: the due-index scan and the commit notices must not
      * both count a row */
     if (ak_dispatch_start(inst.dispatch, derr, sizeof derr) != 0) {
@@ -277,6 +289,7 @@ out:
   ak_edge_free(inst.edge);
   ak_admin_free(inst.admin);
   ak_dispatch_free(inst.dispatch);
+  ak_replays_free(inst.replays);
   ak_writer_free(inst.writer);
   ak_egress_free(inst.egress);
   ak_pen_free(inst.pen);

@@ -16,11 +16,6 @@
 #include "dispatch/replay.h"
 #include "store/store.h"
 
-/* dispatch.c is written on another branch: until it is merged these resolve to NULL and
- * are never called (inst->dispatch is NULL without it). Remove at the merge. */
-#pragma weak ak_dispatch_note_due
-#pragma weak ak_dispatch_oldest_due_age_ms
-#pragma weak ak_dispatch_has_room
 
 typedef struct job {
   uint8_t id[16];

@@ -330,59 +330,179 @@ def p99(xs):
     return xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))]
 
 
+# The heavy tenant's load comes from another process, so its client threads never hold
+# this process's GIL while the receiver timestamps the light tenant's deliveries.
+HEAVY_CLIENT = r"""
+import http.client, sys, threading, time
+port, rate, seconds, threads = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+def run(k):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    n = int(rate * seconds / threads); t0 = time.time()
+    for i in range(n):
+        w = t0 + i * threads / rate - time.time()
+        if w > 0: time.sleep(w)
+        c.request("POST", "/webhooks/heavy", body=b"h%d-%d" % (k, i))
+        c.getresponse().read()
+ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+[t.start() for t in ts]; [t.join() for t in ts]
+"""
+
+
 @pytest.mark.slow
 def test_tenant_fairness_light_tenant_lag(ankusa):
-    """99:1 load behind one slow sink: the light tenant's p99 delivery lag stays within
-    2x of its p99 when it runs alone."""
+    """99:1 load behind one slow sink: the light tenant's p99 delivery lag (received_at to
+    the sink's answer) stays within 2x of its p99 when it runs alone."""
+    import subprocess
+    import sys
     delay = 0.05
     lags = {"light": [], "heavy": []}
     lock = threading.Lock()
 
     def behavior(d, n):
-        lag = d.at - uuid7_ms(d.id) / 1000.0
+        lag = d.at + delay - uuid7_ms(d.id) / 1000.0  # settled when the answer goes out
         with lock:
             lags.setdefault(d.headers.get("x-ankusa-tenant"), []).append(lag)
         return (204, {}, delay)
 
     rx = Receiver(behavior=behavior)
     try:
+        # the sink takes 50 ms: 8 slots move 160 hooks/s, far below the heavy tenant's 990/s
         config = cfg(concurrency=8, tenants={"concurrency": 4})
         sources = {"light": {"tenant": "light", "sinks": [{"type": "http", "url": rx.url}]},
                    "heavy": {"tenant": "heavy", "sinks": [{"type": "http", "url": rx.url}]}}
         node = ankusa(config=config, sources=sources)
 
-        def drive(src, rate, seconds, stop):
-            n = int(rate * seconds)
+        def drive_light(n, rate):
             t0 = time.time()
             for i in range(n):
-                if stop.is_set():
-                    return
                 wait = t0 + i / rate - time.time()
                 if wait > 0:
                     time.sleep(wait)
-                node.post(f"/webhooks/{src}", b"%s-%d" % (src.encode(), i))
+                post_ok(node, "light", b"light-%d" % i)
 
-        # solo: the light tenant alone
-        stop = threading.Event()
-        drive("light", 10, 4, stop)
-        rx.wait_for(lambda ds: len(ds) >= 40, what="solo deliveries")
+        drive_light(40, 10)
+        rx.wait_for(lambda ds: len(lags["light"]) >= 40, what="solo deliveries")
         solo = list(lags["light"])
         lags["light"].clear()
-        # mixed: 99:1 — the heavy tenant far beyond what the slow sink can take
-        heavy = [threading.Thread(target=drive, args=("heavy", 330, 4, stop)) for _ in range(3)]
-        for t in heavy:
-            t.start()
-        time.sleep(0.5)
-        drive("light", 10, 3, stop)
-        stop.set()
-        for t in heavy:
-            t.join()
+        heavy = subprocess.Popen([sys.executable, "-c", HEAVY_CLIENT, str(node.http_port), "990", "4.5", "4"])
+        try:
+            time.sleep(0.5)
+            drive_light(30, 10)
+        finally:
+            heavy.wait(60)
         rx.wait_for(lambda ds: len(lags["light"]) >= 30, what="light deliveries under load")
         mixed = list(lags["light"])
-        print(f"\nlight tenant p99 lag: solo {p99(solo) * 1000:.1f} ms, beside a 99x heavier tenant "
-              f"{p99(mixed) * 1000:.1f} ms (heavy backlog delivered so far: {len(lags['heavy'])})")
-        m = node.metrics()
-        assert m.value("ankusa_queue_pending", instance="default") > 100, "the heavy tenant must be backlogged"
-        assert p99(mixed) <= 2 * max(p99(solo), 0.02), (p99(solo), p99(mixed))
+        print(f"\nlight tenant p99 delivery lag: solo {p99(solo) * 1000:.1f} ms, beside a 99x heavier tenant "
+              f"{p99(mixed) * 1000:.1f} ms (heavy hooks delivered so far: {len(lags['heavy'])})")
+        m = wait_metric(node, lambda m: (m.get("ankusa_tenant_pending", instance="default", tenant="heavy") or 0) > 100,
+                        what="the heavy tenant's backlog on its tenant gauge")
+        assert m.value("ankusa_dispatch_tenant_inflight", instance="default", tenant="heavy") > 0
+        assert m.value("ankusa_dispatch_active_tenants", instance="default") >= 1
+        assert p99(mixed) <= 2 * p99(solo), (p99(solo), p99(mixed))
+    finally:
+        rx.close()
+
+
+# ----------------------------------------------------------------- DLQ and replay
+
+def admin_json(node, method, path, body=None):
+    from helpers import http_request
+    data = json.dumps(body).encode() if body is not None else None
+    hdrs = {"Content-Type": "application/json"} if body is not None else {}
+    return http_request(node.admin_port, method, path, body=data, headers=hdrs)
+
+
+def wait_job(node, rid, pred, timeout=20.0, what="the replay job"):
+    deadline = time.time() + timeout * SLOW
+    while time.time() < deadline:
+        r = node.admin(f"/v1/replays/{rid}")
+        assert r.status == 200, r
+        if pred(r.json):
+            return r.json
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}: {node.admin(f'/v1/replays/{rid}').json}")
+
+
+def test_dead_row_listed_then_replayed_with_its_replay_id(ankusa):
+    fixed = threading.Event()
+    rx = Receiver(behavior=lambda d, n: (204, {}, 0) if fixed.is_set() else (410, {}, 0))
+    try:
+        node = ankusa(config=cfg(), sources={"s": {"tenant": "acme", "sinks": [{"type": "http", "url": rx.url}]},
+                                             "o": {"sinks": [{"type": "log"}]}})
+        t_before = int(time.time() * 1000) - 1
+        hid = post_ok(node, "s", b"gone")
+        wait_metric(node, lambda m: m.value("ankusa_queue_dead", instance="default") == 1, what="a dead row")
+        r = node.admin("/v1/dlq")
+        assert r.status == 200, r
+        assert r.json["total"] == 1
+        (e,) = r.json["entries"]
+        assert e["id"] == hid and e["source_id"] == "s" and e["tenant_id"] == "acme"
+        assert e["received_at"] >= t_before and e["dead_lettered_at"] >= e["received_at"]
+        assert e["reason"] == "{sink, http, http 410}", e
+        assert "body" not in e and "body_base64" not in e
+        assert node.admin("/v1/dlq?source_id=o").json["total"] == 0
+        assert node.admin(f"/v1/dlq?since={e['dead_lettered_at'] + 1}").json["total"] == 0
+        fixed.set()
+        r = admin_json(node, "POST", "/v1/replays", {"kind": "dlq", "source_id": "s", "rate": 100})
+        assert r.status == 202, r
+        job = r.json
+        assert job["kind"] == "dlq" and job["state"] in ("running", "done")
+        again = admin_json(node, "POST", "/v1/replays", {"kind": "dlq", "source_id": "s", "rate": 100})
+        assert again.status in (200, 202), again
+        job = wait_job(node, job["id"], lambda j: j["state"] == "done" and j["delivered"] == 1)
+        assert job["moved"] == 1 and job["dead"] == 0
+        d = rx.wait_for(lambda ds: len(ds) >= 2)[-1]
+        assert d.id == hid and d.headers["x-ankusa-replay-id"] == job["id"]
+        assert d.headers["x-ankusa-idempotency-key"] == hid, "a replay keeps the hook's identity"
+        m = wait_metric(node, lambda m: m.value("ankusa_queue_dead", instance="default") == 0 and settled(m),
+                        what="the DLQ empty")
+        assert m.value("ankusa_delivery_latency_seconds_count", instance="default", sink="http", result="ok") == 0, \
+            "a replayed delivery is not sampled on the latency histogram"
+        assert node.admin("/v1/dlq").json["total"] == 0
+        listed = node.admin("/v1/replays").json["replays"]
+        assert any(j["id"] == job["id"] for j in listed)
+    finally:
+        rx.close()
+
+
+def test_replay_job_pause_resume_cancel_and_resume_after_kill9(ankusa):
+    fixed = threading.Event()
+    rx = Receiver(behavior=lambda d, n: (204, {}, 0) if fixed.is_set() else (422, {}, 0))
+    try:
+        node = ankusa(config=cfg(), sources={"s": {"sinks": [{"type": "http", "url": rx.url}]}})
+        ids = [post_ok(node, "s", b"p%d" % i) for i in range(30)]
+        wait_metric(node, lambda m: m.value("ankusa_queue_dead", instance="default") == 30, what="30 dead rows")
+        fixed.set()
+        r = admin_json(node, "POST", "/v1/replays", {"kind": "dlq", "rate": 10})
+        assert r.status == 202, r
+        rid = r.json["id"]
+        wait_job(node, rid, lambda j: j["moved"] >= 3, what="a few rows moved")
+        r = admin_json(node, "PATCH", f"/v1/replays/{rid}", {"state": "paused"})
+        assert r.status == 200 and r.json["state"] == "paused", r
+        moved = r.json["moved"]
+        time.sleep(0.6)
+        assert node.admin(f"/v1/replays/{rid}").json["moved"] <= moved + 1, "a paused job moves nothing"
+        r = admin_json(node, "PATCH", f"/v1/replays/{rid}", {"state": "running", "rate": 20})
+        assert r.status == 200 and r.json["state"] == "running" and r.json["rate"] == 20, r
+        wait_job(node, rid, lambda j: j["moved"] >= 10, what="10 rows moved")
+        node.kill9()
+        node.start()
+        job = wait_job(node, rid, lambda j: j["state"] == "done", timeout=30, what="the job to finish after kill -9")
+        assert job["moved"] == 30, job
+        wait_metric(node, lambda m: settled(m) and m.value("ankusa_queue_dead", instance="default") == 0,
+                    what="every replayed row delivered")
+        replayed = {d.id for d in rx.snapshot() if d.headers.get("x-ankusa-replay-id") == rid}
+        assert replayed == set(ids), "every dead row was replayed under the job's id"
+        r = admin_json(node, "PATCH", f"/v1/replays/{rid}", {"state": "running"})
+        assert r.status == 409 and r.json["error"] == "replay_finished", r
+        # cancel a fresh job before it moves anything
+        fixed.clear()
+        post_ok(node, "s", b"again")
+        wait_metric(node, lambda m: m.value("ankusa_queue_dead", instance="default") == 1, what="a new dead row")
+        r = admin_json(node, "POST", "/v1/replays", {"kind": "dlq", "rate": 1, "max_lag_ms": 100})
+        assert r.status == 202, r
+        r2 = admin_json(node, "PATCH", f"/v1/replays/{r.json['id']}", {"state": "cancelled"})
+        assert r2.status == 200 and r2.json["state"] == "cancelled", r2
+        assert node.admin("/v1/replays/00000000-0000-7000-8000-000000000000").status == 404
     finally:
         rx.close()

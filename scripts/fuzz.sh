@@ -26,9 +26,10 @@ CC="${FUZZ_CC:-clang}"
 
 # The code under test of each harness (compiled together with it, no library).
 VERIFY_SRCS="$(echo src/verify/*.c)"
-# config.c builds each source's verifier and reads the http.tls files while loading
-CONFIG_SRCS="src/core/config.c src/core/yamltree.c src/sinks/registry.c src/sinks/log.c src/core/log.c src/core/ids.c
-             src/edge/tls.c $VERIFY_SRCS"
+# config.c builds each source's verifier, reads the http.tls files and checks sink URLs
+# against the egress guard while loading
+CONFIG_SRCS="src/core/config.c src/core/yamltree.c $(echo src/sinks/*.c) src/core/log.c src/core/ids.c
+             src/core/envelope.c src/edge/tls.c $VERIFY_SRCS"
 declare -A SRCS=(
   [route]="src/edge/route.c $CONFIG_SRCS"
   [envelope]="src/core/envelope.c"
@@ -41,7 +42,7 @@ declare -A SRCS=(
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=
 CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined)
-read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto gnutls libmicrohttpd) -lm -pthread"
+read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto gnutls libmicrohttpd libcurl) -lm -pthread"
 
 OUT=build-fuzz
 mkdir -p "$OUT/artifacts" || exit 2

@@ -506,3 +506,27 @@ def test_replay_job_pause_resume_cancel_and_resume_after_kill9(ankusa):
         assert node.admin("/v1/replays/00000000-0000-7000-8000-000000000000").status == 404
     finally:
         rx.close()
+
+
+def test_sink_concurrency_caps_one_sink_key(ankusa):
+    state = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def behavior(d, n):
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        return (204, {}, 0)
+
+    rx = Receiver(behavior=behavior)
+    try:
+        node = ankusa(config=cfg(concurrency=8, sink_concurrency=2),
+                      sources={"s": {"sinks": [{"type": "http", "url": rx.url}]}})
+        ids = [post_ok(node, "s", b"c%d" % i) for i in range(12)]
+        rx.wait_for(lambda ds: {d.id for d in ds} >= set(ids), what="all 12 deliveries")
+        assert state["peak"] == 2, f"at most sink_concurrency attempts at once on one key, saw {state['peak']}"
+    finally:
+        rx.close()

@@ -530,3 +530,22 @@ def test_sink_concurrency_caps_one_sink_key(ankusa):
         assert state["peak"] == 2, f"at most sink_concurrency attempts at once on one key, saw {state['peak']}"
     finally:
         rx.close()
+
+
+def test_hook_reclaimed_once_every_row_is_cleared(ankusa, rx):
+    # without the storage role there is no archive obligation: the hook goes once its
+    # last delivery row is cleared; with it, the hook stays for the compactor
+    node = ankusa(config=dict(cfg(), node={"roles": ["edge", "dispatch"]}),
+                  sources={"s": {"sinks": [{"type": "http", "url": rx.url}, {"type": "log"}]}})
+    hid = post_ok(node, "s", b"short-lived")
+    rx.wait_for(lambda ds: len(ds) == 1)
+    deadline = time.time() + 10 * SLOW
+    while node.admin(f"/v1/hooks/{hid}").status != 404:
+        assert time.time() < deadline, "the delivered hook was never reclaimed"
+        time.sleep(0.1)
+    kept = ankusa(config=cfg(), sources={"s": {"sinks": [{"type": "http", "url": rx.url}]}}, name="kept")
+    hid2 = post_ok(kept, "s", b"archived later")
+    rx.wait_for(lambda ds: any(d.id == hid2 for d in ds))
+    wait_metric(kept, settled, what="settled")
+    time.sleep(0.3)
+    assert kept.admin(f"/v1/hooks/{hid2}").status == 200, "the archive obligation keeps the hook"

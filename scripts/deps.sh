@@ -8,10 +8,11 @@ PKGS=(
   libmicrohttpd-dev libgnutls28-dev librocksdb-dev libssl-dev libjansson-dev libyaml-dev
   libcurl4-openssl-dev
   libcriterion-dev
-  python3 python3-pytest curl openssl
+  python3 python3-pytest python3-yaml curl openssl
   clang libclang-rt-14-dev
   wrk nginx-light
   e2fsprogs util-linux
+  prometheus
 )
 
 missing=()

@@ -11,8 +11,10 @@
 #include "admin/admin.h"
 #include "core/config.h"
 #include "core/envelope.h"
+#include "core/gauges.h"
 #include "core/instance.h"
 #include "core/log.h"
+#include "core/notify.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "edge/edge.h"
@@ -146,6 +148,9 @@ static int cmd_inspect(int argc, char **argv) {
   return ic.bad ? 1 : 0;
 }
 
+static void sample_writer(void *w) { ak_writer_sample(w); }
+static void sample_pen(void *pen) { ak_pen_sample(pen); }
+
 static int cmd_serve(const char *path) {
   ak_config_t *cfg;
   int rc = load_config(path, &cfg);
@@ -168,6 +173,7 @@ static int cmd_serve(const char *path) {
            cfg->path ? cfg->path : "(none)");
 
   int exit_code = 0;
+  ak_gauges_t *gauges = NULL;
   char *sp = store_path(cfg->data_dir, inst.name);
   inst.store = ak_store_new(sp, false);
   char *err = NULL;
@@ -252,6 +258,13 @@ static int cmd_serve(const char *path) {
     exit_code = 1;
     goto out;
   }
+  gauges = ak_gauges_new(&inst, 0);
+  if (!gauges || ak_gauges_add(gauges, sample_writer, inst.writer) != 0 ||
+      ak_gauges_add(gauges, sample_pen, inst.pen) != 0 || ak_gauges_start(gauges) != 0) {
+    ak_log(AK_LOG_ERROR, "gauges", "cannot start the gauge sampler", NULL);
+    exit_code = 1;
+    goto out;
+  }
   if (inst.admin && ak_admin_start(inst.admin, &err) != 0) {
     ak_log(AK_LOG_ERROR, "admin", "cannot start the admin listener", "reason=\"%s\"", err);
     fprintf(stderr, "ankusa: %s\n", err);
@@ -270,11 +283,15 @@ static int cmd_serve(const char *path) {
          "http_port=%d admin_port=%d admin_ip=%s https_port=%d sources=%zu version=%s", ak_edge_port(inst.edge),
          inst.admin ? ak_admin_port(inst.admin) : 0, cfg->admin_ip, ak_edge_tls_port(inst.edge), cfg->nsources,
          AK_VERSION);
+  /* the store is open and every listener bound: a service manager may route traffic */
+  if (ak_notify_send("READY=1\nSTATUS=accepting webhooks") < 0)
+    ak_log(AK_LOG_WARNING, "node", "cannot notify the service manager (NOTIFY_SOCKET)", "errno=%d", errno);
 
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
   ak_log(AK_LOG_INFO, "node", "stopping: draining in-flight requests", "signal=%d", sig);
+  ak_notify_send("STOPPING=1\nSTATUS=draining");
   atomic_store(&inst.draining, 1);
   /* drain order: stop accepting, commit and answer everything queued, let the answers
    * go out, then close listeners (MHD must not be stopped with suspended connections) */
@@ -286,6 +303,7 @@ static int cmd_serve(const char *path) {
   usleep(200000);
 
 out:
+  ak_gauges_free(gauges); /* before the writer and pen it samples */
   ak_edge_free(inst.edge);
   ak_admin_free(inst.admin);
   ak_dispatch_free(inst.dispatch);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "admin/admin.h"
+#include "admin/ops.h"
 #include "core/envelope.h"
 #include "core/httpx.h"
 #include "core/clock.h"
@@ -472,6 +473,8 @@ route:
     free(text);
     return r;
   }
+  if (strcmp(url, "/v1/config") == 0) return ak_http_json(c, 200, ak_admin_config_view(a->inst), 0);
+  if (strcmp(url, "/v1/wal") == 0) return ak_http_json(c, 200, ak_admin_wal_view(a->inst), 0);
   if (strncmp(url, "/v1/hooks/", 10) == 0) return get_hook(a, c, url + 10);
   if (strcmp(url, "/v1/quarantine") == 0) return pen_list(a, c);
   if (strcmp(url, "/v1/dlq") == 0) return dlq_list(a, c);

@@ -178,6 +178,7 @@ struct ak_dispatch {
   ak_series_t *g_pending, *g_scheduled, *g_inflight, *g_dead, *g_oldest, *g_running, *g_claimed, *g_runnable,
       *g_active, *g_breakers, *c_transitions, *c_write_fail;
   ak_family_t *f_tenant_pending, *f_tenant_inflight;
+  ak_series_t *g_tenants;
   uint64_t transitions_seen;
 };
 
@@ -1245,6 +1246,7 @@ static void publish(ak_dispatch_t *d, int64_t now) {
   ak_gauge_set(d->g_claimed, (double)d->inflight);
   int64_t runnable = d->inflight - d->running;
   ak_gauge_set(d->g_runnable, (double)runnable);
+  ak_gauge_set(d->g_tenants, (double)d->tenants.n);
 }
 
 /* Top tenants by a counter, into a fresh gauge family (the label set changes). */
@@ -1474,6 +1476,7 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   d->g_active = ak_metrics_instance_series(m, in, "ankusa_dispatch_active_tenants", "Tenants with rows waiting or claimed.", AK_METRIC_GAUGE);
   d->g_breakers = ak_metrics_instance_series(m, in, "ankusa_dispatch_breakers_open", "Sink keys whose breaker is open or half-open.", AK_METRIC_GAUGE);
   d->c_transitions = ak_metrics_instance_series(m, in, "ankusa_dispatch_breaker_transitions_total", "Breaker state changes.", AK_METRIC_COUNTER);
+  d->g_tenants = ak_metrics_instance_series(m, in, "ankusa_tenants", "Tenants the scheduler keeps queue counters for (seen with delivery rows since start).", AK_METRIC_GAUGE);
   d->c_write_fail = ak_metrics_instance_series(m, in, "ankusa_dispatch_write_failures_total", "Outcome batches the store refused (those rows are delivered again).", AK_METRIC_COUNTER);
   const char *const tl[] = {"instance", "tenant", NULL};
   d->f_tenant_pending = ak_metrics_family(m, "ankusa_tenant_pending", "First attempts waiting, for the 100 tenants with the most.", AK_METRIC_GAUGE, tl, NULL, 0);
@@ -1648,6 +1651,14 @@ int64_t ak_dispatch_oldest_due_age_ms(ak_dispatch_t *d) {
 }
 
 bool ak_dispatch_has_room(ak_dispatch_t *d) { return !d || atomic_load(&d->pub_has_room); }
+
+/* the gauges are what publish() last wrote: atomics, so any thread may read them */
+void ak_dispatch_queue_counts(ak_dispatch_t *d, ak_dispatch_counts_t *out) {
+  out->pending = (int64_t)ak_gauge_get(d->g_pending);
+  out->scheduled = (int64_t)ak_gauge_get(d->g_scheduled);
+  out->inflight = (int64_t)ak_gauge_get(d->g_inflight);
+  out->dead = (int64_t)ak_gauge_get(d->g_dead);
+}
 
 void ak_dispatch_on_replay_settled(ak_dispatch_t *d, ak_dispatch_settled_fn fn, void *ctx) {
   d->settled = fn;

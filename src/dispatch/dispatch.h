@@ -49,6 +49,13 @@ void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int
 int64_t ak_dispatch_oldest_due_age_ms(ak_dispatch_t *d);
 bool ak_dispatch_has_room(ak_dispatch_t *d);
 
+/* Delivery rows as of the last scheduler pass (every ~100 ms): unclaimed first attempts,
+ * unclaimed retries, claimed, dead. Thread-safe. */
+typedef struct {
+  int64_t pending, scheduled, inflight, dead;
+} ak_dispatch_counts_t;
+void ak_dispatch_queue_counts(ak_dispatch_t *d, ak_dispatch_counts_t *out);
+
 /* A delivery of a replayed row settled (ok or dead): the replay module counts it. Set
  * before start; called on the dispatch thread. */
 typedef void (*ak_dispatch_settled_fn)(void *ctx, const uint8_t replay_id[16], bool delivered);

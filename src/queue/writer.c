@@ -660,6 +660,15 @@ void ak_writer_on_commit(ak_writer_t *w, ak_writer_commit_fn fn, void *ctx) {
   w->on_commit_ctx = ctx;
 }
 
+uint64_t ak_writer_next_seq(ak_writer_t *w) {
+  pthread_mutex_lock(&w->mu);
+  uint64_t s = w->next_seq;
+  pthread_mutex_unlock(&w->mu);
+  return s;
+}
+
+uint64_t ak_writer_hooks(ak_writer_t *w) { return atomic_load(&w->hooks_total); }
+
 void ak_writer_sample(ak_writer_t *w) {
   int64_t since = atomic_load(&w->unavailable_since_ns);
   ak_gauge_set(w->m_unavail, since ? (double)(ak_mono_ns() - since) / 1e9 : 0.0);

@@ -73,6 +73,9 @@ void ak_writer_free(ak_writer_t *w);
 /* Readiness: true when the store takes a synced write (probe cached for 1 s) and no
  * write failed in the last 5 s. reason gets "ok" or a failure class. */
 bool ak_writer_ready(ak_writer_t *w, const char **reason);
+/* The seq the next committed hook gets, and the hooks held in the store. */
+uint64_t ak_writer_next_seq(ak_writer_t *w);
+uint64_t ak_writer_hooks(ak_writer_t *w);
 /* Refresh gauges (queue depth, store unavailable seconds). */
 void ak_writer_sample(ak_writer_t *w);
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Ingest benchmark: ankusa's durable 201/s next to nginx answering a static 201, same load,
-# same machine, same run. Run by `make bench` (which builds build/ankusa first).
+# same machine, same run. Run by `make bench` (which builds build/ankusa first). The same
+# ankusa node also takes the load signed (github preset) and with a dedupe key (a unique
+# X-Bench-Id per request on a source with `dedupe: {header: x-bench-id}`), so the cost of
+# verification and of the dedupe index is measured against the plain rate of that run.
 #
 #   bash bench/ingest.sh                     # one nginx run, one ankusa run
 #   RUNS=3 DURATION=15 bash bench/ingest.sh  # alternate runs, report the median of each
@@ -241,6 +244,14 @@ sources:
     verify: {type: github, secret: "$GH_SECRET"}
     sinks:
       - type: log
+  bench_dd:
+    dedupe: {header: x-bench-id}
+    sinks:
+      - type: log
+# a long run must not meet the index bounds: every request carries a new key
+dedupe:
+  max_entries: 100000000
+  max_entries_per_tenant: 100000000
 EOF
   [ -z "$DATA_FS" ] && DATA_FS=$(df -T "$dir/data" | awk 'NR == 2 { print $2 " (" $1 ", mounted on " $7 ")" }')
   "$ANKUSA" serve --config "$dir/ankusa.yml" >"$dir/ankusa.log" 2>&1 &
@@ -252,9 +263,13 @@ EOF
   fi
 
   local t0 t1 order
-  # the plain and the github-verified loads run against the same node; their order
-  # alternates between runs so neither always meets the fuller store
-  if ((i % 2)); then order="plain verified"; else order="verified plain"; fi
+  # the plain, github-verified and dedupe loads run against the same node; their order
+  # rotates between runs so none always meets the fullest store
+  case $((i % 3)) in
+    1) order="plain verified dedupe" ;;
+    2) order="verified dedupe plain" ;;
+    *) order="dedupe plain verified" ;;
+  esac
   wrk2xx=0
   for kind in $order; do
     t0=$(cpu_ticks "$pid")
@@ -262,10 +277,14 @@ EOF
       run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench" "$TMP/wrk-ankusa-$i.txt"
       t1=$(cpu_ticks "$pid")
       A_RPS+=("$W_RPS") A_P50+=("$W_P50") A_P99+=("$W_P99") A_CPU+=("$(cpu_us_per_req "$t0" "$t1" "$W_REQS")")
-    else
+    elif [ "$kind" = verified ]; then
       run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench_gh" "$TMP/wrk-ankusa-gh-$i.txt" "$GH_LUA"
       t1=$(cpu_ticks "$pid")
       V_RPS+=("$W_RPS") V_P50+=("$W_P50") V_P99+=("$W_P99") V_CPU+=("$(cpu_us_per_req "$t0" "$t1" "$W_REQS")")
+    else
+      run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench_dd" "$TMP/wrk-ankusa-dd-$i.txt" "$DD_LUA"
+      t1=$(cpu_ticks "$pid")
+      D_RPS+=("$W_RPS") D_P50+=("$W_P50") D_P99+=("$W_P99") D_CPU+=("$(cpu_us_per_req "$t0" "$t1" "$W_REQS")")
     fi
     printf '  ankusa run %d %-8s: %10.0f req/s  p50 %7.3f ms  p99 %7.3f ms  (%s requests)  ankusa CPU %s%% of a core\n' \
       "$i" "$kind" "$W_RPS" "$W_P50" "$W_P99" "$W_REQS" "$(cpu_pct "$t0" "$t1")"
@@ -298,6 +317,8 @@ EOF
   [ -n "$c201" ] && [ -n "$hooks" ] && [ -n "$bcnt" ] && [ -n "$ccnt" ] ||
     die "expected series missing from /metrics (see $m)"
   refused=$(awk '/^ankusa_ingest_refused_total/ && $2 != 0 { printf "%s%s=%s", sep, $1, $2; sep = ", " }' "$m")
+  ddups=$(metric "$m" 'ankusa_ingest_duplicates_total{instance="default"}')
+  dkeys=$(metric "$m" 'ankusa_dedupe_keys{instance="default"}')
 
   A_BATCH+=("$(awk -v s="$bsum" -v c="$bcnt" 'BEGIN { printf "%.1f", c ? s / c : 0 }')")
   A_COMMIT+=("$(awk -v s="$csum" -v c="$ccnt" 'BEGIN { printf "%.3f", c ? 1000 * s / c : 0 }')")
@@ -311,7 +332,7 @@ EOF
   # connection (and wrk run) more than the 201 count -- never fewer.
   if [ "$c201" = "$hooks" ]; then
     echo "  ankusa run $i: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 = ankusa_store_hooks"
-  elif ((c201 < hooks && hooks - c201 <= 2 * CONNECTIONS)); then
+  elif ((c201 < hooks && hooks - c201 <= 3 * CONNECTIONS)); then
     echo "  ankusa run $i: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 <= ankusa_store_hooks = $hooks;"
     echo "    $((hooks - c201)) hooks were committed for connections wrk had closed at the end (stored, never answered)"
   else
@@ -320,11 +341,18 @@ EOF
   fi
   [ "${n503:-0}" = 0 ] || echo "  !! ankusa run $i: $n503 answers were 503"
   [ -z "$refused" ] || echo "  !! ankusa run $i: refused: $refused"
+  # every dedupe request carried a new key: none may have been answered as a duplicate
+  if [ "${ddups:-0}" = 0 ] && [ -n "$dkeys" ]; then
+    echo "  ankusa run $i: dedupe: $dkeys keys stored, no request answered as a duplicate"
+  else
+    echo "  !! ankusa run $i: dedupe: ankusa_ingest_duplicates_total = ${ddups:-missing}, ankusa_dedupe_keys = ${dkeys:-missing}"
+    HONEST=0
+  fi
   # wrk counts the answers it read; the server may also have answered requests whose
   # connection wrk closed when the duration ended (at most one per connection).
-  # two wrk runs (plain, verified) each may leave one answer per connection unread
+  # three wrk runs (plain, verified, dedupe) each may leave one answer per connection unread
   diff=$((c201 - wrk2xx))
-  if ((diff < 0 || hooks - wrk2xx > 2 * CONNECTIONS)); then
+  if ((diff < 0 || hooks - wrk2xx > 3 * CONNECTIONS)); then
     echo "  !! ankusa run $i: wrk read $wrk2xx 2xx answers, the server counted $c201 201s and stored $hooks hooks"
     HONEST=0
   else
@@ -367,9 +395,38 @@ GH_SIG=$(printf '%s' "$GH_BODY" | openssl dgst -sha256 -hmac "$GH_SECRET" -r | c
 GH_LUA=$TMP/post1k_github.lua
 { cat "$LUA"; printf 'wrk.headers["X-Hub-Signature-256"] = "sha256=%s"\n' "$GH_SIG"; } >"$GH_LUA"
 
+# ---------------------------------------------------------------- the dedupe load
+# The same 1 KiB body with an X-Bench-Id header that no other request of the run repeats
+# (wrk thread number, a random number per thread, a counter). The request text is built
+# once; each request only splices its id in, so the client's extra work stays small.
+DD_LUA=$TMP/post1k_dedupe.lua
+{
+  cat "$LUA"
+  cat <<'LUA'
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+local head, tail, n, prefix
+function init(args)
+  math.randomseed(os.time() + (tid or 0) * 7919)
+  prefix = tostring(tid or 0) .. "-" .. tostring(math.random(1, 1000000000)) .. "-"
+  wrk.headers["X-Bench-Id"] = "@ID@"
+  local t = wrk.format()
+  local at = string.find(t, "@ID@", 1, true)
+  head, tail, n = string.sub(t, 1, at - 1), string.sub(t, at + 4), 0
+end
+function request()
+  n = n + 1
+  return head .. prefix .. n .. tail
+end
+LUA
+} >"$DD_LUA"
+
 # ---------------------------------------------------------------- the runs
 N_RPS=() N_P50=() N_P99=() A_RPS=() A_P50=() A_P99=() A_BATCH=() A_COMMIT=() A_COMMITS=()
-V_RPS=() V_P50=() V_P99=() A_CPU=() V_CPU=()
+V_RPS=() V_P50=() V_P99=() A_CPU=() V_CPU=() D_RPS=() D_P50=() D_P99=() D_CPU=()
 N_ERRORS=0 A_ERRORS=0 HONEST=1 DATA_FS=""
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -395,6 +452,11 @@ VVERDICT=$(awk -v c="$VCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
 ACPU=$(median "${A_CPU[@]}") VCPU=$(median "${V_CPU[@]}")
 CCOST=$(awk -v v="$VCPU" -v a="$ACPU" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (v / a - 1) : 0 }')
 CVERDICT=$(awk -v c="$CCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
+DR=$(median "${D_RPS[@]}") DP50=$(median "${D_P50[@]}") DP99=$(median "${D_P99[@]}") DCPU=$(median "${D_CPU[@]}")
+DCOST=$(awk -v v="$DR" -v a="$AR" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (1 - v / a) : 0 }')
+DVERDICT=$(awk -v c="$DCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
+DCCOST=$(awk -v v="$DCPU" -v a="$ACPU" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (v / a - 1) : 0 }')
+DCVERDICT=$(awk -v c="$DCCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
 VERDICT=$(awk -v r="$RATIO" -v t="$TARGET" 'BEGIN { print ((r >= t) ? "PASS" : "FAIL") }')
 [ "$RUNS" -gt 1 ] && WHAT="median of $RUNS runs" || WHAT="1 run"
 
@@ -414,16 +476,20 @@ printf '  %-30s %12s %10s %10s\n' server 'req/s' 'p50 ms' 'p99 ms'
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'nginx (static 201)' "$NR" "$NP50" "$NP99"
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa (201 after fsync)' "$AR" "$AP50" "$AP99"
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, github HMAC verified' "$VR" "$VP50" "$VP99"
+printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, dedupe key (new)' "$DR" "$DP50" "$DP99"
 if [ "$RUNS" -gt 1 ]; then
   echo "  runs, nginx req/s:  ${N_RPS[*]}"
   echo "  runs, ankusa req/s: ${A_RPS[*]}"
   echo "  runs, verified req/s: ${V_RPS[*]}"
-  echo "  runs, CPU us/request plain: ${A_CPU[*]}; verified: ${V_CPU[*]}"
+  echo "  runs, dedupe req/s: ${D_RPS[*]}"
+  echo "  runs, CPU us/request plain: ${A_CPU[*]}; verified: ${V_CPU[*]}; dedupe: ${D_CPU[*]}"
 fi
 echo "  ankusa commits: mean batch $AB hooks, mean commit duration $AC ms"
 echo "  ratio ankusa/nginx: $RATIO   target >= $TARGET: $VERDICT"
 echo "  verification cost (github preset, 1 KiB): $VCOST% of the plain durable rate   target < 10%: $VVERDICT"
 echo "  server CPU per request: plain $ACPU us, verified $VCPU us (+$CCOST%)   target < 10%: $CVERDICT"
+echo "  dedupe cost (header key, every key new): $DCOST% of the plain durable rate   target < 10%: $DVERDICT"
+echo "  server CPU per request: plain $ACPU us, dedupe $DCPU us (+$DCCOST%)   target < 10%: $DCVERDICT"
 [ "$N_ERRORS" = 0 ] || echo "  !! nginx runs had non-2xx answers or socket errors (see above)"
 [ "$A_ERRORS" = 0 ] || echo "  !! ankusa runs had non-2xx answers or socket errors (see above)"
 if [ "$HONEST" = 1 ]; then

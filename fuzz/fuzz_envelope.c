@@ -1,6 +1,7 @@
 /* libFuzzer harness for the stored record codec (core/envelope.c). Two properties:
- *  1. decode of arbitrary bytes either fails or yields fields that lie inside the record
- *     and re-encode to the very same bytes (the format has one spelling per envelope);
+ *  1. decode of arbitrary bytes (v1, or v2 with a dedupe key) either fails or yields
+ *     fields that lie inside the record and re-encode to the very same bytes (the format
+ *     has one spelling per envelope);
  *  2. an envelope built from the input survives encode -> decode field for field, and no
  *     strict prefix of its encoding (nor the encoding plus a byte) decodes.
  * Every buffer handed to the decoder is an exact-size heap copy, so ASan sees any
@@ -38,6 +39,7 @@ static void check_decoded_bounds(const ak_envelope_t *e, const uint8_t *rec, siz
   CHECK(inside(e->path, e->path_len, rec, len));
   CHECK(inside(e->content_type, e->content_type_len, rec, len));
   CHECK(inside(e->body, e->body_len, rec, len));
+  CHECK(inside(e->dedupe_key, e->dedupe_key_len, rec, len));
   CHECK(e->nheaders == 0 || e->headers != NULL);
   for (size_t i = 0; i < e->nheaders; i++) {
     CHECK(inside(e->headers[i].name, e->headers[i].name_len, rec, len));
@@ -56,6 +58,7 @@ static void check_same_envelope(const ak_envelope_t *a, const ak_envelope_t *b) 
   CHECK(same_bytes(a->path, a->path_len, b->path, b->path_len));
   CHECK(same_bytes(a->content_type, a->content_type_len, b->content_type, b->content_type_len));
   CHECK(same_bytes(a->body, a->body_len, b->body, b->body_len));
+  CHECK(same_bytes(a->dedupe_key, a->dedupe_key_len, b->dedupe_key, b->dedupe_key_len));
   CHECK(a->nheaders == b->nheaders);
   for (size_t i = 0; i < a->nheaders; i++) {
     CHECK(same_bytes(a->headers[i].name, a->headers[i].name_len, b->headers[i].name,
@@ -165,6 +168,7 @@ static void fuzz_roundtrip(const uint8_t *data, size_t size) {
     hdrs[i].name = take_slice(&s, &hdrs[i].name_len, nullable);
     hdrs[i].value = take_slice(&s, &hdrs[i].value_len, nullable);
   }
+  if (take_u(&s, 1) & 1) in.dedupe_key = take_slice(&s, &in.dedupe_key_len, nullable); /* a v2 record */
   /* the body is whatever is left: raw bytes, never interpreted */
   in.body = s.left ? s.p : NULL;
   in.body_len = s.left;
@@ -175,8 +179,9 @@ static void fuzz_roundtrip(const uint8_t *data, size_t size) {
   size_t expect = 38 + 2 + in.tenant_len + 2 + in.source_len + 2 + in.method_len + 4 + in.path_len +
                   2 + in.content_type_len + 4 + 4 + in.body_len;
   for (size_t i = 0; i < in.nheaders; i++) expect += 2 + hdrs[i].name_len + 4 + hdrs[i].value_len;
+  if (in.dedupe_key_len) expect += 2 + in.dedupe_key_len;
   CHECK(n == expect);
-  CHECK(enc[0] == AK_ENV_VERSION);
+  CHECK(enc[0] == (in.dedupe_key_len ? AK_ENV_VERSION_DEDUPE : AK_ENV_VERSION));
 
   /* exact-size copy so an overread past the record is an ASan report */
   uint8_t *rec = malloc(n);

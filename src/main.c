@@ -18,7 +18,9 @@
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "edge/edge.h"
+#include "queue/dedupe.h"
 #include "queue/quarantine.h"
+#include "queue/sweeper.h"
 #include "queue/writer.h"
 #include "sinks/egress.h"
 #include "store/store.h"
@@ -174,6 +176,7 @@ static int cmd_serve(const char *path) {
 
   int exit_code = 0;
   ak_gauges_t *gauges = NULL;
+  ak_sweeper_t *sweeper = NULL;
   char *sp = store_path(cfg->data_dir, inst.name);
   inst.store = ak_store_new(sp, false);
   char *err = NULL;
@@ -209,6 +212,13 @@ static int cmd_serve(const char *path) {
   inst.pen = ak_pen_new(&inst);
   if (!inst.pen) {
     ak_log(AK_LOG_ERROR, "quarantine", "cannot read the quarantine pen's state from the store", NULL);
+    exit_code = 1;
+    goto out;
+  }
+  inst.dedupe = ak_dedupe_new(&inst, &err);
+  if (!inst.dedupe) {
+    ak_log(AK_LOG_ERROR, "dedupe", "cannot read the dedupe index from the store", "reason=\"%s\"", err);
+    free(err);
     exit_code = 1;
     goto out;
   }
@@ -265,6 +275,13 @@ static int cmd_serve(const char *path) {
     exit_code = 1;
     goto out;
   }
+  /* after the writer: the sweeper only deletes keys commits already wrote */
+  sweeper = ak_sweeper_start(&inst, inst.dedupe);
+  if (!sweeper) {
+    ak_log(AK_LOG_ERROR, "dedupe", "cannot start the sweeper thread", NULL);
+    exit_code = 1;
+    goto out;
+  }
   if (inst.admin && ak_admin_start(inst.admin, &err) != 0) {
     ak_log(AK_LOG_ERROR, "admin", "cannot start the admin listener", "reason=\"%s\"", err);
     fprintf(stderr, "ankusa: %s\n", err);
@@ -297,6 +314,8 @@ static int cmd_serve(const char *path) {
    * go out, then close listeners (MHD must not be stopped with suspended connections) */
   ak_edge_quiesce(inst.edge);
   ak_writer_stop(inst.writer);
+  ak_sweeper_stop(sweeper);
+  sweeper = NULL;
   ak_edge_wait_idle(inst.edge, 5000);
   /* deliveries in flight get a few seconds to settle; what is still claimed stays due */
   ak_dispatch_stop(inst.dispatch, 5000);
@@ -304,6 +323,7 @@ static int cmd_serve(const char *path) {
 
 out:
   ak_gauges_free(gauges); /* before the writer and pen it samples */
+  ak_sweeper_stop(sweeper);
   ak_edge_free(inst.edge);
   ak_admin_free(inst.admin);
   ak_dispatch_free(inst.dispatch);
@@ -311,6 +331,7 @@ out:
   ak_writer_free(inst.writer);
   ak_egress_free(inst.egress);
   ak_pen_free(inst.pen);
+  ak_dedupe_free(inst.dedupe);
   for (size_t i = 0; inst.verifiers && i < cfg->nsources; i++) ak_verifier_free(inst.verifiers[i]);
   free(inst.verifiers);
   ak_store_free(inst.store);

@@ -55,6 +55,7 @@ void *ak_admin_hook_json(const ak_envelope_t *env, int with_body) {
   json_object_set_new(j, "received_at", json_integer(env->received_at_ms));
   json_object_set_new(j, "size", json_integer((json_int_t)env->body_len));
   json_object_set_new(j, "sha256", json_string(hex));
+  if (env->dedupe_key_len) json_object_set_new(j, "dedupe_key", strn(env->dedupe_key, env->dedupe_key_len));
   if (with_body) {
     json_object_set_new(j, "method", strn(env->method, env->method_len));
     json_object_set_new(j, "path", strn(env->path, env->path_len));

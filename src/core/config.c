@@ -130,6 +130,23 @@ static const ak_opt_t verify_rows[] = {
   {0},
 };
 
+/* sources.<id>.dedupe: exactly one of preset, header or json (check_dedupe); a bare
+ * preset name is shorthand for {preset: name}. */
+static const ak_opt_t dedupe_source_rows[] = {
+  {.key = "preset", .type = AK_OPT_ENUM, .enum_vals = "github|standard_webhooks|svix|shopify|stripe",
+   .flags = AK_OPTF_NULLABLE,
+   .doc = "github: x-github-delivery; standard_webhooks: webhook-id; svix: svix-id; shopify: "
+          "x-shopify-webhook-id (headers); stripe: the body's JSON field id"},
+  {.key = "header", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "the request header holding the provider's event id (any case)"},
+  {.key = "json", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "dot path of object keys to the event id in a JSON body (a non-empty string or an integer)"},
+  {.key = "ttl_seconds", .type = AK_OPT_INT, .def = "259200", .min = 1, .max = 315360000,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX,
+   .doc = "how long a key answers repeats with the first hook's id (72 h)"},
+  {0},
+};
+
 static const ak_opt_t source_rows[] = {
   {.key = "tenant", .type = AK_OPT_STRING, .def = "default", .flags = AK_OPTF_ID,
    .doc = "owning tenant; \"default\" makes the source shared"},
@@ -141,7 +158,8 @@ static const ak_opt_t source_rows[] = {
    .doc = "where every hook is delivered (each sink gets every hook)"},
   {.key = "trust_url_tenant", .type = AK_OPT_BOOL, .def = "false",
    .doc = "allow a shared unverified source under tenant_path routing"},
-  {.key = "dedupe", .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = "duplicate suppression"},
+  {.key = "dedupe", .type = AK_OPT_MAP_OR_NAME, .children = dedupe_source_rows,
+   .doc = "provider event key: a repeat within the TTL gets the first hook's id and stores nothing"},
   {.key = "forward_headers", .type = AK_OPT_STRLIST, .flags = AK_OPTF_NULLABLE,
    .doc = "provider headers passed to sinks: absent or null = all but the deny set, a list = only "
           "these (lowercased, still minus the deny set), [] = none"},
@@ -225,6 +243,21 @@ static const ak_opt_t egress_rows[] = {
   {0},
 };
 
+/* Not in Ankusa: the bounds of the dedupe index (queue/dedupe.c). The index holds every
+ * live key in memory (about 64 bytes each), so max_entries bounds its memory: 10 million
+ * keys (about 640 MB) is a 72 h TTL at ~38 new events per second, sustained. One tenant
+ * may hold a tenth of that, so a single noisy tenant cannot exhaust it for the others. */
+static const ak_opt_t dedupe_rows[] = {
+  {.key = "max_entries", .type = AK_OPT_INT, .def = "10000000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "dedupe keys the node keeps at most (expired ones count until swept); past it a hook "
+          "with a key gets 503 dedupe_quota"},
+  {.key = "max_entries_per_tenant", .type = AK_OPT_INT, .def = "1000000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "the same bound for one tenant's keys"},
+  {.key = "sweep_interval_ms", .type = AK_OPT_INT, .def = "10000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "how often the sweeper removes expired keys"},
+  {0},
+};
+
 #define NOT_YET_SECTION(name, what) \
   {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
 
@@ -244,6 +277,7 @@ static const ak_opt_t root_rows[] = {
   {.key = "egress", .type = AK_OPT_MAP, .children = egress_rows,
    .doc = "which destinations sinks may connect to"},
   {.key = "wal", .type = AK_OPT_MAP, .children = wal_rows, .doc = "durability of the ack"},
+  {.key = "dedupe", .type = AK_OPT_MAP, .children = dedupe_rows, .doc = "bounds of the dedupe index"},
   NOT_YET_SECTION("storage", "segment archive"),
   NOT_YET_SECTION("claim_check", "claim-check gateway"),
   NOT_YET_SECTION("backup", "store backup"),
@@ -1030,6 +1064,20 @@ static json_t *check_value(vctx_t *c, const ak_opt_t *row, json_t *v, const char
   case AK_OPT_MAP_OF:
     out = check_map_of(c, row, v, path);
     break;
+  case AK_OPT_MAP_OR_NAME:
+    if (json_is_string(v)) {
+      /* checked under the key the user wrote, not under the child it stands for */
+      if (check_enum_word(c, &row->children[0], label, json_string_value(v))) {
+        json_t *m = json_pack("{s:O}", row->children[0].key, v);
+        out = check_map(c, row->children, m, path);
+        json_decref(m);
+      }
+    } else if (json_is_object(v)) {
+      out = check_map(c, row->children, v, path);
+    } else if (!json_is_null(v)) { /* null: as if absent */
+      type_error(c, label, "a name or a mapping", v, secret);
+    }
+    break;
   case AK_OPT_VERIFIER:
     if (!json_is_null(v) && !json_is_object(v)) type_error(c, label, "a mapping", v, secret);
     else out = check_verifier(c, row, v, path);
@@ -1338,6 +1386,41 @@ static void check_forward_headers(vctx_t *c, const char *id, json_t *src) {
   json_decref(out);
 }
 
+/* sources.<id>.dedupe names exactly one place for the key. A header is stored
+ * lowercased (looked up in any case); a json path is object keys joined by dots. */
+static void check_dedupe(vctx_t *c, const char *id, json_t *src) {
+  json_t *d = json_object_get(src, "dedupe");
+  if (!json_is_object(d)) return;
+  static const char *const where[] = {"preset", "header", "json"};
+  int n = 0;
+  for (size_t i = 0; i < 3; i++) n += json_is_string(json_object_get(d, where[i]));
+  if (n != 1) {
+    verr(c, "sources.%s.dedupe: set exactly one of preset, header or json", id);
+    return;
+  }
+  json_t *h = json_object_get(d, "header");
+  if (json_is_string(h)) {
+    if (!header_token(json_string_value(h))) {
+      char *r = render(h, false);
+      verr(c, "sources.%s.dedupe.header: %s is not a header name", id, r ? r : "?");
+      free(r);
+      return;
+    }
+    char *low = strdup(json_string_value(h));
+    if (!low) return;
+    for (char *p = low; *p; p++) *p = (char)tolower((unsigned char)*p);
+    json_object_set_new(d, "header", json_string(low));
+    free(low);
+  }
+  const char *j = json_string_value(json_object_get(d, "json"));
+  if (j && (j[0] == '.' || j[strlen(j) - 1] == '.' || strstr(j, ".."))) {
+    char *r = render(json_object_get(d, "json"), false);
+    verr(c, "sources.%s.dedupe.json: %s has an empty segment; expected object keys joined by dots "
+            "(data.object.id)", id, r ? r : "?");
+    free(r);
+  }
+}
+
 /* The http sink's own keys that the sink would refuse only when created: refused here,
  * so check-config reports them. Header values are never echoed (they are secret). */
 static void check_http_sink(vctx_t *c, const char *id, size_t i, const json_t *sink, const ak_egress_t *g) {
@@ -1370,6 +1453,7 @@ static void check_cross(vctx_t *c, json_t *eff) {
     json_t *s;
     json_object_foreach(json_object_get(eff, "sources"), sid, s) {
       check_forward_headers(c, sid, s);
+      check_dedupe(c, sid, s);
       size_t i;
       json_t *sink;
       json_array_foreach(json_object_get(s, "sinks"), i, sink) {
@@ -1421,6 +1505,40 @@ static char *str_of(const json_t *section, const char *key) {
 }
 
 static const char *const role_names[] = {"edge", "dispatch", "storage", "claim_check"};
+
+/* What each dedupe preset reads. */
+static const struct {
+  const char *name;
+  ak_dedupe_from_t from;
+  const char *field;
+} dedupe_presets[] = {
+  {"github", AK_DEDUPE_HEADER, "x-github-delivery"},
+  {"standard_webhooks", AK_DEDUPE_HEADER, "webhook-id"},
+  {"svix", AK_DEDUPE_HEADER, "svix-id"},
+  {"shopify", AK_DEDUPE_HEADER, "x-shopify-webhook-id"},
+  {"stripe", AK_DEDUPE_JSON, "id"},
+};
+
+static int build_dedupe(ak_source_cfg_t *s, const json_t *d) {
+  if (!json_is_object(d)) return 0;
+  const char *preset = json_string_value(json_object_get(d, "preset"));
+  const char *header = json_string_value(json_object_get(d, "header"));
+  const char *path = json_string_value(json_object_get(d, "json"));
+  const char *field = NULL;
+  s->dedupe_from = header ? AK_DEDUPE_HEADER : AK_DEDUPE_JSON;
+  field = header ? header : path;
+  for (size_t i = 0; preset && i < sizeof dedupe_presets / sizeof dedupe_presets[0]; i++)
+    if (!strcmp(preset, dedupe_presets[i].name)) {
+      s->dedupe_from = dedupe_presets[i].from;
+      field = dedupe_presets[i].field;
+    }
+  if (!field) {
+    s->dedupe_from = AK_DEDUPE_NONE;
+    return 0;
+  }
+  s->dedupe_ttl_ms = int_of(d, "ttl_seconds") * 1000;
+  return (s->dedupe_field = strdup(field)) ? 0 : -1;
+}
 
 /* A NULL-terminated copy of a list of strings (nothing when list is not an array). */
 static int strlist_dup(const json_t *list, char ***out, size_t *n) {
@@ -1482,6 +1600,10 @@ static int build_typed(ak_config_t *cfg) {
   cfg->quarantine_burst = int_of(quarantine, "burst");
   cfg->quarantine_rate = json_number_value(json_object_get(quarantine, "rate"));
   cfg->quarantine_max_bytes = int_of(quarantine, "max_bytes");
+  json_t *dedupe = json_object_get(e, "dedupe");
+  cfg->dedupe_max_entries = int_of(dedupe, "max_entries");
+  cfg->dedupe_max_entries_per_tenant = int_of(dedupe, "max_entries_per_tenant");
+  cfg->dedupe_sweep_interval_ms = int_of(dedupe, "sweep_interval_ms");
   json_t *d = json_object_get(e, "dispatch"), *retry = json_object_get(d, "retry"),
          *tenants = json_object_get(d, "tenants");
   cfg->dispatch_batch = int_of(d, "batch");
@@ -1524,6 +1646,7 @@ static int build_typed(ak_config_t *cfg) {
     json_t *fwd = json_object_get(src, "forward_headers");
     s->forward_default = !json_is_array(fwd);
     if (strlist_dup(fwd, &s->forward_headers, &s->nforward_headers) < 0) return -1;
+    if (build_dedupe(s, json_object_get(src, "dedupe")) < 0) return -1;
     s->sinks = calloc(json_array_size(sinks) + 1, sizeof *s->sinks);
     if (!s->id || !s->tenant || !s->verify_type || !s->sinks) return -1;
     json_array_foreach(sinks, i, item) {
@@ -1550,6 +1673,7 @@ void ak_config_free(ak_config_t *cfg) {
     free(s->verify_type);
     json_decref(s->verify);
     strlist_free(s->forward_headers, s->nforward_headers);
+    free(s->dedupe_field);
   }
   strlist_free(cfg->egress_allow_cidrs, cfg->egress_nallow_cidrs);
   free(cfg->sources);

@@ -28,6 +28,9 @@ typedef enum {
   AK_TLS_CLIENT_CERT_NONE = 0, AK_TLS_CLIENT_CERT_REQUEST = 1, AK_TLS_CLIENT_CERT_REQUIRE = 2
 } ak_tls_client_cert_t;
 
+/* Where a source's provider event key comes from (sources.<id>.dedupe). */
+typedef enum { AK_DEDUPE_NONE = 0, AK_DEDUPE_HEADER = 1, AK_DEDUPE_JSON = 2 } ak_dedupe_from_t;
+
 typedef struct ak_sink_cfg {
   char *type;     /* e.g. "log" */
   json_t *opts;   /* the validated mapping with defaults filled in (owned reference) */
@@ -40,6 +43,11 @@ typedef struct ak_source_cfg {
   char *verify_type;           /* "none" when verify is absent or {} */
   json_t *verify;              /* validated verify mapping, or NULL */
   bool trust_url_tenant;
+  /* dedupe: the key is the header dedupe_field (lowercased) or the JSON dot path
+   * dedupe_field of the body; AK_DEDUPE_NONE = every hook is new */
+  ak_dedupe_from_t dedupe_from;
+  char *dedupe_field;
+  int64_t dedupe_ttl_ms;
   /* forward_headers: absent -> forward_default true (every provider header except the
    * deny set); a list -> only these lowercased names (still minus the deny set); [] -> none */
   bool forward_default;
@@ -103,6 +111,9 @@ typedef struct ak_config {
   int64_t quarantine_burst;    /* quarantine.burst: tokens per source bucket */
   double quarantine_rate;      /* quarantine.rate: tokens per second (> 0) */
   int64_t quarantine_max_bytes; /* quarantine.max_bytes: body bytes the pen may hold */
+  int64_t dedupe_max_entries;            /* dedupe.max_entries: live keys on the node */
+  int64_t dedupe_max_entries_per_tenant; /* dedupe.max_entries_per_tenant */
+  int64_t dedupe_sweep_interval_ms;      /* dedupe.sweep_interval_ms */
   json_t *store_headers;       /* {drop, hash, keep}: lists of header names (borrowed from effective) */
   ak_source_cfg_t *sources;    /* sorted by id */
   size_t nsources;

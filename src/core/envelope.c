@@ -1,4 +1,4 @@
-/* Stored record format v1 (docs/storage.md), all integers big-endian. Decoding checks
+/* Stored record format v1 and v2 (docs/storage.md), all integers big-endian. Decoding checks
  * every length against the buffer: a damaged record is an error, never a short read. */
 #include <stdlib.h>
 #include <string.h>
@@ -6,7 +6,7 @@
 
 /* [0] ver [1] rsv [2..17] id(16) [18..25] seq [26..33] received_at [34..37] flags
  * then str16 tenant, str16 source, str16 method, str32 path, str16 content_type,
- * u32 nheaders { str16 name, str32 value }, str32 body */
+ * u32 nheaders { str16 name, str32 value }, str32 body; v2 then str16 dedupe_key */
 #define HDR_FIXED 38
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
@@ -22,10 +22,11 @@ static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) << 32 | get3
 
 uint8_t *ak_envelope_encode(const ak_envelope_t *e, size_t *out_len) {
   if (e->tenant_len > 0xFFFF || e->source_len > 0xFFFF || e->method_len > 0xFFFF ||
-      e->content_type_len > 0xFFFF || e->path_len > 0xFFFFFFFFu || e->body_len > 0xFFFFFFFFu)
+      e->content_type_len > 0xFFFF || e->path_len > 0xFFFFFFFFu || e->body_len > 0xFFFFFFFFu ||
+      e->dedupe_key_len > 0xFFFF)
     return NULL;
   size_t n = HDR_FIXED + 2 + e->tenant_len + 2 + e->source_len + 2 + e->method_len + 4 + e->path_len +
-             2 + e->content_type_len + 4 + 4 + e->body_len;
+             2 + e->content_type_len + 4 + 4 + e->body_len + (e->dedupe_key_len ? 2 + e->dedupe_key_len : 0);
   for (size_t i = 0; i < e->nheaders; i++) {
     if (e->headers[i].name_len > 0xFFFF || e->headers[i].value_len > 0xFFFFFFFFu) return NULL;
     n += 2 + e->headers[i].name_len + 4 + e->headers[i].value_len;
@@ -33,7 +34,7 @@ uint8_t *ak_envelope_encode(const ak_envelope_t *e, size_t *out_len) {
   uint8_t *b = malloc(n);
   if (!b) return NULL;
   uint8_t *p = b;
-  p[0] = AK_ENV_VERSION;
+  p[0] = e->dedupe_key_len ? AK_ENV_VERSION_DEDUPE : AK_ENV_VERSION;
   p[1] = 0;
   memcpy(p + 2, e->id, 16);
   put64(p + AK_ENV_SEQ_OFFSET, e->seq);
@@ -54,6 +55,7 @@ uint8_t *ak_envelope_encode(const ak_envelope_t *e, size_t *out_len) {
     PUTS32(e->headers[i].value, e->headers[i].value_len);
   }
   PUTS32(e->body, e->body_len);
+  if (e->dedupe_key_len) PUTS16(e->dedupe_key, e->dedupe_key_len);
 #undef PUTS16
 #undef PUTS32
   *out_len = (size_t)(p - b);
@@ -88,7 +90,7 @@ static const char *take_str(rd_t *r, int width, size_t *len) {
 
 int ak_envelope_decode(const uint8_t *rec, size_t len, ak_envelope_t *e) {
   memset(e, 0, sizeof *e);
-  if (len < HDR_FIXED || rec[0] != AK_ENV_VERSION) return -1;
+  if (len < HDR_FIXED || (rec[0] != AK_ENV_VERSION && rec[0] != AK_ENV_VERSION_DEDUPE)) return -1;
   memcpy(e->id, rec + 2, 16);
   e->seq = get64(rec + AK_ENV_SEQ_OFFSET);
   e->received_at_ms = (int64_t)get64(rec + 26);
@@ -116,6 +118,10 @@ int ak_envelope_decode(const uint8_t *rec, size_t len, ak_envelope_t *e) {
   size_t bl = 0;
   e->body = (const uint8_t *)take_str(&r, 4, &bl);
   e->body_len = bl;
+  if (rec[0] == AK_ENV_VERSION_DEDUPE) {
+    e->dedupe_key = take_str(&r, 2, &e->dedupe_key_len);
+    if (e->dedupe_key_len == 0) r.bad = 1; /* v2 exists only to carry a key */
+  }
   if (r.bad || r.p != r.end) {
     ak_envelope_clear(e);
     return -1;

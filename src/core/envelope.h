@@ -1,7 +1,7 @@
 /* The envelope: one received webhook exactly as it arrived (raw body byte-for-byte,
  * ordered headers, method, path, content type, received_at, tenant, source) plus the id
- * and seq the node gave it. Owns the stored record format (v1). Never interprets the
- * body. */
+ * and seq the node gave it, and the provider event key when its source dedupes. Owns the
+ * stored record format (v1, and v2 = v1 plus the dedupe key). Never interprets the body. */
 #ifndef AK_CORE_ENVELOPE_H
 #define AK_CORE_ENVELOPE_H
 
@@ -41,9 +41,14 @@ typedef struct ak_envelope {
   size_t nheaders;
   const uint8_t *body;
   size_t body_len;
+  const char *dedupe_key;      /* the provider event key (sources.<id>.dedupe), or NULL */
+  size_t dedupe_key_len;
 } ak_envelope_t;
 
 #define AK_ENV_VERSION 1
+/* a record with a dedupe key: v1 followed by str16 dedupe_key. Records without one stay v1,
+ * byte for byte, so every record written before keys existed decodes unchanged. */
+#define AK_ENV_VERSION_DEDUPE 2
 /* byte offset of the seq inside an encoded record: the writer stamps it in place */
 #define AK_ENV_SEQ_OFFSET 18
 

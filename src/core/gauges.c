@@ -25,7 +25,7 @@ struct ak_gauges {
   pthread_cond_t cv;
   bool stop;
   _Atomic uint64_t rounds;
-  ak_series_t *m_rss, *m_heap, *m_nodedupe;
+  ak_series_t *m_rss, *m_heap;
 };
 
 uint64_t ak_gauges_rss_bytes(void) {
@@ -43,19 +43,6 @@ uint64_t ak_gauges_heap_bytes(void) {
    * lists, not the number of hooks queued */
   struct mallinfo2 mi = mallinfo2();
   return (uint64_t)mi.arena + (uint64_t)mi.hblkhd;
-}
-
-/* Sources with no dedupe: mapping. API-managed sources will change this count; the
- * config file's sources do not change while the node runs, so it is counted once. */
-static size_t sources_without_dedupe(const ak_config_t *cfg) {
-  json_t *srcs = cfg && cfg->effective ? json_object_get(cfg->effective, "sources") : NULL;
-  size_t n = 0;
-  for (size_t i = 0; cfg && i < cfg->nsources; i++) {
-    json_t *s = srcs ? json_object_get(srcs, cfg->sources[i].id) : NULL;
-    json_t *d = s ? json_object_get(s, "dedupe") : NULL;
-    if (!d || json_is_null(d)) n++;
-  }
-  return n;
 }
 
 ak_gauges_t *ak_gauges_new(ak_instance_t *inst, int64_t interval_ms) {
@@ -78,9 +65,6 @@ ak_gauges_t *ak_gauges_new(ak_instance_t *inst, int64_t interval_ms) {
       "Bytes the process's C allocator holds from the kernel (glibc mallinfo2: arena + mmap'd chunks, in use "
       "or free in its pools; RocksDB's memtables and block cache included).",
       AK_METRIC_GAUGE);
-  g->m_nodedupe = ak_metrics_instance_series(m, inst->name, "ankusa_sources_without_dedupe",
-                                             "Configured sources with no dedupe: mapping.", AK_METRIC_GAUGE);
-  ak_gauge_set(g->m_nodedupe, (double)sources_without_dedupe(inst->cfg));
   return g;
 }
 

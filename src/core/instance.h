@@ -16,6 +16,7 @@ struct ak_pen;
 struct ak_dispatch;
 struct ak_replays;
 struct ak_egress;
+struct ak_dedupe;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -27,6 +28,7 @@ typedef struct ak_instance {
   struct ak_edge *edge;
   struct ak_admin *admin;
   struct ak_pen *pen;           /* quarantine pen (queue/quarantine.h) */
+  struct ak_dedupe *dedupe;     /* dedupe index (queue/dedupe.h); NULL in tools and some tests */
   struct ak_egress *egress;     /* egress.* guard shared by every sink (sinks/egress.h) */
   struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
   struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */

@@ -14,6 +14,8 @@ typedef enum {
   AK_OPT_ENUM,     /* a string out of enum_vals ("a|b|c") */
   AK_OPT_STRLIST,  /* a list of strings, or a comma-separated string */
   AK_OPT_MAP,      /* a mapping validated by `children` */
+  AK_OPT_MAP_OR_NAME, /* a mapping validated by `children`, or a string: shorthand for
+                         {<first child key>: string} (sources.<id>.dedupe: github) */
   AK_OPT_ANY_MAP,  /* a mapping of string -> string (free keys, e.g. http headers) */
   AK_OPT_SECRETS,  /* a non-empty string or a list of 1..8 non-empty strings */
   AK_OPT_IP,       /* an IPv4 or IPv6 address literal (inet_pton), never a host name */

@@ -1096,15 +1096,26 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
   char id[AK_UUID_STR_LEN], rid[AK_UUID_STR_LEN];
   ak_uuid_format(r->env.id, id);
   if (r->has_replay) ak_uuid_format(r->replay_id, rid);
+  /* a hook with a provider event key is the same event to every sink and on every
+   * attempt: <tenant>:<source>:<key>, else its own id */
+  char *dkey = NULL, *idem = NULL;
+  if (r->env.dedupe_key_len) {
+    dkey = strndup(r->env.dedupe_key, r->env.dedupe_key_len);
+    if (asprintf(&idem, "%.*s:%.*s:%.*s", (int)r->env.tenant_len, r->env.tenant, (int)r->env.source_len,
+                 r->env.source, (int)r->env.dedupe_key_len, r->env.dedupe_key) < 0)
+      idem = NULL;
+  }
   ak_sink_attempt_t att = {
     .env = &r->env,
     .attempt = r->attempts + 1,
     .replay_id = r->has_replay ? rid : NULL,
-    .idempotency_key = id,
-    .dedupe_key = NULL,
+    .idempotency_key = idem ? idem : id,
+    .dedupe_key = dkey,
     .source = &d->cfg->sources[k->src],
   };
   si->vt->deliver(si->self, &att, c, on_sink_done);
+  free(dkey);
+  free(idem);
 }
 
 /* Hand free slots round-robin across tenants with queued rows, then across the

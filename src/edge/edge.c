@@ -4,7 +4,8 @@
  *   body calls: append to a buffer bounded by http.max_body_bytes (past it: swallow,
  *       answer 413 at the end so the connection stays usable);
  *   last call: verify the raw bytes, apply on_verify_failure (401 / flag / quarantine),
- *       apply store_headers, encode the envelope, suspend the connection, submit;
+ *       read the dedupe key (a repeat of a committed key is answered here), apply
+ *       store_headers, encode the envelope, suspend the connection, submit;
  *   resumed call: answer from the writer's status.
  * The writer resumes the connection only after its commit returned. */
 #include <stdio.h>
@@ -16,10 +17,12 @@
 #include "core/envelope.h"
 #include "core/httpx.h"
 #include "core/log.h"
+#include "edge/dedupe_key.h"
 #include "edge/edge.h"
 #include "edge/headers.h"
 #include "edge/route.h"
 #include "edge/tls.h"
+#include "queue/dedupe.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "verify/verifier.h"
@@ -27,12 +30,12 @@
 enum { ST_READING = 0, ST_SUBMITTED, ST_ANSWERED };
 
 typedef enum {
-  R_PAYLOAD_TOO_LARGE = 0, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
+  R_PAYLOAD_TOO_LARGE = 0, R_DEDUPE_QUOTA, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
   R_OVERLOAD, R_STORE_UNAVAILABLE, R_COMMIT_DEADLINE, R_DRAINING, R_VERIFICATION_FAILED,
   R_QUARANTINE_RATE_LIMITED, R_QUARANTINE_FULL, R_QUARANTINE_OVERLOAD, R_COUNT
 } refuse_t;
 static const char *const refuse_names[R_COUNT] = {
-  "payload_too_large", "unknown_source", "not_found", "invalid_header", "body_read_failed",
+  "payload_too_large", "dedupe_quota", "unknown_source", "not_found", "invalid_header", "body_read_failed",
   "overload", "store_unavailable", "commit_deadline", "draining", "verification_failed",
   "quarantine_rate_limited", "quarantine_full", "quarantine_overload"};
 
@@ -135,6 +138,16 @@ static void settle_pen(ak_edge_t *e, conn_t *c) {
   ak_pen_settle(e->inst->pen, source_index(e, c->src), c->req.body_len, c->req.status == AK_WR_COMMITTED);
 }
 
+/* A repeat of a stored event: the first hook's id, and nothing stored. */
+static enum MHD_Result answer_duplicate(ak_edge_t *e, struct MHD_Connection *mc, const uint8_t first_id[16],
+                                        int64_t t0) {
+  char id[AK_UUID_STR_LEN], body[128];
+  ak_uuid_format(first_id, id);
+  int n = snprintf(body, sizeof body, "{\"status\":\"accepted\",\"id\":\"%s\",\"duplicate\":true}", id);
+  count(e, 201, t0);
+  return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
+}
+
 static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc) {
   c->state = ST_ANSWERED;
   atomic_fetch_sub(&e->waiting, 1);
@@ -157,6 +170,10 @@ static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
       count(e, 201, c->t0_ns);
       return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
     }
+    case AK_WR_DUPLICATE:
+      return answer_duplicate(e, mc, c->req.dedupe->first_id, c->t0_ns);
+    case AK_WR_DEDUPE_QUOTA:
+      return refuse(e, mc, 503, R_DEDUPE_QUOTA, "dedupe_quota", 60, c->t0_ns);
     case AK_WR_OVERLOAD:
       return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
     case AK_WR_DEADLINE:
@@ -275,6 +292,29 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
     }
   }
 
+  /* the provider event key, from every header and the raw body; a flagged hook gets none,
+   * so a forged request cannot take the key of the real event */
+  size_t dklen = 0;
+  char *dkey = kind == AK_WRITE_HOOK && !(flags & AK_ENV_FLAG_VERIFY_FAILED) && inst->dedupe
+                 ? ak_dedupe_key_extract(c->src, h.v, h.n, c->body, c->len, &dklen)
+                 : NULL;
+  if (dkey) {
+    uint8_t first[16];
+    c->req.dedupe = ak_dedupe_claim_new(c->tenant, strlen(c->tenant), c->src->id, dkey, dklen, c->src->dedupe_ttl_ms);
+    if (!c->req.dedupe) {
+      free(dkey);
+      free(h.v);
+      c->state = ST_ANSWERED;
+      return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+    }
+    if (ak_dedupe_seen(inst->dedupe, c->req.dedupe, first)) {
+      free(dkey);
+      free(h.v);
+      c->state = ST_ANSWERED;
+      return answer_duplicate(e, mc, first, c->t0_ns);
+    }
+  }
+
   /* what is stored: store_headers applied, a verifier's credential header and query
    * parameter removed */
   const char *cred_hdr = v ? ak_verifier_credential_header(v) : NULL;
@@ -312,8 +352,11 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   env.flags = flags;
   env.body = c->body;
   env.body_len = c->len;
+  env.dedupe_key = dkey;
+  env.dedupe_key_len = dklen;
   size_t rl = 0;
   uint8_t *rec = ak_envelope_encode(&env, &rl);
+  free(dkey);
   free(h.v);
   free(kept);
   free(hashbuf);
@@ -501,6 +544,7 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
   if (c->tenant != c->src->tenant) free((void *)c->tenant);
   free(c->body);
   free(c->req.rec);
+  ak_dedupe_claim_free(c->req.dedupe);
   free(c);
   *con_cls = NULL;
 }

@@ -4,8 +4,11 @@
  * RocksDB's pipelined writes, one group's memtable inserts overlap the next group's WAL
  * write and fsync. Each caller is answered only when its own write returned. A reaper
  * thread answers records whose deadline passed while still queued, so a stalled fsync
- * cannot hold callers forever. A failed write closes the store; writer 0 reopens it with
- * backoff and declares it usable only after a synced probe write succeeds. */
+ * cannot hold callers forever. Dedupe keys are re-checked as records are taken, before
+ * any seq is given: a record whose key is already held gets no seq at all, so seqs stay
+ * dense even when two occurrences of a key meet in one batch. A failed write closes the
+ * store; writer 0 reopens it with backoff and declares it usable only after a synced
+ * probe write succeeds. */
 #include <pthread.h>
 #include <sys/statvfs.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/log.h"
+#include "queue/dedupe.h"
 #include "queue/writer.h"
 #include "store/store.h"
 
@@ -191,6 +195,12 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
 
 static void finish(ak_writer_t *w, ak_write_req_t *r, ak_wr_status_t st) {
   r->status = st;
+  /* repeats parked on r's key get r's outcome; taken before done() may free r */
+  ak_write_req_t *parked = r->dedupe && w->inst->dedupe ? ak_dedupe_settle(w->inst->dedupe, r) : NULL;
+  for (ak_write_req_t *p = parked, *nx; p; p = nx) {
+    nx = p->next;
+    finish(w, p, p->status);
+  }
   pthread_mutex_lock(&w->mu);
   w->held_records--;
   w->held_bytes -= r->body_len;
@@ -227,7 +237,9 @@ ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
 
 /* Take up to max_batch records off the queue and give the live ones their seqs, all
  * under mu, so seqs follow queue order whichever writer thread takes the batch. Records
- * past their deadline go to *expired (answered by the caller, outside the lock). */
+ * past their deadline, and those the dedupe index answers (duplicate, dedupe_quota), go
+ * to *expired with their status set (answered by the caller, outside the lock); a repeat
+ * of a key still in flight is parked on the record that holds it. */
 static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n, ak_write_req_t **expired) {
   int64_t now = ak_mono_ns();
   ak_write_req_t *keep = NULL, **kt = &keep, **et = expired;
@@ -239,9 +251,19 @@ static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n, ak_write_req_t **e
     r->next = NULL;
     taken++;
     if (r->deadline_ns < now) {
+      r->status = AK_WR_DEADLINE;
       *et = r;
       et = &r->next;
       continue;
+    }
+    if (r->kind == AK_WRITE_HOOK && r->dedupe && w->inst->dedupe) {
+      ak_dedupe_verdict_t v = ak_dedupe_take(w->inst->dedupe, r);
+      if (v == AK_DEDUPE_WAIT) continue;
+      if (v != AK_DEDUPE_NEW) {
+        *et = r;
+        et = &r->next;
+        continue;
+      }
     }
     r->seq = r->kind == AK_WRITE_HOOK ? w->next_seq++ : 0; /* pen entries are not hooks: no seq */
     *kt = r;
@@ -304,6 +326,14 @@ static void finish_all(ak_writer_t *w, ak_write_req_t *list, ak_wr_status_t st) 
   for (ak_write_req_t *r = list, *nx; r; r = nx) {
     nx = r->next;
     finish(w, r, st);
+  }
+}
+
+/* Records answered without a commit, each with the status take_locked gave it. */
+static void finish_taken(ak_writer_t *w, ak_write_req_t *list) {
+  for (ak_write_req_t *r = list, *nx; r; r = nx) {
+    nx = r->next;
+    finish(w, r, r->status);
   }
 }
 
@@ -378,6 +408,8 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     ak_put_u64(sv, r->seq);
     rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)ik, sizeof ik, (const char *)sv, 8);
   }
+  if (w->inst->dedupe)
+    for (ak_write_req_t *r = keep; r; r = r->next) ak_dedupe_put(w->inst->dedupe, wb, cf_idx, r);
   /* The quarantine pen: entries held ('s' summary + 'b' record), and the pen rows of
    * hooks released from it, deleted in the same batch that commits them as hooks. */
   for (ak_write_req_t *r = keep; r; r = r->next) {
@@ -498,7 +530,7 @@ static void *writer_main(void *arg) {
       size_t n;
       ak_write_req_t *expired, *b = take_locked(w, &n, &expired);
       pthread_mutex_unlock(&w->mu);
-      finish_all(w, expired, AK_WR_DEADLINE);
+      finish_taken(w, expired);
       commit_batch(w, wi, b, n);
       pthread_mutex_lock(&w->mu);
       continue;
@@ -508,7 +540,7 @@ static void *writer_main(void *arg) {
       size_t n;
       ak_write_req_t *expired, *b = take_locked(w, &n, &expired);
       pthread_mutex_unlock(&w->mu);
-      finish_all(w, expired, AK_WR_DEADLINE);
+      finish_taken(w, expired);
       finish_all(w, b, AK_WR_STORE_UNAVAILABLE);
       pthread_mutex_lock(&w->mu);
       continue;

@@ -16,6 +16,9 @@
 typedef enum {
   AK_WR_QUEUED = 0,           /* accepted into the queue; done() will be called */
   AK_WR_COMMITTED,            /* durable; seq set */
+  AK_WR_DUPLICATE,            /* its dedupe key belongs to a committed hook, whose id is in
+                                 req->dedupe->first_id; nothing stored */
+  AK_WR_DEDUPE_QUOTA,         /* a new key would pass dedupe.max_entries(_per_tenant); nothing stored */
   AK_WR_OVERLOAD,             /* queue full (records or bytes) */
   AK_WR_STORE_UNAVAILABLE,    /* store closed or the write failed */
   AK_WR_DEADLINE,             /* did not start committing within the record deadline */
@@ -47,6 +50,7 @@ typedef struct ak_write_req {
   int64_t deadline_ns;        /* set by submit */
   ak_wr_status_t status;      /* final status, valid when done() runs */
   uint64_t seq;
+  struct ak_dedupe_claim *dedupe; /* AK_WRITE_HOOK with a provider event key (queue/dedupe.h), else NULL */
   void (*done)(struct ak_write_req *req, void *ctx);
   void *ctx;
 } ak_write_req_t;

@@ -29,6 +29,7 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_DEAD 'x'    /* 'x' dead_at:64 seq:64 sink:16 -> dead entry v1 */
 #define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32 */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64 */
+#define AK_IDX_DEDUPE 'e'  /* 'e' expires_at:64 scope -> u8 version, id:128 (queue/dedupe.c) */
 
 /* quarantine CF tags: both keys 'x' received_at:64 id:128 (oldest first) */
 #define AK_PEN_SUMMARY 's' /* -> summary v1 (ak_pen_summary_encode) */

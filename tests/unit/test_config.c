@@ -96,6 +96,9 @@ Test(config, defaults_from_empty_document) {
   cr_expect_eq(cfg->dispatch_tenant_concurrency, 16);
   cr_expect_eq(cfg->egress_nallow_cidrs, 0);
   cr_expect_not(cfg->egress_allow_http);
+  cr_expect_eq(cfg->dedupe_max_entries, 10000000);
+  cr_expect_eq(cfg->dedupe_max_entries_per_tenant, 1000000);
+  cr_expect_eq(cfg->dedupe_sweep_interval_ms, 10000);
   cr_expect_eq(cfg->nsources, 0);
   /* The effective tree: every key, defaults applied, in schema order. */
   expect_json(cfg->effective,
@@ -114,6 +117,7 @@ Test(config, defaults_from_empty_document) {
               "\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
               "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false},"
               "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
+              "\"dedupe\":{\"max_entries\":10000000,\"max_entries_per_tenant\":1000000,\"sweep_interval_ms\":10000},"
               "\"sources\":{}}");
   ak_config_free(cfg);
 }
@@ -336,10 +340,6 @@ Test(config, not_supported_values) {
   expect_err("wal:\n  type: dual\n", "wal.type: \"dual\" is not supported yet");
   expect_err("sources:\n  a:\n    sinks: [{type: nats, servers: x}]\n",
              "sources.a.sinks[0].type: sink type \"nats\" is not supported yet");
-  expect_err(SRC "    dedupe: {ttl_ms: 1000}\n", "sources.a.dedupe: not supported yet; remove it or leave it empty");
-  ak_config_t *cfg = load_ok(SRC "    dedupe: {}\n");
-  cr_expect_null(json_object_get(json_object_get(json_object_get(cfg->effective, "sources"), "a"), "dedupe"));
-  ak_config_free(cfg);
 }
 
 /* ------------------------------------------------------------------ dispatch ---- */
@@ -899,7 +899,7 @@ Test(config, load_file_errors_name_the_path) {
 Test(config, root_options_table) {
   const ak_opt_t *rows = ak_config_root_options();
   const char *want[] = {"node", "log", "http", "admin", "store_headers", "routes", "rate_limits", "quarantine", "batcher",
-                        "dispatch", "egress", "wal", "storage", "claim_check", "backup", "sources", "source_store",
+                        "dispatch", "egress", "wal", "dedupe", "storage", "claim_check", "backup", "sources", "source_store",
                         "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {

@@ -1,0 +1,559 @@
+/* The dedupe index in memory, and its keys in the store.
+ *
+ * The store holds one key per stored event key and expiry: 'e' at:64 scope -> v1 id, in
+ * the index CF, put in the hook's own synced batch. The expiry is part of the key, so a
+ * key refreshed after it expired (a new hook, a new expiry) is a different store key: the
+ * sweeper deletes exactly the keys it read and can never delete the refreshed one, however
+ * its read and its delete interleave with the writer. Lookups never touch the store: the
+ * table below holds every key (rebuilt from the 'e' keys at open), so the writer decides
+ * under its queue lock without I/O.
+ *
+ * Table: open addressing, linear probing, 40 bytes a slot, keyed by the first 16 bytes of
+ * the scope's SHA-256 (a collision would take 2^64 work even for a chosen key). Keys that
+ * are in flight (taken, not yet settled) live in a small chained map of claims instead,
+ * so the table holds only what is committed. Counts are of stored keys (an expired key
+ * counts until it is swept; a refresh counts twice until then): what the bounds protect
+ * is the store and this table. Must never hold its lock across I/O: the sweeper writes
+ * its deletes first and takes the lock only to forget them. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <openssl/evp.h>
+#include <rocksdb/c.h>
+#include "core/clock.h"
+#include "core/instance.h"
+#include "core/log.h"
+#include "queue/dedupe.h"
+#include "queue/writer.h"
+#include "store/store.h"
+
+#define VALUE_V1 1
+#define VALUE_LEN 17 /* u8 version, 16 id */
+#define PENDING_BUCKETS 1024
+#define TENANT_BUCKETS 256
+
+typedef struct {
+  uint8_t digest[16];
+  int64_t at;          /* expiry in ms; 0 = empty slot */
+  uint8_t id[16];
+} slot_t;
+
+typedef struct tcount {
+  struct tcount *next;
+  int64_t n;
+  size_t len;
+  char name[];
+} tcount_t;
+
+struct ak_dedupe {
+  ak_instance_t *inst;
+  pthread_mutex_t mu;
+  slot_t *slots;
+  size_t cap, used;            /* cap: a power of two */
+  ak_dedupe_claim_t *pending[PENDING_BUCKETS];
+  tcount_t *tenants[TENANT_BUCKETS];
+  int64_t live;                /* stored + pending keys */
+  int64_t max_entries, max_per_tenant;
+  int64_t sweep_from;          /* every 'e' key before this expiry is swept */
+  const char *clock_file;      /* test builds: ANKUSA_TEST_DEDUPE_CLOCK_FILE */
+  ak_series_t *m_keys, *m_dups, *m_swept, *m_without;
+};
+
+/* ------------------------------------------------------------------- helpers ---- */
+
+/* Test builds can move the index's clock (a file holding an offset in ms), so a test
+ * expires keys of a long TTL without waiting and without racing real time. */
+static int64_t now_ms(const ak_dedupe_t *dx) {
+  int64_t now = ak_now_ms();
+#ifdef AK_TEST_HOOKS
+  if (dx->clock_file) {
+    FILE *f = fopen(dx->clock_file, "r");
+    long long off = 0;
+    if (f) {
+      if (fscanf(f, "%lld", &off) != 1) off = 0;
+      fclose(f);
+    }
+    now += off;
+  }
+#else
+  (void)dx;
+#endif
+  return now;
+}
+
+static uint64_t hash_of(const uint8_t digest[16]) {
+  uint64_t h;
+  memcpy(&h, digest, 8);
+  return h;
+}
+
+static void digest_of(const uint8_t *scope, size_t n, uint8_t out[16]) {
+  unsigned char dg[32];
+  unsigned int dl = 0;
+  EVP_Digest(scope, n, dg, &dl, EVP_sha256(), NULL);
+  memcpy(out, dg, 16);
+}
+
+size_t ak_dedupe_ekey(uint8_t *out, int64_t at_ms, const uint8_t *scope, size_t scope_len) {
+  out[0] = AK_IDX_DEDUPE;
+  ak_put_u64(out + 1, (uint64_t)at_ms);
+  memcpy(out + 9, scope, scope_len);
+  return 9 + scope_len;
+}
+
+/* scope: tlen:8 tenant slen:8 source klen:8 key, every length exact */
+static int scope_parse(const uint8_t *s, size_t n, const uint8_t **tenant, size_t *tl) {
+  size_t o = 0;
+  *tenant = s;
+  *tl = 0;
+  for (int part = 0; part < 3; part++) {
+    if (o >= n) return -1;
+    size_t l = s[o];
+    if (part == 0) {
+      *tenant = s + o + 1;
+      *tl = l;
+    }
+    o += 1 + l;
+  }
+  return o == n ? 0 : -1;
+}
+
+int ak_dedupe_ekey_parse(const uint8_t *k, size_t klen, int64_t *at_ms, const uint8_t **scope, size_t *scope_len) {
+  const uint8_t *t;
+  size_t tl;
+  if (klen < 12 || k[0] != AK_IDX_DEDUPE || scope_parse(k + 9, klen - 9, &t, &tl) != 0) return -1;
+  *at_ms = (int64_t)ak_get_u64(k + 1);
+  *scope = k + 9;
+  *scope_len = klen - 9;
+  return 0;
+}
+
+/* --------------------------------------------------------------------- table ---- */
+
+static slot_t *tab_find(ak_dedupe_t *dx, const uint8_t digest[16]) {
+  if (!dx->cap) return NULL;
+  size_t mask = dx->cap - 1;
+  for (size_t i = hash_of(digest) & mask; dx->slots[i].at; i = (i + 1) & mask)
+    if (memcmp(dx->slots[i].digest, digest, 16) == 0) return &dx->slots[i];
+  return NULL;
+}
+
+static int tab_grow(ak_dedupe_t *dx) {
+  size_t nc = dx->cap ? dx->cap * 2 : 1024;
+  slot_t *ns = calloc(nc, sizeof *ns);
+  if (!ns) return -1;
+  for (size_t i = 0; i < dx->cap; i++) {
+    if (!dx->slots[i].at) continue;
+    size_t j = hash_of(dx->slots[i].digest) & (nc - 1);
+    while (ns[j].at) j = (j + 1) & (nc - 1);
+    ns[j] = dx->slots[i];
+  }
+  free(dx->slots);
+  dx->slots = ns;
+  dx->cap = nc;
+  return 0;
+}
+
+/* Insert or replace (the newer expiry of a refreshed key wins). */
+static int tab_put(ak_dedupe_t *dx, const uint8_t digest[16], int64_t at, const uint8_t id[16]) {
+  slot_t *s = tab_find(dx, digest);
+  if (!s) {
+    if ((dx->used + 1) * 4 > dx->cap * 3 && tab_grow(dx) != 0) return -1;
+    size_t mask = dx->cap - 1, i = hash_of(digest) & mask;
+    while (dx->slots[i].at) i = (i + 1) & mask;
+    s = &dx->slots[i];
+    memcpy(s->digest, digest, 16);
+    dx->used++;
+  }
+  s->at = at;
+  memcpy(s->id, id, 16);
+  return 0;
+}
+
+/* Backward-shift deletion: no tombstones, so probes stay short after many sweeps. */
+static void tab_del(ak_dedupe_t *dx, slot_t *s) {
+  size_t mask = dx->cap - 1, i = (size_t)(s - dx->slots), j = i;
+  for (;;) {
+    j = (j + 1) & mask;
+    if (!dx->slots[j].at) break;
+    size_t k = hash_of(dx->slots[j].digest) & mask;
+    /* the entry at j may move to i unless its home k lies cyclically in (i, j] */
+    bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+    if (!stays) {
+      dx->slots[i] = dx->slots[j];
+      i = j;
+    }
+  }
+  dx->slots[i].at = 0;
+  dx->used--;
+}
+
+/* ------------------------------------------------------------------ pending ---- */
+
+static ak_dedupe_claim_t **pending_slot(ak_dedupe_t *dx, const uint8_t digest[16]) {
+  ak_dedupe_claim_t **pp = &dx->pending[hash_of(digest) % PENDING_BUCKETS];
+  while (*pp && memcmp((*pp)->digest, digest, 16) != 0) pp = &(*pp)->pnext;
+  return pp;
+}
+
+/* ------------------------------------------------------------------ tenants ---- */
+
+static tcount_t *tenant_get(ak_dedupe_t *dx, const char *t, size_t tl) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a: tenant ids are short, and not attacker-chosen */
+  for (size_t i = 0; i < tl; i++) h = (h ^ (uint8_t)t[i]) * 1099511628211ULL;
+  tcount_t **pp = &dx->tenants[h % TENANT_BUCKETS];
+  for (; *pp; pp = &(*pp)->next)
+    if ((*pp)->len == tl && memcmp((*pp)->name, t, tl) == 0) return *pp;
+  tcount_t *tc = calloc(1, sizeof *tc + tl + 1);
+  if (!tc) return NULL;
+  tc->len = tl;
+  memcpy(tc->name, t, tl);
+  *pp = tc;
+  return tc;
+}
+
+static void set_gauge(ak_dedupe_t *dx) { ak_gauge_set(dx->m_keys, (double)dx->live); }
+
+/* -------------------------------------------------------------------- claims ---- */
+
+ak_dedupe_claim_t *ak_dedupe_claim_new(const char *tenant, size_t tenant_len, const char *source, const char *key,
+                                       size_t key_len, int64_t ttl_ms) {
+  size_t sl = strlen(source);
+  if (tenant_len > 255 || sl > 255 || key_len > 255 || key_len == 0) return NULL;
+  size_t n = 3 + tenant_len + sl + key_len;
+  ak_dedupe_claim_t *c = calloc(1, sizeof *c + n);
+  if (!c) return NULL;
+  uint8_t *p = c->scope;
+  *p++ = (uint8_t)tenant_len;
+  memcpy(p, tenant, tenant_len);
+  p += tenant_len;
+  *p++ = (uint8_t)sl;
+  memcpy(p, source, sl);
+  p += sl;
+  *p++ = (uint8_t)key_len;
+  memcpy(p, key, key_len);
+  c->scope_len = n;
+  c->tenant = (const char *)c->scope + 1;
+  c->tenant_len = tenant_len;
+  c->ttl_ms = ttl_ms;
+  digest_of(c->scope, n, c->digest);
+  return c;
+}
+
+void ak_dedupe_claim_free(ak_dedupe_claim_t *c) { free(c); }
+
+bool ak_dedupe_seen(ak_dedupe_t *dx, const ak_dedupe_claim_t *c, uint8_t first_id[16]) {
+  int64_t now = now_ms(dx);
+  pthread_mutex_lock(&dx->mu);
+  slot_t *s = tab_find(dx, c->digest);
+  bool hit = s && s->at > now;
+  if (hit) memcpy(first_id, s->id, 16);
+  pthread_mutex_unlock(&dx->mu);
+  if (hit) ak_counter_add(dx->m_dups, 1);
+  return hit;
+}
+
+ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, ak_write_req_t *r) {
+  ak_dedupe_claim_t *c = r->dedupe;
+  int64_t now = now_ms(dx);
+  ak_dedupe_verdict_t v;
+  pthread_mutex_lock(&dx->mu);
+  ak_dedupe_claim_t **pp = pending_slot(dx, c->digest);
+  slot_t *s = NULL;
+  tcount_t *tc = NULL;
+  if (*pp) {
+    /* the first occurrence is in this batch or another writer's commit: its outcome is
+     * this record's answer */
+    r->next = (*pp)->parked;
+    (*pp)->parked = r;
+    c->state = AK_DEDUPE_CLAIM_WAITING;
+    v = AK_DEDUPE_WAIT;
+  } else if ((s = tab_find(dx, c->digest)) && s->at > now) {
+    memcpy(c->first_id, s->id, 16);
+    c->state = AK_DEDUPE_CLAIM_DONE;
+    r->status = AK_WR_DUPLICATE;
+    v = AK_DEDUPE_DUP;
+  } else if (!(tc = tenant_get(dx, c->tenant, c->tenant_len)) || dx->live >= dx->max_entries ||
+             tc->n >= dx->max_per_tenant) {
+    c->state = AK_DEDUPE_CLAIM_DONE;
+    r->status = AK_WR_DEDUPE_QUOTA;
+    v = AK_DEDUPE_QUOTA;
+  } else {
+    /* an expired key being refreshed keeps a distinct 'e' key even if the clock stepped
+     * back: the sweeper may be about to delete the old one */
+    c->expires_at_ms = now + c->ttl_ms;
+    if (s && c->expires_at_ms <= s->at) c->expires_at_ms = s->at + 1;
+    c->state = AK_DEDUPE_CLAIM_PENDING;
+    c->parked = NULL;
+    c->pnext = NULL;
+    c->swept = false;
+    c->tenant_count = tc;
+    *pp = c;
+    if (c->expires_at_ms < dx->sweep_from) dx->sweep_from = c->expires_at_ms; /* a clock stepped back */
+    tc->n++;
+    dx->live++;
+    v = AK_DEDUPE_NEW;
+  }
+  pthread_mutex_unlock(&dx->mu);
+  if (v == AK_DEDUPE_DUP) ak_counter_add(dx->m_dups, 1);
+  return v;
+}
+
+void ak_dedupe_put(ak_dedupe_t *dx, rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf,
+                   const ak_write_req_t *r) {
+  (void)dx;
+  const ak_dedupe_claim_t *c = r->dedupe;
+  if (!c || c->state != AK_DEDUPE_CLAIM_PENDING) return;
+  uint8_t k[AK_DEDUPE_EKEY_MAX], v[VALUE_LEN];
+  size_t kl = ak_dedupe_ekey(k, c->expires_at_ms, c->scope, c->scope_len);
+  v[0] = VALUE_V1;
+  memcpy(v + 1, r->id, 16);
+  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, kl, (const char *)v, sizeof v);
+}
+
+ak_write_req_t *ak_dedupe_settle(ak_dedupe_t *dx, ak_write_req_t *r) {
+  ak_dedupe_claim_t *c = r->dedupe;
+  if (!c || c->state != AK_DEDUPE_CLAIM_PENDING) return NULL;
+  bool committed = r->status == AK_WR_COMMITTED;
+  uint64_t dups = 0;
+  pthread_mutex_lock(&dx->mu);
+  ak_dedupe_claim_t **pp = pending_slot(dx, c->digest);
+  if (*pp == c) *pp = c->pnext;
+  if (committed && !c->swept) {
+    if (tab_put(dx, c->digest, c->expires_at_ms, r->id) != 0)
+      ak_log(AK_LOG_ERROR, "dedupe", "out of memory: a committed key is not in the index (a repeat would be "
+             "stored again)", NULL);
+  } else if (!committed) {
+    ((tcount_t *)c->tenant_count)->n--;
+    dx->live--;
+  }
+  ak_write_req_t *parked = c->parked;
+  c->parked = NULL;
+  c->state = AK_DEDUPE_CLAIM_DONE;
+  for (ak_write_req_t *p = parked; p; p = p->next) {
+    p->status = committed ? AK_WR_DUPLICATE : r->status;
+    memcpy(p->dedupe->first_id, r->id, 16);
+    p->dedupe->state = AK_DEDUPE_CLAIM_DONE;
+    dups += committed;
+  }
+  set_gauge(dx);
+  pthread_mutex_unlock(&dx->mu);
+  if (dups) ak_counter_add(dx->m_dups, dups);
+  return parked;
+}
+
+int64_t ak_dedupe_count(ak_dedupe_t *dx) {
+  pthread_mutex_lock(&dx->mu);
+  int64_t n = dx->live;
+  pthread_mutex_unlock(&dx->mu);
+  return n;
+}
+
+/* -------------------------------------------------------------------- sweep ---- */
+
+typedef struct {
+  int64_t now;
+  size_t max, n, cap;
+  uint8_t **keys;
+  size_t *lens;
+  int64_t last_at;
+  int bad;
+} sweep_t;
+
+static int collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  sweep_t *sw = ctx;
+  int64_t at;
+  const uint8_t *scope;
+  size_t sl;
+  if (ak_dedupe_ekey_parse((const uint8_t *)k, kl, &at, &scope, &sl) != 0) {
+    sw->bad = 1;
+    return 1;
+  }
+  if (at > sw->now || sw->n == sw->max) return 1;
+  if (sw->n == sw->cap) {
+    size_t nc = sw->cap ? sw->cap * 2 : 256;
+    uint8_t **nk = realloc(sw->keys, nc * sizeof *nk);
+    if (!nk) return 1;
+    sw->keys = nk;
+    size_t *nl = realloc(sw->lens, nc * sizeof *nl);
+    if (!nl) return 1;
+    sw->lens = nl;
+    sw->cap = nc;
+  }
+  uint8_t *copy = malloc(kl);
+  if (!copy) return 1;
+  memcpy(copy, k, kl);
+  sw->keys[sw->n] = copy;
+  sw->lens[sw->n++] = kl;
+  sw->last_at = at;
+  return 0;
+}
+
+long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx) {
+  sweep_t sw = {.now = now_ms(dx), .max = max};
+  uint8_t from[9];
+  from[0] = AK_IDX_DEDUPE;
+  /* keys before sweep_from were deleted: seeking past their tombstones keeps a pass cheap */
+  pthread_mutex_lock(&dx->mu);
+  int64_t from_at = dx->sweep_from;
+  pthread_mutex_unlock(&dx->mu);
+  ak_put_u64(from + 1, (uint64_t)from_at);
+  const char prefix = AK_IDX_DEDUPE;
+  int rc = ak_store_scan_from(dx->inst->store, AK_CF_INDEX, &prefix, 1, from, sizeof from, false, collect, &sw);
+  long out = (long)sw.n;
+  if (rc != 0 || sw.bad) {
+    if (sw.bad) ak_log(AK_LOG_ERROR, "dedupe", "damaged dedupe key in the store: sweep stopped", NULL);
+    out = -1;
+    goto done;
+  }
+  if (!sw.n) goto done;
+  if (gate) gate(gate_ctx, sw.n);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  if (ak_store_pin(dx->inst->store) != 0) {
+    rocksdb_writebatch_destroy(wb);
+    out = -1;
+    goto done;
+  }
+  rocksdb_column_family_handle_t *cf = ak_store_cf(dx->inst->store, AK_CF_INDEX);
+  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.keys[i], sw.lens[i]);
+  ak_wf_class_t cls;
+  char *err = NULL;
+  rc = ak_store_write_pinned(dx->inst->store, wb, false, &cls, &err);
+  ak_store_unpin(dx->inst->store);
+  rocksdb_writebatch_destroy(wb);
+  if (rc != 0) {
+    free(err);
+    out = -1; /* nothing forgotten: the next pass reads the same keys again */
+    goto done;
+  }
+  pthread_mutex_lock(&dx->mu);
+  for (size_t i = 0; i < sw.n; i++) {
+    int64_t at;
+    const uint8_t *scope, *t;
+    size_t sl, tl;
+    ak_dedupe_ekey_parse(sw.keys[i], sw.lens[i], &at, &scope, &sl);
+    scope_parse(scope, sl, &t, &tl);
+    uint8_t dg[16];
+    digest_of(scope, sl, dg);
+    /* forget the table entry only if it is this very key: a refresh has a later expiry */
+    slot_t *s = tab_find(dx, dg);
+    if (s && s->at == at) tab_del(dx, s);
+    ak_dedupe_claim_t *p = *pending_slot(dx, dg);
+    if (p && p->expires_at_ms == at) p->swept = true;
+    tcount_t *tc = tenant_get(dx, (const char *)t, tl);
+    if (tc) tc->n--;
+    dx->live--;
+  }
+  if (dx->sweep_from == from_at) dx->sweep_from = sw.last_at; /* unless a new key lowered it meanwhile */
+  set_gauge(dx);
+  pthread_mutex_unlock(&dx->mu);
+  ak_counter_add(dx->m_swept, sw.n);
+done:
+  for (size_t i = 0; i < sw.n; i++) free(sw.keys[i]);
+  free(sw.keys);
+  free(sw.lens);
+  return out;
+}
+
+/* ---------------------------------------------------------------------- open ---- */
+
+typedef struct {
+  ak_dedupe_t *dx;
+  int64_t n;
+  int bad;
+} load_t;
+
+static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  load_t *ld = ctx;
+  int64_t at;
+  const uint8_t *scope, *t;
+  size_t sl, tl;
+  if (ak_dedupe_ekey_parse((const uint8_t *)k, kl, &at, &scope, &sl) != 0 || vl != VALUE_LEN ||
+      (uint8_t)v[0] != VALUE_V1) {
+    ld->bad = 1;
+    return 1;
+  }
+  scope_parse(scope, sl, &t, &tl);
+  uint8_t dg[16];
+  digest_of(scope, sl, dg);
+  tcount_t *tc = tenant_get(ld->dx, (const char *)t, tl);
+  /* keys come in expiry order: a later generation of the same key replaces an earlier one */
+  if (!tc || tab_put(ld->dx, dg, at, (const uint8_t *)v + 1) != 0) {
+    ld->bad = 2;
+    return 1;
+  }
+  tc->n++;
+  ld->dx->live++;
+  ld->n++;
+  return 0;
+}
+
+ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
+  *err = NULL;
+  ak_dedupe_t *dx = calloc(1, sizeof *dx);
+  if (!dx) {
+    *err = strdup("out of memory");
+    return NULL;
+  }
+  dx->inst = inst;
+  pthread_mutex_init(&dx->mu, NULL);
+  const ak_config_t *cfg = inst->cfg;
+  dx->max_entries = cfg->dedupe_max_entries > 0 ? cfg->dedupe_max_entries : INT64_MAX;
+  dx->max_per_tenant = cfg->dedupe_max_entries_per_tenant > 0 ? cfg->dedupe_max_entries_per_tenant : INT64_MAX;
+#ifdef AK_TEST_HOOKS
+  dx->clock_file = getenv("ANKUSA_TEST_DEDUPE_CLOCK_FILE");
+#endif
+  ak_metrics_t *m = inst->metrics;
+  dx->m_keys = ak_metrics_instance_series(m, inst->name, "ankusa_dedupe_keys",
+                                          "Dedupe keys stored on the node (expired ones until swept).",
+                                          AK_METRIC_GAUGE);
+  dx->m_dups = ak_metrics_instance_series(m, inst->name, "ankusa_ingest_duplicates_total",
+                                          "Requests answered with the id of the hook already holding their "
+                                          "dedupe key (nothing stored).", AK_METRIC_COUNTER);
+  dx->m_swept = ak_metrics_instance_series(m, inst->name, "ankusa_dedupe_swept_total",
+                                           "Expired dedupe keys removed by the sweeper.", AK_METRIC_COUNTER);
+  dx->m_without = ak_metrics_instance_series(m, inst->name, "ankusa_sources_without_dedupe",
+                                             "Configured sources with no dedupe: a provider's retry is a new "
+                                             "hook.", AK_METRIC_GAUGE);
+  size_t without = 0;
+  for (size_t i = 0; i < cfg->nsources; i++) {
+    if (cfg->sources[i].dedupe_from != AK_DEDUPE_NONE) continue;
+    without++;
+    ak_log(AK_LOG_WARNING, "config",
+           "source has no dedupe: a provider's retry of an event already stored is a new hook, stored and "
+           "delivered again", "source=%s", cfg->sources[i].id);
+  }
+  ak_gauge_set(dx->m_without, (double)without);
+
+  int64_t t0 = ak_mono_ns();
+  load_t ld = {.dx = dx};
+  const char prefix = AK_IDX_DEDUPE;
+  int rc = ak_store_scan(inst->store, AK_CF_INDEX, &prefix, 1, load_one, &ld);
+  if (rc != 0 || ld.bad) {
+    *err = strdup(rc != 0 ? "the dedupe keys cannot be read from the store"
+                  : ld.bad == 1 ? "a dedupe key in the store is damaged"
+                                : "out of memory loading the dedupe keys");
+    ak_dedupe_free(dx);
+    return NULL;
+  }
+  set_gauge(dx);
+  if (ld.n)
+    ak_log(AK_LOG_INFO, "dedupe", "dedupe index loaded", "keys=%lld seconds=%.3f", (long long)ld.n,
+           (double)(ak_mono_ns() - t0) / 1e9);
+  return dx;
+}
+
+void ak_dedupe_free(ak_dedupe_t *dx) {
+  if (!dx) return;
+  for (size_t i = 0; i < TENANT_BUCKETS; i++)
+    for (tcount_t *t = dx->tenants[i], *n; t; t = n) {
+      n = t->next;
+      free(t);
+    }
+  free(dx->slots);
+  pthread_mutex_destroy(&dx->mu);
+  free(dx);
+}

@@ -16,6 +16,7 @@
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "edge/edge.h"
+#include "edge/quota.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "sinks/egress.h"
@@ -206,6 +207,13 @@ static int cmd_serve(const char *path) {
     exit_code = 1;
     goto out;
   }
+  inst.quota = ak_quota_new(&inst, &err);
+  if (!inst.quota) {
+    ak_log(AK_LOG_ERROR, "rate_limit", "cannot read the rate-limit overrides from the store", "reason=\"%s\"", err);
+    free(err);
+    exit_code = 1;
+    goto out;
+  }
   inst.writer = ak_writer_new(&inst);
   {
     char eerr[256] = "";
@@ -293,6 +301,7 @@ out:
   ak_writer_free(inst.writer);
   ak_egress_free(inst.egress);
   ak_pen_free(inst.pen);
+  ak_quota_free(inst.quota);
   for (size_t i = 0; inst.verifiers && i < cfg->nsources; i++) ak_verifier_free(inst.verifiers[i]);
   free(inst.verifiers);
   ak_store_free(inst.store);

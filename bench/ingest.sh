@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Ingest benchmark: ankusa's durable 201/s next to nginx answering a static 201, same load,
 # same machine, same run. Run by `make bench` (which builds build/ankusa first). The same
-# ankusa node also takes the load signed (github preset) and with a dedupe key (a unique
-# X-Bench-Id per request on a source with `dedupe: {header: x-bench-id}`), so the cost of
-# verification and of the dedupe index is measured against the plain rate of that run.
+# ankusa node also takes the load signed (github preset), with a dedupe key (a unique
+# X-Bench-Id per request on a source with `dedupe: {header: x-bench-id}`) and on a
+# rate-limited tenant (a limit far above the load: it measures the limiter, it never
+# refuses), so the cost of verification, of the dedupe index and of the tenant quota is
+# measured against the plain rate of that run.
 #
 #   bash bench/ingest.sh                     # one nginx run, one ankusa run
 #   RUNS=3 DURATION=15 bash bench/ingest.sh  # alternate runs, report the median of each
@@ -244,6 +246,10 @@ sources:
     verify: {type: github, secret: "$GH_SECRET"}
     sinks:
       - type: log
+  bench_rl:
+    tenant: limited
+    sinks:
+      - type: log
   bench_dd:
     dedupe: {header: x-bench-id}
     sinks:
@@ -252,6 +258,9 @@ sources:
 dedupe:
   max_entries: 100000000
   max_entries_per_tenant: 100000000
+rate_limits:
+  tenants:
+    limited: {rate: 1000000000, burst: 1000000000, bytes: {rate: 1000000000000, burst: 1000000000000}}
 EOF
   [ -z "$DATA_FS" ] && DATA_FS=$(df -T "$dir/data" | awk 'NR == 2 { print $2 " (" $1 ", mounted on " $7 ")" }')
   "$ANKUSA" serve --config "$dir/ankusa.yml" >"$dir/ankusa.log" 2>&1 &
@@ -263,12 +272,13 @@ EOF
   fi
 
   local t0 t1 order
-  # the plain, github-verified and dedupe loads run against the same node; their order
-  # rotates between runs so none always meets the fullest store
-  case $((i % 3)) in
-    1) order="plain verified dedupe" ;;
-    2) order="verified dedupe plain" ;;
-    *) order="dedupe plain verified" ;;
+  # the plain, github-verified, dedupe and rate-limited loads run against the same node;
+  # their order rotates between runs so none always meets the fullest store
+  case $((i % 4)) in
+    1) order="plain verified dedupe limited" ;;
+    2) order="verified dedupe limited plain" ;;
+    3) order="dedupe limited plain verified" ;;
+    *) order="limited plain verified dedupe" ;;
   esac
   wrk2xx=0
   for kind in $order; do
@@ -281,6 +291,10 @@ EOF
       run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench_gh" "$TMP/wrk-ankusa-gh-$i.txt" "$GH_LUA"
       t1=$(cpu_ticks "$pid")
       V_RPS+=("$W_RPS") V_P50+=("$W_P50") V_P99+=("$W_P99") V_CPU+=("$(cpu_us_per_req "$t0" "$t1" "$W_REQS")")
+    elif [ "$kind" = limited ]; then
+      run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench_rl" "$TMP/wrk-ankusa-rl-$i.txt"
+      t1=$(cpu_ticks "$pid")
+      L_RPS+=("$W_RPS") L_P50+=("$W_P50") L_P99+=("$W_P99") L_CPU+=("$(cpu_us_per_req "$t0" "$t1" "$W_REQS")")
     else
       run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench_dd" "$TMP/wrk-ankusa-dd-$i.txt" "$DD_LUA"
       t1=$(cpu_ticks "$pid")
@@ -332,7 +346,7 @@ EOF
   # connection (and wrk run) more than the 201 count -- never fewer.
   if [ "$c201" = "$hooks" ]; then
     echo "  ankusa run $i: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 = ankusa_store_hooks"
-  elif ((c201 < hooks && hooks - c201 <= 3 * CONNECTIONS)); then
+  elif ((c201 < hooks && hooks - c201 <= 4 * CONNECTIONS)); then
     echo "  ankusa run $i: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 <= ankusa_store_hooks = $hooks;"
     echo "    $((hooks - c201)) hooks were committed for connections wrk had closed at the end (stored, never answered)"
   else
@@ -350,9 +364,9 @@ EOF
   fi
   # wrk counts the answers it read; the server may also have answered requests whose
   # connection wrk closed when the duration ended (at most one per connection).
-  # three wrk runs (plain, verified, dedupe) each may leave one answer per connection unread
+  # four wrk runs (plain, verified, dedupe, limited) each may leave one answer per connection unread
   diff=$((c201 - wrk2xx))
-  if ((diff < 0 || hooks - wrk2xx > 3 * CONNECTIONS)); then
+  if ((diff < 0 || hooks - wrk2xx > 4 * CONNECTIONS)); then
     echo "  !! ankusa run $i: wrk read $wrk2xx 2xx answers, the server counted $c201 201s and stored $hooks hooks"
     HONEST=0
   else
@@ -427,6 +441,7 @@ LUA
 # ---------------------------------------------------------------- the runs
 N_RPS=() N_P50=() N_P99=() A_RPS=() A_P50=() A_P99=() A_BATCH=() A_COMMIT=() A_COMMITS=()
 V_RPS=() V_P50=() V_P99=() A_CPU=() V_CPU=() D_RPS=() D_P50=() D_P99=() D_CPU=()
+L_RPS=() L_P50=() L_P99=() L_CPU=()
 N_ERRORS=0 A_ERRORS=0 HONEST=1 DATA_FS=""
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -457,6 +472,11 @@ DCOST=$(awk -v v="$DR" -v a="$AR" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (1 - v
 DVERDICT=$(awk -v c="$DCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
 DCCOST=$(awk -v v="$DCPU" -v a="$ACPU" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (v / a - 1) : 0 }')
 DCVERDICT=$(awk -v c="$DCCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
+LR=$(median "${L_RPS[@]}") LP50=$(median "${L_P50[@]}") LP99=$(median "${L_P99[@]}") LCPU=$(median "${L_CPU[@]}")
+LCOST=$(awk -v v="$LR" -v a="$AR" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (1 - v / a) : 0 }')
+LVERDICT=$(awk -v c="$LCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
+LCCOST=$(awk -v v="$LCPU" -v a="$ACPU" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (v / a - 1) : 0 }')
+LCVERDICT=$(awk -v c="$LCCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
 VERDICT=$(awk -v r="$RATIO" -v t="$TARGET" 'BEGIN { print ((r >= t) ? "PASS" : "FAIL") }')
 [ "$RUNS" -gt 1 ] && WHAT="median of $RUNS runs" || WHAT="1 run"
 
@@ -477,12 +497,14 @@ printf '  %-30s %12.0f %10.3f %10.3f\n' 'nginx (static 201)' "$NR" "$NP50" "$NP9
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa (201 after fsync)' "$AR" "$AP50" "$AP99"
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, github HMAC verified' "$VR" "$VP50" "$VP99"
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, dedupe key (new)' "$DR" "$DP50" "$DP99"
+printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, rate-limited tenant' "$LR" "$LP50" "$LP99"
 if [ "$RUNS" -gt 1 ]; then
   echo "  runs, nginx req/s:  ${N_RPS[*]}"
   echo "  runs, ankusa req/s: ${A_RPS[*]}"
   echo "  runs, verified req/s: ${V_RPS[*]}"
   echo "  runs, dedupe req/s: ${D_RPS[*]}"
-  echo "  runs, CPU us/request plain: ${A_CPU[*]}; verified: ${V_CPU[*]}; dedupe: ${D_CPU[*]}"
+  echo "  runs, limited req/s: ${L_RPS[*]}"
+  echo "  runs, CPU us/request plain: ${A_CPU[*]}; verified: ${V_CPU[*]}; dedupe: ${D_CPU[*]}; limited: ${L_CPU[*]}"
 fi
 echo "  ankusa commits: mean batch $AB hooks, mean commit duration $AC ms"
 echo "  ratio ankusa/nginx: $RATIO   target >= $TARGET: $VERDICT"
@@ -490,6 +512,8 @@ echo "  verification cost (github preset, 1 KiB): $VCOST% of the plain durable r
 echo "  server CPU per request: plain $ACPU us, verified $VCPU us (+$CCOST%)   target < 10%: $CVERDICT"
 echo "  dedupe cost (header key, every key new): $DCOST% of the plain durable rate   target < 10%: $DVERDICT"
 echo "  server CPU per request: plain $ACPU us, dedupe $DCPU us (+$DCCOST%)   target < 10%: $DCVERDICT"
+echo "  rate-limit cost (tenant quota on hooks and bytes): $LCOST% of the plain durable rate   target < 10%: $LVERDICT"
+echo "  server CPU per request: plain $ACPU us, limited $LCPU us ($LCCOST%)   target < 10%: $LCVERDICT"
 [ "$N_ERRORS" = 0 ] || echo "  !! nginx runs had non-2xx answers or socket errors (see above)"
 [ "$A_ERRORS" = 0 ] || echo "  !! ankusa runs had non-2xx answers or socket errors (see above)"
 if [ "$HONEST" = 1 ]; then

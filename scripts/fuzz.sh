@@ -26,9 +26,9 @@ CC="${FUZZ_CC:-clang}"
 
 # The code under test of each harness (compiled together with it, no library).
 VERIFY_SRCS="$(echo src/verify/*.c)"
-# config.c builds each source's verifier, reads the http.tls files and checks sink URLs
-# against the egress guard while loading
-CONFIG_SRCS="src/core/config.c src/core/yamltree.c $(echo src/sinks/*.c) src/core/log.c src/core/ids.c
+# config.c builds each source's verifier, reads the http.tls files, checks sink URLs
+# against the egress guard, and parses rate-limit entries and proxy CIDRs while loading
+CONFIG_SRCS="src/core/config.c src/core/yamltree.c src/core/netaddr.c src/core/ratelimit.c $(echo src/sinks/*.c) src/core/log.c src/core/ids.c
              src/core/envelope.c src/edge/tls.c $VERIFY_SRCS"
 declare -A SRCS=(
   [route]="src/edge/route.c $CONFIG_SRCS"

@@ -18,6 +18,7 @@
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "edge/edge.h"
+#include "edge/quota.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
 #include "queue/sweeper.h"
@@ -222,6 +223,13 @@ static int cmd_serve(const char *path) {
     exit_code = 1;
     goto out;
   }
+  inst.quota = ak_quota_new(&inst, &err);
+  if (!inst.quota) {
+    ak_log(AK_LOG_ERROR, "rate_limit", "cannot read the rate-limit overrides from the store", "reason=\"%s\"", err);
+    free(err);
+    exit_code = 1;
+    goto out;
+  }
   inst.writer = ak_writer_new(&inst);
   {
     char eerr[256] = "";
@@ -332,6 +340,7 @@ out:
   ak_egress_free(inst.egress);
   ak_pen_free(inst.pen);
   ak_dedupe_free(inst.dedupe);
+  ak_quota_free(inst.quota);
   for (size_t i = 0; inst.verifiers && i < cfg->nsources; i++) ak_verifier_free(inst.verifiers[i]);
   free(inst.verifiers);
   ak_store_free(inst.store);

@@ -1,7 +1,8 @@
 /* Admin API: GET /health, /ready, /metrics, /v1/hooks/{id}; the quarantine pen (GET and
  * DELETE /v1/quarantine, release by POST /v1/replays kind quarantine); the dead-letter
  * set (GET /v1/dlq) and dlq replay jobs (POST/GET /v1/replays, GET/PATCH
- * /v1/replays/{id}), which dispatch/replay.c runs. Hooks are read from the store by id
+ * /v1/replays/{id}), which dispatch/replay.c runs; tenant rate limits (GET /v1/rate-limits,
+ * GET/PUT/DELETE /v1/tenants/{t}/rate-limit, edge/quota.c keeps them). Hooks are read from the store by id
  * (index 'i' -> seq -> hooks). Request bodies are read up to AK_ADMIN_MAX_BODY; never a
  * body from an unbounded read. */
 #include <arpa/inet.h>
@@ -17,6 +18,8 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "dispatch/replay.h"
+#include "edge/quota.h"
+#include "edge/route.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
@@ -412,6 +415,58 @@ static enum MHD_Result dlq_list(ak_admin_t *a, struct MHD_Connection *c) {
   return ak_http_json(c, 200, out, 0);
 }
 
+/* ------------------------------------------------------------ rate limits ---- */
+
+/* "/v1/tenants/{t}/rate-limit" -> t (into buf); NULL for any other path. */
+static const char *rate_limit_tenant(const char *url, char *buf, size_t n) {
+  static const char pre[] = "/v1/tenants/", post[] = "/rate-limit";
+  size_t ul = strlen(url), pl = sizeof pre - 1, sl = sizeof post - 1;
+  if (ul <= pl + sl || strncmp(url, pre, pl) || strcmp(url + ul - sl, post)) return NULL;
+  size_t tl = ul - pl - sl;
+  if (tl >= n) tl = n - 1;
+  memcpy(buf, url + pl, tl);
+  buf[tl] = 0;
+  return buf;
+}
+
+static enum MHD_Result rate_limit(ak_admin_t *a, struct MHD_Connection *c, const char *tenant, const char *method,
+                                  const admin_req_t *r) {
+  ak_instance_t *inst = a->inst;
+  if (!(inst->cfg->roles & AK_ROLE_EDGE)) return role_not_enabled(c, "edge");
+  if (!inst->quota) return ak_http_error(c, 503, "store_unavailable", 1);
+  if (!ak_tenant_valid(tenant, strlen(tenant))) return ak_http_error(c, 400, "invalid_tenant", 0);
+  if (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
+    return ak_http_json(c, 200, ak_quota_tenant_json(inst->quota, tenant), 0);
+  if (!strcmp(method, "DELETE")) {
+    int rc = ak_quota_delete(inst->quota, tenant);
+    if (rc == 1) return ak_http_error(c, 404, "rate_limit_not_found", 0);
+    if (rc != 0) return ak_http_error(c, 503, "store_unavailable", 1);
+    ak_log(AK_LOG_INFO, "rate_limit", "override removed", "tenant=%s", tenant);
+    return ak_http_reply(c, 204, "application/json", "", 0, 0);
+  }
+  if (strcmp(method, "PUT") != 0) return ak_http_error(c, 404, "not_found", 0);
+  json_t *b = r->len ? json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  ak_ratelimit_t l;
+  char field[96] = "", msg[96] = "";
+  int bad = !b ? (snprintf(field, sizeof field, "body"), snprintf(msg, sizeof msg, "must be a JSON object"), 1)
+               : ak_ratelimit_parse(b, &l, field, sizeof field, msg, sizeof msg) != 0;
+  json_decref(b);
+  if (bad)
+    return ak_http_json(c, 400, json_pack("{s:s,s:s,s:s}", "error", "invalid_rate_limit", "field",
+                                          *field ? field : "body", "message", msg), 0);
+  if (ak_quota_put(inst->quota, tenant, &l) != 0) return ak_http_error(c, 503, "store_unavailable", 1);
+  ak_log(AK_LOG_INFO, "rate_limit", "override set", "tenant=%s rate=%g burst=%lld bytes_rate=%g bytes_burst=%lld "
+         "max_body_bytes=%lld", tenant, l.hooks.rate, (long long)l.hooks.burst, l.bytes.rate,
+         (long long)l.bytes.burst, (long long)l.max_body_bytes);
+  return ak_http_json(c, 200, ak_quota_tenant_json(inst->quota, tenant), 0);
+}
+
+static enum MHD_Result rate_limits(ak_admin_t *a, struct MHD_Connection *c) {
+  if (!(a->inst->cfg->roles & AK_ROLE_EDGE)) return role_not_enabled(c, "edge");
+  if (!a->inst->quota) return ak_http_error(c, 503, "store_unavailable", 1);
+  return ak_http_json(c, 200, ak_quota_list_json(a->inst->quota), 0);
+}
+
 static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
   (void)cls;
@@ -431,6 +486,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
   (void)version;
   ak_admin_t *a = cls;
   admin_req_t *ar = *con_cls;
+  char tbuf[128];
+  const char *rl_tenant = rate_limit_tenant(url, tbuf, sizeof tbuf);
   if (ar == NULL) {
     ar = calloc(1, sizeof *ar);
     if (!ar) return MHD_NO;
@@ -458,6 +515,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
   if (strcmp(url, "/v1/quarantine") == 0 && strcmp(method, "DELETE") == 0) return pen_purge(a, c);
   if (strcmp(url, "/v1/replays") == 0 && strcmp(method, "POST") == 0) return post_replay(a, c, ar);
   if (strncmp(url, "/v1/replays/", 12) == 0 && strcmp(method, "PATCH") == 0) return patch_replay(a, c, url + 12, ar);
+  if (rl_tenant) return rate_limit(a, c, rl_tenant, method, ar);
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) return ak_http_error(c, 404, "not_found", 0);
 route:
   if (strcmp(url, "/health") == 0) return ak_http_health(a->inst, c);
@@ -479,6 +537,8 @@ route:
   if (strncmp(url, "/v1/hooks/", 10) == 0) return get_hook(a, c, url + 10);
   if (strcmp(url, "/v1/quarantine") == 0) return pen_list(a, c);
   if (strcmp(url, "/v1/dlq") == 0) return dlq_list(a, c);
+  if (strcmp(url, "/v1/rate-limits") == 0) return rate_limits(a, c);
+  if (rl_tenant) return rate_limit(a, c, rl_tenant, method, ar);
   if (strcmp(url, "/v1/replays") == 0) return get_replays(a, c, NULL);
   if (strncmp(url, "/v1/replays/", 12) == 0) return get_replays(a, c, url + 12);
   return ak_http_error(c, 404, "not_found", 0);

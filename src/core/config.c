@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <curl/curl.h>
 #include "core/config.h"
+#include "core/netaddr.h"
+#include "core/ratelimit.h"
 #include "core/yamltree.h"
 #include "edge/tls.h"
 #include "sinks/egress.h"
@@ -109,6 +111,10 @@ static const ak_opt_t batcher_rows[] = {
    .doc = "records buffered plus in flight per partition; beyond it 503 overload"},
   {.key = "max_queue_bytes", .type = AK_OPT_INT, .def = "268435456", .min = 1,
    .flags = AK_OPTF_HAS_MIN, .doc = "the same bound in body bytes"},
+  {.key = "tenant_max_queue", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "records of one tenant buffered plus in flight; beyond it 429 tenant_overload; null = max_queue / 4"},
+  {.key = "tenant_max_queue_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "the same bound in body bytes; null = max_queue_bytes / 4"},
   {0},
 };
 
@@ -147,6 +153,15 @@ static const ak_opt_t dedupe_source_rows[] = {
   {0},
 };
 
+/* {rate, burst} of one limit (rate_limits.*.bytes, admission.*, sources.*.admission_bytes) */
+static const ak_opt_t rate_lane_rows[] = {
+  {.key = "rate", .type = AK_OPT_NUMBER, .min = 0, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "units per second (> 0, fractions allowed)"},
+  {.key = "burst", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "units at once"},
+  {0},
+};
+
 static const ak_opt_t source_rows[] = {
   {.key = "tenant", .type = AK_OPT_STRING, .def = "default", .flags = AK_OPTF_ID,
    .doc = "owning tenant; \"default\" makes the source shared"},
@@ -163,6 +178,9 @@ static const ak_opt_t source_rows[] = {
   {.key = "forward_headers", .type = AK_OPT_STRLIST, .flags = AK_OPTF_NULLABLE,
    .doc = "provider headers passed to sinks: absent or null = all but the deny set, a list = only "
           "these (lowercased, still minus the deny set), [] = none"},
+  {.key = "admission_bytes", .type = AK_OPT_MAP, .children = rate_lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "body bytes per second this source takes before reading a body ({rate, burst}); null = "
+          "admission.source_bytes"},
   {0},
 };
 
@@ -258,6 +276,42 @@ static const ak_opt_t dedupe_rows[] = {
   {0},
 };
 
+/* One tenant's limits (core/ratelimit.h parses it; rate and burst are required unless
+ * the entry sets only additions: check_limits). */
+static const ak_opt_t ratelimit_entry_rows[] = {
+  {.key = "rate", .type = AK_OPT_NUMBER, .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "hooks per second (> 0, fractions allowed), charged after verification"},
+  {.key = "burst", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_HAS_MIN, .doc = "hooks at once"},
+  {.key = "bytes", .type = AK_OPT_MAP, .children = rate_lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "body bytes per second ({rate, burst}), charged with the hooks"},
+  {.key = "max_body_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "a larger body of this tenant gets 413 before it is read"},
+  {0},
+};
+
+static const ak_opt_t rate_limits_rows[] = {
+  {.key = "default", .type = AK_OPT_MAP, .children = ratelimit_entry_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "limits of every tenant without an entry or override; null = unlimited"},
+  {.key = "tenants", .type = AK_OPT_MAP_OF, .children = ratelimit_entry_rows,
+   .doc = "tenant id -> limits (an admin override beats it)"},
+  {0},
+};
+
+/* Pre-read admission: refusals before a body is read or a signature computed. */
+static const ak_opt_t admission_rows[] = {
+  {.key = "per_ip", .type = AK_OPT_MAP, .children = rate_lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "requests per second per client address ({rate, burst}); null = off"},
+  {.key = "node", .type = AK_OPT_MAP, .children = rate_lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "requests per second the node takes ({rate, burst}); null = off"},
+  {.key = "source_bytes", .type = AK_OPT_MAP, .children = rate_lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "body bytes per second each source takes ({rate, burst}); null = off"},
+  {.key = "trusted_proxies", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "CIDRs of proxies whose X-Forwarded-For names the client"},
+  {.key = "max_addresses", .type = AK_OPT_INT, .def = "65536", .min = 8, .max = 16777216,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "client addresses whose per_ip state is kept at once"},
+  {0},
+};
+
 #define NOT_YET_SECTION(name, what) \
   {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
 
@@ -269,7 +323,10 @@ static const ak_opt_t root_rows[] = {
   {.key = "store_headers", .type = AK_OPT_MAP, .children = store_headers_rows,
    .doc = "which request headers are stored with a hook"},
   NOT_YET_SECTION("routes", "route guard"),
-  NOT_YET_SECTION("rate_limits", "per-tenant rate limits"),
+  {.key = "rate_limits", .type = AK_OPT_MAP, .children = rate_limits_rows,
+   .doc = "per-tenant limits: hooks and body bytes per second, max_body_bytes"},
+  {.key = "admission", .type = AK_OPT_MAP, .children = admission_rows,
+   .doc = "limits applied before a body is read: per client address, per node, per source"},
   {.key = "quarantine", .type = AK_OPT_MAP, .children = quarantine_rows,
    .doc = "the pen for hooks that failed verification (on_verify_failure: quarantine)"},
   {.key = "batcher", .type = AK_OPT_MAP, .children = batcher_rows, .doc = "group commit"},
@@ -1444,9 +1501,107 @@ static void check_http_sink(vctx_t *c, const char *id, size_t i, const json_t *s
   }
 }
 
+/* rate_limits, admission and the tenant share of the writer queue. The schema pass
+ * checked types; here: the pairing rules of an entry (core/ratelimit.c), rates > 0, the
+ * proxies' CIDRs, and a null share resolved to a quarter of the queue (the same share
+ * dispatch.tenants gives one tenant of the dispatch window). */
+/* True when the schema pass already reported something under label: its partial entry
+ * would only repeat that error as a missing key. */
+static bool reported_under(const vctx_t *c, const char *label) {
+  size_t n = strlen(label);
+  for (size_t i = 0; i < c->n; i++)
+    if (c->lines[i] && !strncmp(c->lines[i], label, n) && strchr(".: ", c->lines[i][n])) return true;
+  return false;
+}
+
+static void report_entry(vctx_t *c, const char *label, const json_t *entry) {
+  ak_ratelimit_t rl;
+  char field[96], msg[96];
+  if (reported_under(c, label) || ak_ratelimit_parse(entry, &rl, field, sizeof field, msg, sizeof msg) == 0)
+    return;
+  if (!strcmp(msg, "missing required key")) verr(c, "%s: missing required key \"%s\"", label, field);
+  else if (*field) verr(c, "%s.%s %s", label, field, msg);
+  else verr(c, "%s %s", label, msg);
+}
+
+static void report_lane(vctx_t *c, const char *label, const json_t *lane) {
+  ak_rate_t r;
+  char field[32], msg[96];
+  if (!json_is_object(lane) || reported_under(c, label) ||
+      ak_ratelimit_parse_rate(lane, &r, field, sizeof field, msg, sizeof msg) == 0)
+    return;
+  verr(c, "%s.%s %s", label, field, msg);
+}
+
+/* Limits that are off show as null in print-config (in schema order), so an operator
+ * sees every knob; http.tls stays left out because its absence is the documented off. */
+static void show_off_limits(json_t *obj, const ak_opt_t *rows) {
+  if (!json_is_object(obj)) return;
+  json_t *out = json_object();
+  for (size_t i = 0; rows[i].key; i++) {
+    json_t *v = json_object_get(obj, rows[i].key);
+    if (!v && rows[i].type == AK_OPT_MAP && (rows[i].flags & AK_OPTF_NULLABLE)) v = json_null();
+    if (v) json_object_set(out, rows[i].key, v);
+  }
+  json_object_clear(obj);
+  json_object_update(obj, out);
+  json_decref(out);
+}
+
+static void check_limits(vctx_t *c, json_t *eff) {
+  json_t *rl = json_object_get(eff, "rate_limits");
+  show_off_limits(rl, rate_limits_rows);
+  show_off_limits(json_object_get(eff, "admission"), admission_rows);
+  json_t *def = json_object_get(rl, "default");
+  if (json_is_object(def)) report_entry(c, "rate_limits.default", def);
+  const char *t;
+  json_t *e;
+  json_object_foreach(json_object_get(rl, "tenants"), t, e) {
+    char label[128];
+    snprintf(label, sizeof label, "rate_limits.tenants.%s", t);
+    report_entry(c, label, e);
+  }
+  json_t *adm = json_object_get(eff, "admission");
+  static const char *const lanes[] = {"per_ip", "node", "source_bytes"};
+  for (size_t i = 0; i < sizeof lanes / sizeof lanes[0]; i++) {
+    char label[64];
+    snprintf(label, sizeof label, "admission.%s", lanes[i]);
+    report_lane(c, label, json_object_get(adm, lanes[i]));
+  }
+  size_t i;
+  json_t *item;
+  json_array_foreach(json_object_get(adm, "trusted_proxies"), i, item) {
+    ak_cidr_t cidr;
+    const char *why = NULL;
+    if (!ak_netaddr_parse_cidr(json_string_value(item), &cidr, &why)) {
+      char *r = render(item, false);
+      verr(c, "admission.trusted_proxies[%zu]: %s %s", i, r ? r : "?", why);
+      free(r);
+    }
+  }
+  json_object_foreach(json_object_get(eff, "sources"), t, e) {
+    char label[128];
+    snprintf(label, sizeof label, "sources.%s.admission_bytes", t);
+    report_lane(c, label, json_object_get(e, "admission_bytes"));
+  }
+  json_t *b = json_object_get(eff, "batcher");
+  static const char *const share[][2] = {{"tenant_max_queue", "max_queue"},
+                                         {"tenant_max_queue_bytes", "max_queue_bytes"}};
+  for (size_t k = 0; k < 2 && json_is_object(b); k++) {
+    int64_t global, v;
+    if (!int_at(b, share[k][1], &global)) continue;
+    json_t *tv = json_object_get(b, share[k][0]);
+    if (json_is_null(tv)) json_object_set_new(b, share[k][0], json_integer(global / 4 < 1 ? 1 : global / 4));
+    else if (int_at(b, share[k][0], &v) && v > global)
+      verr(c, "batcher.%s must be between 1 and %lld (batcher.%s), got %lld", share[k][0], (long long)global,
+           share[k][1], (long long)v);
+  }
+}
+
 /* Rules across keys, run on the checked tree. */
 static void check_cross(vctx_t *c, json_t *eff) {
   check_dispatch(c, json_object_get(eff, "dispatch"));
+  check_limits(c, eff);
   ak_egress_t *guard = check_egress(c, json_object_get(eff, "egress"));
   {
     const char *sid;
@@ -1595,6 +1750,8 @@ static int build_typed(ak_config_t *cfg) {
   cfg->batcher_max_delay_ms = int_of(batcher, "max_delay_ms");
   cfg->batcher_max_queue = int_of(batcher, "max_queue");
   cfg->batcher_max_queue_bytes = int_of(batcher, "max_queue_bytes");
+  cfg->batcher_tenant_max_queue = int_of(batcher, "tenant_max_queue"); /* resolved by check_limits */
+  cfg->batcher_tenant_max_queue_bytes = int_of(batcher, "tenant_max_queue_bytes");
   cfg->wal_type = (ak_wal_type_t)enum_of(wal_rows, "type", wal);
   json_t *quarantine = json_object_get(e, "quarantine");
   cfg->quarantine_burst = int_of(quarantine, "burst");

@@ -84,6 +84,8 @@ typedef struct ak_config {
   int64_t batcher_max_delay_ms;
   int64_t batcher_max_queue;
   int64_t batcher_max_queue_bytes;
+  int64_t batcher_tenant_max_queue;       /* one tenant's share of max_queue (429 tenant_overload) */
+  int64_t batcher_tenant_max_queue_bytes; /* and of max_queue_bytes */
   ak_wal_type_t wal_type;
   /* dispatch.* (docs/configuration.md) */
   int64_t dispatch_batch;              /* rows claimed per scan: 128 */

@@ -13,6 +13,7 @@ struct ak_writer;
 struct ak_edge;
 struct ak_admin;
 struct ak_pen;
+struct ak_quota;
 struct ak_dispatch;
 struct ak_replays;
 struct ak_egress;
@@ -29,6 +30,7 @@ typedef struct ak_instance {
   struct ak_admin *admin;
   struct ak_pen *pen;           /* quarantine pen (queue/quarantine.h) */
   struct ak_dedupe *dedupe;     /* dedupe index (queue/dedupe.h); NULL in tools and some tests */
+  struct ak_quota *quota;       /* tenant rate limits and their overrides (edge/quota.h) */
   struct ak_egress *egress;     /* egress.* guard shared by every sink (sinks/egress.h) */
   struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
   struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */

@@ -1,10 +1,12 @@
 /* Ingest on libmicrohttpd (epoll thread pool, suspend/resume). Request lifecycle:
  *   1st call (headers only): health/ready, route shape, Content-Length, source lookup,
- *       header bytes -> refuse here and MHD never reads the body or sends 100 Continue;
- *   body calls: append to a buffer bounded by http.max_body_bytes (past it: swallow,
- *       answer 413 at the end so the connection stays usable);
+ *       header bytes, pre-read admission (edge/admission.h) and the tenant's
+ *       max_body_bytes -> refuse here and MHD never reads the body or sends 100 Continue;
+ *   body calls: append to a buffer bounded by max_body_bytes (past it, or past a source's
+ *       byte budget: swallow, answer 413/429 at the end so the connection stays usable);
  *   last call: verify the raw bytes, apply on_verify_failure (401 / flag / quarantine),
- *       read the dedupe key (a repeat of a committed key is answered here), apply
+ *       read the dedupe key (a repeat of a committed key is answered here), charge a
+ *       verified hook to its tenant's quota (edge/quota.h), apply
  *       store_headers, encode the envelope, suspend the connection, submit;
  *   resumed call: answer from the writer's status.
  * The writer resumes the connection only after its commit returned. */
@@ -15,11 +17,14 @@
 #include <unistd.h>
 #include "core/clock.h"
 #include "core/envelope.h"
+#include "core/gcra.h"
 #include "core/httpx.h"
 #include "core/log.h"
+#include "edge/admission.h"
 #include "edge/dedupe_key.h"
 #include "edge/edge.h"
 #include "edge/headers.h"
+#include "edge/quota.h"
 #include "edge/route.h"
 #include "edge/tls.h"
 #include "queue/dedupe.h"
@@ -39,6 +44,11 @@ static const char *const refuse_names[R_COUNT] = {
   "overload", "store_unavailable", "commit_deadline", "draining", "verification_failed",
   "quarantine_rate_limited", "quarantine_full", "quarantine_overload"};
 
+/* Refusals of the limits (edge/admission.h, edge/quota.h, the writer's tenant share). */
+typedef enum { L_RATE_LIMITED = 0, L_IP, L_NODE, L_SOURCE, L_TENANT_OVERLOAD, L_COUNT } limit_t;
+static const char *const limit_names[L_COUNT] = {"rate_limited", "ip_rate_limited", "node_rate_limited",
+                                                 "source_rate_limited", "tenant_overload"};
+
 static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 413, 429, 503};
 #define NSTATUS (sizeof status_codes / sizeof status_codes[0])
 
@@ -54,6 +64,8 @@ struct ak_edge {
   ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration, *m_abandoned;
   ak_series_t *m_verify_fail[AK_VR_COUNT], *m_flagged, *m_quarantined;
   ak_series_t **m_weak; /* per source; NULL unless its verifier hashes with SHA-1 */
+  ak_admission_t *adm;  /* pre-read limits; NULL when none is on */
+  ak_series_t *m_limit[L_COUNT], *m_bodies_read;
 };
 
 typedef struct conn {
@@ -64,6 +76,10 @@ typedef struct conn {
   const ak_source_cfg_t *src;
   const char *tenant;
   bool too_large;
+  bool quota_charged;  /* the tenant quota took this hook: given back unless it is stored */
+  bool meter_body;     /* source bytes limited, no Content-Length: charged as it arrives */
+  int late_retry;      /* > 0: over the source's bytes mid-body; 429 after the body */
+  int64_t max_body;    /* http.max_body_bytes, or the tenant's when smaller */
   uint8_t *body;
   size_t len, cap;
   ak_write_req_t req;
@@ -84,6 +100,21 @@ static enum MHD_Result refuse(ak_edge_t *e, struct MHD_Connection *c, unsigned s
   ak_counter_add(e->m_refused[why], 1);
   count(e, status, t0);
   return ak_http_error(c, status, code, retry_after);
+}
+
+static enum MHD_Result refuse_limit(ak_edge_t *e, struct MHD_Connection *c, unsigned status, limit_t why,
+                                    int retry_after, int64_t t0) {
+  ak_counter_add(e->m_limit[why], 1);
+  count(e, status, t0);
+  return ak_http_error(c, status, limit_names[why], retry_after);
+}
+
+static enum MHD_Result too_large(ak_edge_t *e, struct MHD_Connection *mc, int64_t limit, int64_t t0) {
+  char b[96];
+  int n = snprintf(b, sizeof b, "{\"error\":\"payload_too_large\",\"limit\":%lld}", (long long)limit);
+  ak_counter_add(e->m_refused[R_PAYLOAD_TOO_LARGE], 1);
+  count(e, 413, t0);
+  return ak_http_reply(mc, 413, "application/json", b, (size_t)n, 0);
 }
 
 typedef struct {
@@ -154,6 +185,9 @@ static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   free(c->req.rec);
   c->req.rec = NULL;
   settle_pen(e, c);
+  if (c->quota_charged && c->req.status != AK_WR_COMMITTED)
+    ak_quota_refund(e->inst->quota, c->tenant, strlen(c->tenant), c->req.body_len);
+  c->quota_charged = false;
   switch (c->req.status) {
     case AK_WR_COMMITTED: {
       char id[AK_UUID_STR_LEN], body[128];
@@ -180,6 +214,8 @@ static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
       return refuse(e, mc, 503, R_COMMIT_DEADLINE, "store_unavailable", 1, c->t0_ns);
     case AK_WR_DRAINING:
       return refuse(e, mc, 503, R_DRAINING, "draining", 1, c->t0_ns);
+    case AK_WR_TENANT_OVERLOAD:
+      return refuse_limit(e, mc, 429, L_TENANT_OVERLOAD, 1, c->t0_ns);
     case AK_WR_STORE_UNAVAILABLE:
     default:
       return refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, c->t0_ns);
@@ -314,6 +350,18 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
       return answer_duplicate(e, mc, first, c->t0_ns);
     }
   }
+  /* the tenant's quota: verified hooks only, so a forged flood spends none of it; after
+   * the dedupe check, so a provider's retry of a stored event spends none either */
+  if (kind == AK_WRITE_HOOK && vr == AK_VR_OK) {
+    int64_t retry_ns = 0;
+    if (!ak_quota_take(inst->quota, c->tenant, strlen(c->tenant), c->len, ak_mono_ns(), &retry_ns)) {
+      free(dkey);
+      free(h.v);
+      c->state = ST_ANSWERED;
+      return refuse_limit(e, mc, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
+    }
+    c->quota_charged = true;
+  }
 
   /* what is stored: store_headers applied, a verifier's credential header and query
    * parameter removed */
@@ -362,6 +410,8 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   free(hashbuf);
   free(path);
   if (!rec) {
+    if (c->quota_charged) ak_quota_refund(inst->quota, c->tenant, strlen(c->tenant), c->len);
+    c->quota_charged = false;
     if (c->pen_admitted) {
       c->pen_admitted = false;
       ak_pen_settle(inst->pen, si, c->len, false);
@@ -456,6 +506,18 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   }
   free(hs.v);
 
+  /* pre-read limits: the tenant's body cap, then per address, node, source bytes */
+  int64_t max_body = max, tmax = ak_quota_max_body(inst->quota, tenant, strlen(tenant));
+  if (tmax > 0 && tmax < max_body) max_body = tmax;
+  if (clen > max_body) return too_large(e, mc, max_body, t0);
+  size_t si = source_index(e, src);
+  if (e->adm) {
+    int64_t retry_ns = 0;
+    static const limit_t why[] = {L_RATE_LIMITED, L_IP, L_NODE, L_SOURCE};
+    ak_admit_t ad = ak_admission_check(e->adm, mc, si, clen, ak_mono_ns(), &retry_ns);
+    if (ad != AK_ADMIT_OK) return refuse_limit(e, mc, 429, why[ad], ak_gcra_retry_after_s(retry_ns), t0);
+  }
+
   conn_t *c = calloc(1, sizeof *c);
   if (!c) return MHD_NO;
   c->t0_ns = t0;
@@ -464,6 +526,8 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   c->tenant = tenant; /* points into config or into route copy below */
   c->mc = mc;
   c->edge = e;
+  c->max_body = max_body;
+  c->meter_body = clen < 0 && ak_admission_meters_source(e->adm, si);
   if (tenant != src->tenant) {
     /* URL tenant of a shared source: keep our own copy */
     char *t = strdup(tenant);
@@ -491,8 +555,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
   if (*upload_data_size > 0) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
-    if (c->too_large) return MHD_YES;
-    if ((int64_t)(c->len + n) > e->inst->cfg->http_max_body_bytes) {
+    if (c->too_large || c->late_retry) return MHD_YES;
+    int64_t retry_ns = 0;
+    if (c->meter_body && !ak_admission_charge_body(e->adm, source_index(e, c->src), n, ak_mono_ns(), &retry_ns)) {
+      c->late_retry = ak_gcra_retry_after_s(retry_ns); /* swallow the rest; 429 at the end */
+      free(c->body);
+      c->body = NULL;
+      c->len = c->cap = 0;
+      return MHD_YES;
+    }
+    if ((int64_t)(c->len + n) > c->max_body) {
       c->too_large = true; /* swallow the rest; answer 413 at the end */
       free(c->body);
       c->body = NULL;
@@ -502,7 +574,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
     if (c->len + n > c->cap) {
       size_t nc = c->cap ? c->cap * 2 : 4096;
       while (nc < c->len + n) nc *= 2;
-      if ((int64_t)nc > e->inst->cfg->http_max_body_bytes) nc = (size_t)e->inst->cfg->http_max_body_bytes;
+      if ((int64_t)nc > c->max_body) nc = (size_t)c->max_body;
       uint8_t *nb = realloc(c->body, nc);
       if (!nb) return MHD_NO;
       c->body = nb;
@@ -513,14 +585,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
     return MHD_YES;
   }
   /* end of body */
+  ak_counter_add(e->m_bodies_read, 1);
   if (c->too_large) {
     c->state = ST_ANSWERED;
-    char b[96];
-    int n = snprintf(b, sizeof b, "{\"error\":\"payload_too_large\",\"limit\":%lld}",
-                     (long long)e->inst->cfg->http_max_body_bytes);
-    ak_counter_add(e->m_refused[R_PAYLOAD_TOO_LARGE], 1);
-    count(e, 413, c->t0_ns);
-    return ak_http_reply(mc, 413, "application/json", b, (size_t)n, 0);
+    return too_large(e, mc, c->max_body, c->t0_ns);
+  }
+  if (c->late_retry) {
+    c->state = ST_ANSWERED;
+    return refuse_limit(e, mc, 429, L_SOURCE, c->late_retry, c->t0_ns);
   }
   return submit(e, c, mc, url, method);
 }
@@ -580,6 +652,16 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
     const char *v[] = {inst->name, refuse_names[i]};
     e->m_refused[i] = ak_metrics_series(rf, v);
   }
+  for (int i = 0; i < L_COUNT; i++) {
+    const char *v[] = {inst->name, limit_names[i]};
+    e->m_limit[i] = ak_metrics_series(rf, v);
+  }
+  e->m_bodies_read = ak_metrics_instance_series(m, inst->name, "ankusa_ingest_bodies_read_total",
+                                                "Request bodies the edge read to the end (admitted past the "
+                                                "pre-read limits).", AK_METRIC_COUNTER);
+  ak_admission_t *adm = ak_admission_new(inst->cfg);
+  if (ak_admission_enabled(adm)) e->adm = adm;
+  else ak_admission_free(adm);
   const char *const il[] = {"instance", NULL};
   const char *iv[] = {inst->name};
   e->m_duration = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_duration_seconds",
@@ -701,6 +783,7 @@ void ak_edge_free(ak_edge_t *e) {
   if (!e) return;
   ak_edge_stop(e);
   ak_header_policy_free(e->hpol);
+  ak_admission_free(e->adm);
   free(e->m_weak);
   free(e);
 }

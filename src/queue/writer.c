@@ -19,6 +19,7 @@
 #include "core/envelope.h"
 #include "core/log.h"
 #include "queue/dedupe.h"
+#include "queue/tenantshare.h"
 #include "queue/writer.h"
 #include "store/store.h"
 
@@ -34,6 +35,7 @@ struct ak_writer {
   size_t queued;            /* records buffered (not yet taken) */
   size_t held_records;      /* buffered + in flight */
   size_t held_bytes;
+  ak_tenantshare_t *tshare; /* each tenant's part of held_records / held_bytes */
   bool stopping;
   int running;              /* writer threads not yet exited */
   int nthreads;
@@ -142,6 +144,7 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->max_queue_bytes = c->batcher_max_queue_bytes;
   w->max_batch = c->batcher_max_batch;
   w->max_delay_ms = c->batcher_max_delay_ms;
+  w->tshare = ak_tenantshare_new(c->batcher_tenant_max_queue, c->batcher_tenant_max_queue_bytes);
   w->write_archive = (c->roles & AK_ROLE_STORAGE) != 0;
   w->nthreads = c->batcher_partitions > 0 ? (int)c->batcher_partitions : 1;
   if (w->nthreads > 16) w->nthreads = 16;
@@ -193,6 +196,10 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   return w;
 }
 
+/* A tenant's share counts the hooks its requests queue; pen writes (bounded by the pen)
+ * and hooks an operator releases from the pen are not charged to it. */
+static bool in_share(const ak_write_req_t *r) { return r->kind == AK_WRITE_HOOK && !r->unpen && r->tenant; }
+
 static void finish(ak_writer_t *w, ak_write_req_t *r, ak_wr_status_t st) {
   r->status = st;
   /* repeats parked on r's key get r's outcome; taken before done() may free r */
@@ -204,6 +211,7 @@ static void finish(ak_writer_t *w, ak_write_req_t *r, ak_wr_status_t st) {
   pthread_mutex_lock(&w->mu);
   w->held_records--;
   w->held_bytes -= r->body_len;
+  if (in_share(r)) ak_tenantshare_release(w->tshare, r->tenant, r->tenant_len, r->body_len);
   pthread_mutex_unlock(&w->mu);
   /* last touch of r: done() may resume the connection, after which r can be freed */
   r->done(r, r->ctx);
@@ -223,6 +231,11 @@ ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
       (int64_t)(w->held_bytes + req->body_len) > w->max_queue_bytes) {
     pthread_mutex_unlock(&w->mu);
     return AK_WR_OVERLOAD;
+  }
+  /* room on the node, but not in this tenant's share: its burst stays its own problem */
+  if (in_share(req) && !ak_tenantshare_admit(w->tshare, req->tenant, req->tenant_len, req->body_len)) {
+    pthread_mutex_unlock(&w->mu);
+    return AK_WR_TENANT_OVERLOAD;
   }
   w->held_records++;
   w->held_bytes += req->body_len;
@@ -644,6 +657,7 @@ void ak_writer_free(ak_writer_t *w) {
   pthread_cond_destroy(&w->cv);
   pthread_cond_destroy(&w->reaper_cv);
   pthread_mutex_destroy(&w->probe_mu);
+  ak_tenantshare_free(w->tshare);
   free(w->threads);
   free(w->hook_count);
   free(w->pen_bytes);

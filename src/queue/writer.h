@@ -23,6 +23,7 @@ typedef enum {
   AK_WR_STORE_UNAVAILABLE,    /* store closed or the write failed */
   AK_WR_DEADLINE,             /* did not start committing within the record deadline */
   AK_WR_DRAINING,             /* node is stopping */
+  AK_WR_TENANT_OVERLOAD,      /* the tenant's share of the queue is full (records or bytes) */
 } ak_wr_status_t;
 
 typedef enum {

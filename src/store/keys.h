@@ -23,6 +23,8 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 /* r: id:128 -> replay job record (JSON, dispatch/replay.c); ids are UUIDv7, so key order
  * is creation order */
 #define AK_KEY_REPLAY "r:"
+/* rl:<tenant> -> a runtime rate-limit override (JSON, core/ratelimit.h; edge/quota.c) */
+#define AK_KEY_RATE_LIMIT "rl:"
 
 /* index CF tags */
 #define AK_IDX_DUE 'd'     /* 'd' tlen:8 tenant at:64 seq:64 sink:16 -> due value v1 */

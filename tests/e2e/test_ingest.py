@@ -348,7 +348,9 @@ def fire_concurrently(port, bodies, timeout=30.0):
 
 
 def test_overload_503_retry_after(ankusa):
-    s = ankusa(config={"batcher": {"max_queue": 4}}, env={"ANKUSA_TEST_COMMIT_DELAY_MS": "500"})
+    # the tenant's own share is the whole queue here: this is the node's bound (503)
+    s = ankusa(config={"batcher": {"max_queue": 4, "tenant_max_queue": 4}},
+               env={"ANKUSA_TEST_COMMIT_DELAY_MS": "500"})
     bodies = [b"ov-%d-" % i + os.urandom(8) for i in range(16)]
     results, spread = fire_concurrently(s.http_port, bodies)
     ok, over = {}, []

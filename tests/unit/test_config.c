@@ -76,6 +76,8 @@ Test(config, defaults_from_empty_document) {
   cr_expect_eq(cfg->batcher_max_delay_ms, 0);
   cr_expect_eq(cfg->batcher_max_queue, 10000);
   cr_expect_eq(cfg->batcher_max_queue_bytes, 268435456);
+  cr_expect_eq(cfg->batcher_tenant_max_queue, 2500, "a quarter of max_queue");
+  cr_expect_eq(cfg->batcher_tenant_max_queue_bytes, 67108864);
   cr_expect_eq(cfg->wal_type, AK_WAL_DISK);
   cr_expect_str_eq(ak_config_wal_text(cfg->wal_type), "disk");
   cr_expect_eq(cfg->dispatch_batch, 128);
@@ -107,9 +109,12 @@ Test(config, defaults_from_empty_document) {
               "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
               "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000},"
               "\"store_headers\":{\"drop\":[],\"hash\":[],\"keep\":[]},"
+              "\"rate_limits\":{\"default\":null,\"tenants\":{}},"
+              "\"admission\":{\"per_ip\":null,\"node\":null,\"source_bytes\":null,\"trusted_proxies\":[],"
+              "\"max_addresses\":65536},"
               "\"quarantine\":{\"burst\":100,\"rate\":20,\"max_bytes\":1073741824},"
               "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,"
-              "\"max_queue_bytes\":268435456},"
+              "\"max_queue_bytes\":268435456,\"tenant_max_queue\":2500,\"tenant_max_queue_bytes\":67108864},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,"
               "\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,"
               "\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,"
@@ -319,7 +324,7 @@ Test(config, admin_ip) {
 /* ---------------------------------------------------------------- not yet ---- */
 
 Test(config, not_supported_sections) {
-  const char *sections[] = {"routes", "rate_limits", "storage",
+  const char *sections[] = {"routes", "storage",
                             "claim_check", "backup", "source_store", "lifecycle"};
   for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
     char yaml[128], want[160];
@@ -898,7 +903,7 @@ Test(config, load_file_errors_name_the_path) {
 
 Test(config, root_options_table) {
   const ak_opt_t *rows = ak_config_root_options();
-  const char *want[] = {"node", "log", "http", "admin", "store_headers", "routes", "rate_limits", "quarantine", "batcher",
+  const char *want[] = {"node", "log", "http", "admin", "store_headers", "routes", "rate_limits", "admission", "quarantine", "batcher",
                         "dispatch", "egress", "wal", "dedupe", "storage", "claim_check", "backup", "sources", "source_store",
                         "lifecycle"};
   size_t n = 0;
@@ -908,4 +913,85 @@ Test(config, root_options_table) {
     n++;
   }
   cr_expect_eq(n, sizeof want / sizeof want[0]);
+}
+
+/* ------------------------------------------------- rate_limits and admission ---- */
+
+Test(config, rate_limits_ankusa_file_loads_unchanged) {
+  ak_config_t *cfg = load_ok("rate_limits:\n"
+                             "  default: {rate: 50, burst: 100}\n"
+                             "  tenants:\n"
+                             "    acme: {rate: \"0.5\", burst: \"2\"}\n"
+                             "    globex: {rate: 200, burst: 400}\n");
+  json_t *rl = json_object_get(cfg->effective, "rate_limits");
+  expect_json(json_object_get(rl, "default"), "{\"rate\":50,\"burst\":100,\"max_body_bytes\":null}");
+  expect_json(json_object_get(json_object_get(rl, "tenants"), "acme"),
+              "{\"rate\":0.5,\"burst\":2,\"max_body_bytes\":null}");
+  ak_config_free(cfg);
+  cfg = load_ok("rate_limits:\n  default:\n  tenants: {}\n");
+  expect_json(json_object_get(cfg->effective, "rate_limits"), "{\"default\":null,\"tenants\":{}}");
+  ak_config_free(cfg);
+}
+
+Test(config, rate_limits_additions) {
+  ak_config_t *cfg = load_ok("rate_limits:\n"
+                             "  tenants:\n"
+                             "    acme: {rate: 5, burst: 10, bytes: {rate: 1048576, burst: 4194304}, max_body_bytes: 65536}\n"
+                             "    bulk: {bytes: {rate: 1000, burst: 1000}}\n"
+                             "    small: {max_body_bytes: 1000}\n");
+  expect_json(json_object_get(json_object_get(json_object_get(cfg->effective, "rate_limits"), "tenants"), "acme"),
+              "{\"rate\":5,\"burst\":10,\"bytes\":{\"rate\":1048576,\"burst\":4194304},\"max_body_bytes\":65536}");
+  ak_config_free(cfg);
+}
+
+Test(config, rate_limits_errors) {
+  expect_err("rate_limits:\n  default: {rate: 1}\n", "rate_limits.default: missing required key \"burst\"");
+  expect_err("rate_limits:\n  default: {}\n", "rate_limits.default: missing required key \"rate\"");
+  expect_err("rate_limits:\n  tenants:\n    a: {burst: 2}\n", "rate_limits.tenants.a: missing required key \"rate\"");
+  expect_err("rate_limits:\n  tenants:\n    a: {rate: 0, burst: 2}\n", "rate_limits.tenants.a.rate must be a number > 0");
+  expect_err("rate_limits:\n  tenants:\n    a: {rate: -1, burst: 2}\n",
+             "rate_limits.tenants.a.rate must be non-negative, got -1");
+  expect_err("rate_limits:\n  tenants:\n    a: {rate: 1, burst: 0}\n",
+             "rate_limits.tenants.a.burst must be positive, got 0");
+  expect_err("rate_limits:\n  tenants:\n    a: {rate: x, burst: 1}\n",
+             "rate_limits.tenants.a.rate: expected a number, got \"x\"");
+  expect_err("rate_limits:\n  tenants:\n    a: {rate: 1, burst: 1, scope: fleet}\n",
+             "rate_limits.tenants.a: unknown key \"scope\"");
+  expect_err("rate_limits:\n  tenants:\n    a: {bytes: {rate: 1}}\n",
+             "rate_limits.tenants.a.bytes: missing required key \"burst\"");
+  expect_err("rate_limits:\n  tenants:\n    \"a b\": {rate: 1, burst: 1}\n",
+             "rate_limits.tenants: invalid tenant id \"a b\"; expected [A-Za-z0-9_-]{1,64}");
+  expect_err("rate_limits:\n  burst: 1\n", "rate_limits: unknown key \"burst\"");
+}
+
+Test(config, admission_keys) {
+  ak_config_t *cfg = load_ok("admission:\n"
+                             "  per_ip: {rate: 10, burst: 20}\n"
+                             "  trusted_proxies: [127.0.0.1, \"10.0.0.0/8\", \"fd00::/8\"]\n"
+                             SRC "    admission_bytes: {rate: 1000, burst: 2000}\n");
+  expect_json(json_object_get(cfg->effective, "admission"),
+              "{\"per_ip\":{\"rate\":10,\"burst\":20},\"node\":null,\"source_bytes\":null,"
+              "\"trusted_proxies\":[\"127.0.0.1\",\"10.0.0.0/8\",\"fd00::/8\"],\"max_addresses\":65536}");
+  ak_config_free(cfg);
+  expect_err("admission:\n  node: {rate: 0, burst: 1}\n", "admission.node.rate must be a number > 0");
+  expect_err("admission:\n  per_ip: {rate: 1}\n", "admission.per_ip: missing required key \"burst\"");
+  expect_err("admission:\n  trusted_proxies: [\"10.0.0.1/8\"]\n",
+             "admission.trusted_proxies[0]: \"10.0.0.1/8\" has host bits set beyond its prefix");
+  expect_err("admission:\n  trusted_proxies: [proxy.local]\n",
+             "admission.trusted_proxies[0]: \"proxy.local\" is not an address or CIDR");
+  expect_err("admission:\n  max_addresses: 4\n", "admission.max_addresses must be between 8 and 16777216, got 4");
+  expect_err(SRC "    admission_bytes: {rate: 0, burst: 1}\n", "sources.a.admission_bytes.rate must be a number > 0");
+}
+
+Test(config, tenant_share_of_the_queue) {
+  ak_config_t *cfg = load_ok("batcher: {max_queue: 100, max_queue_bytes: 1000, tenant_max_queue: 100}\n");
+  cr_expect_eq(cfg->batcher_tenant_max_queue, 100);
+  cr_expect_eq(cfg->batcher_tenant_max_queue_bytes, 250);
+  ak_config_free(cfg);
+  cfg = load_ok("batcher: {max_queue: 3}\n");
+  cr_expect_eq(cfg->batcher_tenant_max_queue, 1, "never below one record");
+  ak_config_free(cfg);
+  expect_err("batcher: {max_queue: 100, tenant_max_queue: 101}\n",
+             "batcher.tenant_max_queue must be between 1 and 100 (batcher.max_queue), got 101");
+  expect_err("batcher: {tenant_max_queue_bytes: 0}\n", "batcher.tenant_max_queue_bytes must be positive, got 0");
 }

@@ -1,0 +1,390 @@
+/* Entries (default, config tenants, overrides) are resolved into GCRA parameters once,
+ * when they are loaded or set; a charge copies the tenant's entry under a read lock (no
+ * lock at all while no override exists) and takes both lanes from the bucket table in
+ * one step. Config entries never change after start; overrides change only through
+ * put/delete, which write the store before they touch memory. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/gcra.h"
+#include "core/log.h"
+#include "core/ratetable.h"
+#include "edge/quota.h"
+#include "store/store.h"
+
+typedef struct entry {
+  char *tenant;
+  size_t tlen;
+  ak_ratelimit_t lim;
+  ak_gcra_t hooks, bytes;
+} entry_t;
+
+struct ak_quota {
+  ak_store_t *store;          /* NULL for a bare quota: overrides live in memory only */
+  bool has_default;
+  entry_t def;
+  entry_t *cfg;               /* rate_limits.tenants, sorted by tenant */
+  size_t ncfg;
+  pthread_rwlock_t mu;        /* guards ovr */
+  entry_t *ovr;               /* overrides, sorted by tenant */
+  size_t novr, ovr_cap;
+  _Atomic size_t novr_hint;   /* novr, read without the lock to skip it when zero */
+  _Atomic int any;            /* some limit exists: default, a config tenant or an override */
+  pthread_mutex_t admin_mu;   /* one put/delete at a time: store row and memory change together */
+  ak_ratetable_t *table;
+};
+
+static void entry_set(entry_t *e, const ak_ratelimit_t *l) {
+  e->lim = *l;
+  if (l->hooks.rate > 0) ak_gcra_init(&e->hooks, l->hooks.rate, (double)l->hooks.burst);
+  if (l->bytes.rate > 0) ak_gcra_init(&e->bytes, l->bytes.rate, (double)l->bytes.burst);
+}
+
+static int cmp_tenant(const char *a, size_t al, const char *b, size_t bl) {
+  int c = memcmp(a, b, al < bl ? al : bl);
+  if (c) return c;
+  return al < bl ? -1 : al > bl ? 1 : 0;
+}
+
+/* Index of tenant in a sorted array, or the insertion point with *found false. */
+static size_t search(const entry_t *v, size_t n, const char *t, size_t tl, bool *found) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = cmp_tenant(v[mid].tenant, v[mid].tlen, t, tl);
+    if (c == 0) {
+      *found = true;
+      return mid;
+    }
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  *found = false;
+  return lo;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+  const entry_t *x = a, *y = b;
+  return cmp_tenant(x->tenant, x->tlen, y->tenant, y->tlen);
+}
+
+static void update_any(ak_quota_t *q) {
+  atomic_store(&q->any, q->has_default || q->ncfg > 0 || atomic_load(&q->novr_hint) > 0);
+}
+
+static ak_quota_t *build(const json_t *rl) {
+  ak_quota_t *q = calloc(1, sizeof *q);
+  if (!q) return NULL;
+  pthread_rwlock_init(&q->mu, NULL);
+  pthread_mutex_init(&q->admin_mu, NULL);
+  q->table = ak_ratetable_new(AK_QUOTA_TABLE_SLOTS, 0);
+  if (!q->table) {
+    ak_quota_free(q);
+    return NULL;
+  }
+  ak_ratelimit_t l;
+  const json_t *def = json_object_get(rl, "default");
+  if (json_is_object(def) && ak_ratelimit_parse(def, &l, NULL, 0, NULL, 0) == 0) {
+    q->has_default = true;
+    entry_set(&q->def, &l);
+  }
+  const json_t *tenants = json_object_get(rl, "tenants");
+  q->cfg = calloc(json_object_size(tenants) + 1, sizeof *q->cfg);
+  if (!q->cfg) {
+    ak_quota_free(q);
+    return NULL;
+  }
+  const char *t;
+  json_t *e;
+  json_object_foreach((json_t *)tenants, t, e) {
+    if (ak_ratelimit_parse(e, &l, NULL, 0, NULL, 0) != 0) continue; /* the loader refused it already */
+    entry_t *en = &q->cfg[q->ncfg];
+    if (!(en->tenant = strdup(t))) continue;
+    en->tlen = strlen(t);
+    entry_set(en, &l);
+    q->ncfg++;
+  }
+  qsort(q->cfg, q->ncfg, sizeof *q->cfg, cmp_entry);
+  update_any(q);
+  return q;
+}
+
+ak_quota_t *ak_quota_new_raw(const json_t *rate_limits) { return build(rate_limits); }
+
+/* In memory, sorted; caller holds the write lock. */
+static int ovr_set(ak_quota_t *q, const char *t, size_t tl, const ak_ratelimit_t *l) {
+  bool found;
+  size_t i = search(q->ovr, q->novr, t, tl, &found);
+  if (found) {
+    entry_set(&q->ovr[i], l);
+    return 0;
+  }
+  if (q->novr == q->ovr_cap) {
+    size_t nc = q->ovr_cap ? q->ovr_cap * 2 : 16;
+    entry_t *nv = realloc(q->ovr, nc * sizeof *nv);
+    if (!nv) return -1;
+    q->ovr = nv;
+    q->ovr_cap = nc;
+  }
+  char *copy = strndup(t, tl);
+  if (!copy) return -1;
+  memmove(&q->ovr[i + 1], &q->ovr[i], (q->novr - i) * sizeof *q->ovr);
+  memset(&q->ovr[i], 0, sizeof q->ovr[i]);
+  q->ovr[i].tenant = copy;
+  q->ovr[i].tlen = tl;
+  entry_set(&q->ovr[i], l);
+  q->novr++;
+  atomic_store(&q->novr_hint, q->novr);
+  return 0;
+}
+
+typedef struct {
+  ak_quota_t *q;
+  char *err;
+} load_ctx_t;
+
+static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  load_ctx_t *lc = ctx;
+  size_t pl = strlen(AK_KEY_RATE_LIMIT);
+  const char *t = k + pl;
+  size_t tl = kl - pl;
+  json_t *j = json_loadb(v, vl, JSON_REJECT_DUPLICATES, NULL);
+  ak_ratelimit_t l;
+  char field[64] = "", msg[96] = "";
+  if (tl == 0 || tl > 64 || !j || ak_ratelimit_parse(j, &l, field, sizeof field, msg, sizeof msg) != 0 ||
+      ovr_set(lc->q, t, tl, &l) != 0) {
+    if (asprintf(&lc->err, "rate-limit override %s%.*s in the store cannot be read (%s%s%s)", AK_KEY_RATE_LIMIT,
+                 (int)(tl > 64 ? 64 : tl), t, field, *field ? " " : "", *msg ? msg : "damaged") < 0)
+      lc->err = NULL;
+    json_decref(j);
+    return 1;
+  }
+  json_decref(j);
+  return 0;
+}
+
+ak_quota_t *ak_quota_new(ak_instance_t *inst, char **err) {
+  *err = NULL;
+  ak_quota_t *q = build(json_object_get(inst->cfg->effective, "rate_limits"));
+  if (!q) {
+    *err = strdup("out of memory");
+    return NULL;
+  }
+  q->store = inst->store;
+  load_ctx_t lc = {q, NULL};
+  int rc = ak_store_scan(q->store, AK_CF_DEFAULT, AK_KEY_RATE_LIMIT, strlen(AK_KEY_RATE_LIMIT), load_one, &lc);
+  if (rc != 0 || lc.err) {
+    *err = lc.err ? lc.err : strdup("the rate-limit overrides cannot be read from the store");
+    ak_quota_free(q);
+    return NULL;
+  }
+  update_any(q);
+  return q;
+}
+
+static void free_entries(entry_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i].tenant);
+  free(v);
+}
+
+void ak_quota_free(ak_quota_t *q) {
+  if (!q) return;
+  free_entries(q->cfg, q->ncfg);
+  free_entries(q->ovr, q->novr);
+  ak_ratetable_free(q->table);
+  pthread_rwlock_destroy(&q->mu);
+  pthread_mutex_destroy(&q->admin_mu);
+  free(q);
+}
+
+/* The entry in force, copied out (tenant pointer cleared). */
+static ak_quota_source_t resolve(ak_quota_t *q, const char *t, size_t tl, entry_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!atomic_load(&q->any)) return AK_QUOTA_NONE;
+  bool found = false;
+  if (atomic_load(&q->novr_hint) > 0) {
+    pthread_rwlock_rdlock(&q->mu);
+    size_t i = search(q->ovr, q->novr, t, tl, &found);
+    if (found) *out = q->ovr[i];
+    pthread_rwlock_unlock(&q->mu);
+    if (found) {
+      out->tenant = NULL;
+      return AK_QUOTA_OVERRIDE;
+    }
+  }
+  size_t i = search(q->cfg, q->ncfg, t, tl, &found);
+  if (found) {
+    *out = q->cfg[i];
+    out->tenant = NULL;
+    return AK_QUOTA_CONFIG;
+  }
+  if (q->has_default) {
+    *out = q->def;
+    out->tenant = NULL;
+    return AK_QUOTA_DEFAULT;
+  }
+  return AK_QUOTA_NONE;
+}
+
+ak_quota_source_t ak_quota_lookup(ak_quota_t *q, const char *tenant, size_t tlen, ak_ratelimit_t *out) {
+  entry_t e;
+  ak_quota_source_t s = resolve(q, tenant, tlen, &e);
+  *out = e.lim;
+  return s;
+}
+
+int64_t ak_quota_max_body(ak_quota_t *q, const char *tenant, size_t tlen) {
+  entry_t e;
+  if (!q || resolve(q, tenant, tlen, &e) == AK_QUOTA_NONE) return 0;
+  return e.lim.max_body_bytes;
+}
+
+static size_t lanes(const entry_t *e, size_t body_len, const ak_gcra_t *p[2], double cost[2]) {
+  p[0] = e->lim.hooks.rate > 0 ? &e->hooks : NULL;
+  p[1] = e->lim.bytes.rate > 0 ? &e->bytes : NULL;
+  cost[0] = 1;
+  cost[1] = (double)body_len;
+  return (p[0] || p[1]) ? 2 : 0;
+}
+
+bool ak_quota_take(ak_quota_t *q, const char *tenant, size_t tlen, size_t body_len, int64_t now_ns,
+                   int64_t *retry_ns) {
+  if (retry_ns) *retry_ns = 0;
+  entry_t e;
+  if (!q || resolve(q, tenant, tlen, &e) == AK_QUOTA_NONE) return true;
+  const ak_gcra_t *p[2];
+  double cost[2];
+  if (!lanes(&e, body_len, p, cost)) return true;
+  uint8_t key[16];
+  ak_ratetable_key(q->table, tenant, tlen, key);
+  return ak_ratetable_take(q->table, key, p, cost, 2, now_ns, retry_ns);
+}
+
+void ak_quota_refund(ak_quota_t *q, const char *tenant, size_t tlen, size_t body_len) {
+  entry_t e;
+  if (!q || resolve(q, tenant, tlen, &e) == AK_QUOTA_NONE) return;
+  const ak_gcra_t *p[2];
+  double cost[2];
+  if (!lanes(&e, body_len, p, cost)) return;
+  uint8_t key[16];
+  ak_ratetable_key(q->table, tenant, tlen, key);
+  ak_ratetable_refund(q->table, key, p, cost, 2);
+}
+
+/* ---------------------------------------------------------------- admin API ---- */
+
+static const char *const source_names[] = {"none", "default", "config", "override"};
+
+static json_t *view(const char *tenant, size_t tlen, const ak_ratelimit_t *l, ak_quota_source_t src) {
+  json_t *o = json_object();
+  json_object_set_new(o, "tenant", json_stringn(tenant, tlen));
+  json_t *lj = ak_ratelimit_json(l);
+  json_object_update(o, lj);
+  json_decref(lj);
+  json_object_set_new(o, "source", json_string(source_names[src]));
+  return o;
+}
+
+json_t *ak_quota_tenant_json(ak_quota_t *q, const char *tenant) {
+  ak_ratelimit_t l;
+  ak_quota_source_t s = ak_quota_lookup(q, tenant, strlen(tenant), &l);
+  return view(tenant, strlen(tenant), &l, s);
+}
+
+json_t *ak_quota_list_json(ak_quota_t *q) {
+  json_t *arr = json_array();
+  pthread_rwlock_rdlock(&q->mu);
+  size_t i = 0, k = 0;
+  while (i < q->ncfg || k < q->novr) {
+    int c = i == q->ncfg ? 1 : k == q->novr ? -1
+                                            : cmp_tenant(q->cfg[i].tenant, q->cfg[i].tlen, q->ovr[k].tenant,
+                                                         q->ovr[k].tlen);
+    if (c < 0) {
+      json_array_append_new(arr, view(q->cfg[i].tenant, q->cfg[i].tlen, &q->cfg[i].lim, AK_QUOTA_CONFIG));
+      i++;
+      continue;
+    }
+    json_array_append_new(arr, view(q->ovr[k].tenant, q->ovr[k].tlen, &q->ovr[k].lim, AK_QUOTA_OVERRIDE));
+    if (c == 0) i++; /* the override wins over the file */
+    k++;
+  }
+  pthread_rwlock_unlock(&q->mu);
+  json_t *def = q->has_default ? ak_ratelimit_json(&q->def.lim) : json_null();
+  return json_pack("{s:o,s:o}", "default", def, "tenants", arr);
+}
+
+static void reset(ak_quota_t *q, const char *tenant) {
+  uint8_t key[16];
+  ak_ratetable_key(q->table, tenant, strlen(tenant), key);
+  ak_ratetable_reset(q->table, key);
+}
+
+/* One synced put or delete of rl:<tenant>. */
+static int store_row(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l) {
+  if (!q->store) return 0;
+  char key[80];
+  int kl = snprintf(key, sizeof key, "%s%s", AK_KEY_RATE_LIMIT, tenant);
+  if (kl < 0 || (size_t)kl >= sizeof key || ak_store_pin(q->store) != 0) return -1;
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  char *text = NULL;
+  if (l) {
+    json_t *j = ak_ratelimit_json(l);
+    text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (text) rocksdb_writebatch_put_cf(wb, ak_store_cf(q->store, AK_CF_DEFAULT), key, (size_t)kl, text, strlen(text));
+  } else {
+    rocksdb_writebatch_delete_cf(wb, ak_store_cf(q->store, AK_CF_DEFAULT), key, (size_t)kl);
+  }
+  ak_wf_class_t cls = AK_WF_OTHER;
+  char *err = NULL;
+  int rc = (l && !text) ? -1 : ak_store_write_pinned(q->store, wb, true, &cls, &err);
+  ak_store_unpin(q->store);
+  rocksdb_writebatch_destroy(wb);
+  free(text);
+  if (rc != 0)
+    ak_log(AK_LOG_ERROR, "rate_limit", "rate-limit override write failed", "tenant=%s class=%s", tenant,
+           ak_wf_class_names[cls]);
+  free(err);
+  return rc;
+}
+
+int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l) {
+  pthread_mutex_lock(&q->admin_mu);
+  int rc = store_row(q, tenant, l);
+  if (rc == 0) {
+    pthread_rwlock_wrlock(&q->mu);
+    rc = ovr_set(q, tenant, strlen(tenant), l);
+    pthread_rwlock_unlock(&q->mu);
+    update_any(q);
+    reset(q, tenant);
+  }
+  pthread_mutex_unlock(&q->admin_mu);
+  return rc;
+}
+
+int ak_quota_delete(ak_quota_t *q, const char *tenant) {
+  size_t tl = strlen(tenant);
+  pthread_mutex_lock(&q->admin_mu);
+  bool found;
+  pthread_rwlock_rdlock(&q->mu);
+  search(q->ovr, q->novr, tenant, tl, &found);
+  pthread_rwlock_unlock(&q->mu);
+  int rc = found ? store_row(q, tenant, NULL) : 1;
+  if (rc == 0) {
+    pthread_rwlock_wrlock(&q->mu);
+    size_t i = search(q->ovr, q->novr, tenant, tl, &found);
+    if (found) {
+      free(q->ovr[i].tenant);
+      memmove(&q->ovr[i], &q->ovr[i + 1], (q->novr - i - 1) * sizeof *q->ovr);
+      q->novr--;
+      atomic_store(&q->novr_hint, q->novr);
+    }
+    pthread_rwlock_unlock(&q->mu);
+    update_any(q);
+    reset(q, tenant);
+  }
+  pthread_mutex_unlock(&q->admin_mu);
+  return rc;
+}

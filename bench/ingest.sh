@@ -230,6 +230,9 @@ ankusa_run() { # RUN_INDEX
 # written by bench/ingest.sh
 node:
   data_dir: $dir/data
+  # the ingest path alone: with the dispatcher running, each load would also pay for
+  # delivering the one before it (bench/deliver.sh measures ingest with delivery)
+  roles: [edge, storage]
 log:
   level: warning
 http:

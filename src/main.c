@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "admin/admin.h"
+#include "admin/audit.h"
 #include "core/config.h"
 #include "core/envelope.h"
 #include "core/gauges.h"
@@ -210,6 +211,14 @@ static int cmd_serve(const char *path) {
       goto out;
     }
   }
+  /* before everything an operator can change: each change writes its row */
+  inst.audit = ak_audit_open(&inst, &err);
+  if (!inst.audit || ak_audit_start(inst.audit) != 0) {
+    ak_log(AK_LOG_ERROR, "audit", "cannot open the audit trail", "reason=\"%s\"", err ? err : "no thread");
+    free(err);
+    exit_code = 1;
+    goto out;
+  }
   inst.pen = ak_pen_new(&inst);
   if (!inst.pen) {
     ak_log(AK_LOG_ERROR, "quarantine", "cannot read the quarantine pen's state from the store", NULL);
@@ -271,6 +280,10 @@ static int cmd_serve(const char *path) {
   }
   inst.edge = ak_edge_new(&inst);
   inst.admin = cfg->admin_enabled ? ak_admin_new(&inst) : NULL;
+  if (cfg->admin_enabled && !inst.admin) {
+    exit_code = AK_EXIT_CONFIG;
+    goto out;
+  }
   if (ak_writer_start(inst.writer) != 0) {
     ak_log(AK_LOG_ERROR, "writer", "cannot start the writer thread", NULL);
     exit_code = 1;
@@ -341,6 +354,7 @@ out:
   ak_pen_free(inst.pen);
   ak_dedupe_free(inst.dedupe);
   ak_quota_free(inst.quota);
+  ak_audit_free(inst.audit);
   for (size_t i = 0; inst.verifiers && i < cfg->nsources; i++) ak_verifier_free(inst.verifiers[i]);
   free(inst.verifiers);
   ak_store_free(inst.store);

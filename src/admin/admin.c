@@ -1,21 +1,28 @@
-/* Admin API: GET /health, /ready, /metrics, /v1/hooks/{id}; the quarantine pen (GET and
- * DELETE /v1/quarantine, release by POST /v1/replays kind quarantine); the dead-letter
- * set (GET /v1/dlq) and dlq replay jobs (POST/GET /v1/replays, GET/PATCH
- * /v1/replays/{id}), which dispatch/replay.c runs; tenant rate limits (GET /v1/rate-limits,
- * GET/PUT/DELETE /v1/tenants/{t}/rate-limit, edge/quota.c keeps them). Hooks are read from the store by id
- * (index 'i' -> seq -> hooks). Request bodies are read up to AK_ADMIN_MAX_BODY; never a
- * body from an unbounded read. */
+/* Admin API: the listener, the router and its one route table ({method, path pattern,
+ * scope, handler}: docs/admin-api.md is the same table), authentication and the scope and
+ * tenant checks that run before any handler, X-Request-Id, and the handlers of the
+ * node's own endpoints: /health, /ready, /metrics, /v1/config, /v1/wal, /v1/hooks/{id};
+ * the quarantine pen (GET and DELETE /v1/quarantine, release by POST /v1/replays kind
+ * quarantine); the dead-letter set (GET /v1/dlq) and dlq replay jobs (POST/GET
+ * /v1/replays, GET/PATCH /v1/replays/{id}), which dispatch/replay.c runs; tenant rate
+ * limits (GET /v1/rate-limits, GET/PUT/DELETE /v1/tenants/{t}/rate-limit, edge/quota.c
+ * keeps them); the audit trail (GET /v1/audit) and the log level (GET/PUT
+ * /v1/log-level). Request bodies are read up to AK_ADMIN_MAX_BODY, and only once the
+ * caller passed the checks; never a body from an unbounded read. Never answers a
+ * request that failed a check with anything but 401/403, and never echoes a token. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "admin/admin.h"
+#include "admin/api.h"
 #include "admin/ops.h"
+#include "core/clock.h"
 #include "core/envelope.h"
 #include "core/httpx.h"
-#include "core/clock.h"
 #include "core/log.h"
 #include "dispatch/replay.h"
 #include "edge/quota.h"
@@ -27,18 +34,128 @@
 
 #define AK_ADMIN_MAX_BODY 65536
 
-/* One admin request: the body read so far. */
+struct ak_admin {
+  ak_instance_t *inst;
+  ak_auth_t *auth;
+  struct MHD_Daemon *d;
+  int port;
+  pthread_mutex_t log_mu; /* PUT /v1/log-level: one change (and its row) at a time */
+};
+
+/* One admin request, from its first (headers-only) call to its completion. */
 typedef struct admin_req {
   char *body;
   size_t len;
   bool too_big;
+  bool refused; /* answered on the first call (401/403/404/400): the body is dropped */
+  const ak_admin_route_t *route;
+  const ak_principal_t *principal;
+  char tenant[AK_ADMIN_CAPTURE_MAX], id[AK_ADMIN_CAPTURE_MAX], name[AK_ADMIN_CAPTURE_MAX];
+  char request_id[AK_UUID_STR_LEN];
+  char client[64];
+  ak_audit_who_t who;
 } admin_req_t;
 
-struct ak_admin {
-  ak_instance_t *inst;
-  struct MHD_Daemon *d;
-  int port;
-};
+/* ------------------------------------------------------------------- replies ---- */
+
+enum MHD_Result ak_admin_reply(ak_admin_call_t *call, unsigned status, const char *ctype, const char *body,
+                               size_t len) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+  if (!r) return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  if (call->request_id) MHD_add_response_header(r, "X-Request-Id", call->request_id);
+  if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"ankusa-admin\"");
+  enum MHD_Result ret = MHD_queue_response(call->conn, status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+enum MHD_Result ak_admin_json(ak_admin_call_t *call, unsigned status, json_t *j) {
+  char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(j);
+  if (!s) return MHD_NO;
+  enum MHD_Result r = ak_admin_reply(call, status, "application/json", s, strlen(s));
+  free(s);
+  return r;
+}
+
+enum MHD_Result ak_admin_error(ak_admin_call_t *call, unsigned status, const char *code) {
+  return ak_admin_json(call, status, json_pack("{s:s}", "error", code));
+}
+
+static enum MHD_Result forbidden(ak_admin_call_t *call, ak_scope_t scope, const char *tenant) {
+  json_t *j = json_pack("{s:s,s:s}", "error", "forbidden", "scope", ak_auth_scope_name(scope));
+  if (tenant) json_object_set_new(j, "tenant", json_string(tenant));
+  return ak_admin_json(call, 403, j);
+}
+
+enum MHD_Result ak_admin_forbidden_tenant(ak_admin_call_t *call, const char *tenant) {
+  return forbidden(call, call->route ? call->route->scope : AK_SCOPE_OPEN, tenant ? tenant : "*");
+}
+
+const char *ak_admin_arg(ak_admin_call_t *call, const char *key) {
+  return MHD_lookup_connection_value(call->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *ak_admin_source_tenant(ak_instance_t *inst, const char *source_id) {
+  const ak_source_cfg_t *s = source_id ? ak_config_source(inst->cfg, source_id) : NULL;
+  return s ? s->tenant : NULL;
+}
+
+bool ak_admin_may_source(ak_admin_call_t *call, const char *source_id, const char **tenant) {
+  const char *t = ak_admin_source_tenant(call->inst, source_id);
+  if (tenant) *tenant = t;
+  return !t || ak_tenant_scope_has(call->scope, t, strlen(t));
+}
+
+static enum MHD_Result role_not_enabled(ak_admin_call_t *call, const char *role) {
+  return ak_admin_json(call, 409, json_pack("{s:s,s:s}", "error", "role_not_enabled", "role", role));
+}
+
+static enum MHD_Result invalid_filter(ak_admin_call_t *call, const char *field) {
+  return ak_admin_json(call, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", field));
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+  if (!s || !*s) return false;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || (s[0] != '-' && (s[0] < '0' || s[0] > '9'))) return false;
+  *out = v;
+  return true;
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* ------------------------------------------------------------------- probes ---- */
+
+static enum MHD_Result get_health(ak_admin_call_t *call) { return ak_http_health(call->inst, call->conn); }
+
+static enum MHD_Result get_ready(ak_admin_call_t *call) {
+  unsigned st;
+  return ak_http_ready(call->inst, call->conn, &st);
+}
+
+static enum MHD_Result get_metrics(ak_admin_call_t *call) {
+  ak_instance_t *inst = call->inst;
+  if (inst->writer) ak_writer_sample(inst->writer);
+  ak_pen_sample(inst->pen);
+  size_t len;
+  char *text = ak_metrics_render(inst->metrics, &len);
+  enum MHD_Result r = ak_admin_reply(call, 200, "text/plain; version=0.0.4", text, len);
+  free(text);
+  return r;
+}
+
+static enum MHD_Result get_config(ak_admin_call_t *call) {
+  return ak_admin_json(call, 200, ak_admin_config_view(call->inst));
+}
+
+static enum MHD_Result get_wal(ak_admin_call_t *call) { return ak_admin_json(call, 200, ak_admin_wal_view(call->inst)); }
+
+/* -------------------------------------------------------------------- hooks ---- */
 
 static json_t *strn(const char *s, size_t n) { return json_stringn_nocheck(s ? s : "", s ? n : 0); }
 
@@ -80,86 +197,78 @@ void *ak_admin_hook_json(const ak_envelope_t *env, int with_body) {
   return j;
 }
 
-static enum MHD_Result get_hook(ak_admin_t *a, struct MHD_Connection *c, const char *idtext) {
+/* GET /v1/hooks/{id}: read by id (index 'i' -> seq -> hooks). Another tenant's hook is
+ * "not found" to a scoped caller: an id names no tenant, so nothing is forbidden, and
+ * existence is not told. */
+static enum MHD_Result get_hook(ak_admin_call_t *call) {
+  ak_store_t *st = call->inst->store;
   uint8_t id[16];
-  if (!ak_uuid_parse(idtext, id)) return ak_http_error(c, 404, "hook_not_found", 0);
+  if (!ak_uuid_parse(call->id, id)) return ak_admin_error(call, 404, "hook_not_found");
   uint8_t ik[AK_ID_KEY_LEN];
   ak_key_id(ik, id);
   char *v = NULL;
   size_t vl = 0;
-  int rc = ak_store_get(a->inst->store, AK_CF_INDEX, ik, sizeof ik, &v, &vl);
-  if (rc < 0) return ak_http_error(c, 503, "store_unavailable", 1);
+  int rc = ak_store_get(st, AK_CF_INDEX, ik, sizeof ik, &v, &vl);
+  if (rc < 0) return ak_admin_error(call, 503, "store_unavailable");
   if (rc == 1 || vl != 8) {
     free(v);
-    return ak_http_error(c, 404, "hook_not_found", 0);
+    return ak_admin_error(call, 404, "hook_not_found");
   }
   uint8_t hk[AK_HOOK_KEY_LEN];
   ak_key_hook(hk, ak_get_u64((const uint8_t *)v));
   free(v);
-  rc = ak_store_get(a->inst->store, AK_CF_HOOKS, hk, sizeof hk, &v, &vl);
-  if (rc < 0) return ak_http_error(c, 503, "store_unavailable", 1);
-  if (rc == 1) return ak_http_error(c, 404, "hook_not_found", 0);
+  rc = ak_store_get(st, AK_CF_HOOKS, hk, sizeof hk, &v, &vl);
+  if (rc < 0) return ak_admin_error(call, 503, "store_unavailable");
+  if (rc == 1) return ak_admin_error(call, 404, "hook_not_found");
   ak_envelope_t env;
   if (ak_envelope_decode((const uint8_t *)v, vl, &env) != 0) {
     free(v);
-    ak_log(AK_LOG_ERROR, "admin", "stored hook record is damaged", "id=%s", idtext);
-    return ak_http_error(c, 500, "hook_damaged", 0);
+    ak_log(AK_LOG_ERROR, "admin", "stored hook record is damaged", "id=%s", call->id);
+    return ak_admin_error(call, 500, "hook_damaged");
   }
-  json_t *j = ak_admin_hook_json(&env, 1);
+  json_t *j = ak_tenant_scope_has(call->scope, env.tenant, env.tenant_len) ? ak_admin_hook_json(&env, 1) : NULL;
   ak_envelope_clear(&env);
   free(v);
-  return ak_http_json(c, 200, j, 0);
+  if (!j) return ak_admin_error(call, 404, "hook_not_found");
+  return ak_admin_json(call, 200, j);
 }
 
 /* ------------------------------------------------------------ quarantine pen ---- */
 
-static enum MHD_Result invalid_filter(struct MHD_Connection *c, const char *field) {
-  return ak_http_json(c, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", field), 0);
-}
-
-static bool parse_i64(const char *s, int64_t *out) {
-  if (!s || !*s) return false;
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || (s[0] != '-' && (s[0] < '0' || s[0] > '9'))) return false;
-  *out = v;
-  return true;
-}
-
-static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 /* source_id, id, since, until from the query string into f; NULL, or the bad field. */
-static const char *query_filter(struct MHD_Connection *c, ak_pen_filter_t *f, bool window) {
-  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source_id");
+static const char *query_filter(ak_admin_call_t *call, ak_pen_filter_t *f, bool window) {
+  const char *v = ak_admin_arg(call, "source_id");
   if (v) {
     if (!*v) return "source_id";
     f->source_id = v;
   }
   if (!window) return NULL;
-  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "id");
+  v = ak_admin_arg(call, "id");
   if (v) {
     if (!ak_uuid_parse(v, f->id)) return "id";
     f->has_id = true;
   }
-  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+  v = ak_admin_arg(call, "since");
   if (v && (!parse_i64(v, &f->since_ms) || f->since_ms < 0)) return "since";
-  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "until");
+  v = ak_admin_arg(call, "until");
   if (v && (!parse_i64(v, &f->until_ms) || f->until_ms < 0 || f->until_ms < f->since_ms)) return "until";
   return NULL;
 }
 
-static enum MHD_Result pen_list(ak_admin_t *a, struct MHD_Connection *c) {
+static enum MHD_Result pen_list(ak_admin_call_t *call) {
   ak_pen_filter_t f;
   ak_pen_filter_init(&f, 100);
-  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-  if (v && !parse_i64(v, &f.limit)) return invalid_filter(c, "limit");
+  const char *v = ak_admin_arg(call, "limit");
+  if (v && !parse_i64(v, &f.limit)) return invalid_filter(call, "limit");
   f.limit = clamp64(f.limit, 1, 1000);
-  const char *bad = query_filter(c, &f, false);
-  if (bad) return invalid_filter(c, bad);
+  const char *bad = query_filter(call, &f, false);
+  if (bad) return invalid_filter(call, bad);
+  const char *t;
+  if (!ak_admin_may_source(call, f.source_id, &t)) return ak_admin_forbidden_tenant(call, t);
+  f.tenants = call->scope;
   ak_pen_entry_t *es = NULL;
   size_t n = 0;
-  if (ak_pen_list(a->inst->store, &f, false, &es, &n) != 0) return ak_http_error(c, 503, "store_unavailable", 1);
+  if (ak_pen_list(call->inst->store, &f, false, &es, &n) != 0) return ak_admin_error(call, 503, "store_unavailable");
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
     char id[AK_UUID_STR_LEN];
@@ -171,22 +280,30 @@ static enum MHD_Result pen_list(ak_admin_t *a, struct MHD_Connection *c) {
                                          (json_int_t)es[i].size));
   }
   free(es);
-  return ak_http_json(c, 200, json_pack("{s:o}", "entries", arr), 0);
+  return ak_admin_json(call, 200, json_pack("{s:o}", "entries", arr));
 }
 
-static enum MHD_Result pen_purge(ak_admin_t *a, struct MHD_Connection *c) {
+static enum MHD_Result pen_purge(ak_admin_call_t *call) {
+  ak_instance_t *inst = call->inst;
   ak_pen_filter_t f;
   ak_pen_filter_init(&f, 1000);
-  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-  if (v && !parse_i64(v, &f.limit)) return invalid_filter(c, "limit");
+  const char *v = ak_admin_arg(call, "limit");
+  if (v && !parse_i64(v, &f.limit)) return invalid_filter(call, "limit");
   f.limit = clamp64(f.limit, 1, 10000);
-  const char *bad = query_filter(c, &f, true);
-  if (bad) return invalid_filter(c, bad);
-  if (!a->inst->pen) return ak_http_error(c, 503, "store_unavailable", 1);
+  const char *bad = query_filter(call, &f, true);
+  if (bad) return invalid_filter(call, bad);
+  const char *t;
+  if (!ak_admin_may_source(call, f.source_id, &t)) return ak_admin_forbidden_tenant(call, t);
+  f.tenants = call->scope;
+  f.who = call->who;
+  if (!inst->pen) return ak_admin_error(call, 503, "store_unavailable");
   int64_t deleted = 0, bytes = 0;
-  if (ak_pen_purge(a->inst->pen, a->inst->store, &f, &deleted, &bytes) != 0)
-    return ak_http_error(c, 503, "store_unavailable", 1);
-  return ak_http_json(c, 200, json_pack("{s:I,s:I}", "deleted", (json_int_t)deleted, "bytes", (json_int_t)bytes), 0);
+  if (ak_pen_purge(inst->pen, inst->store, &f, &deleted, &bytes) != 0)
+    return ak_admin_error(call, 503, "store_unavailable");
+  if (deleted)
+    ak_log(AK_LOG_INFO, "quarantine", "purged", "deleted=%lld bytes=%lld actor=%s request_id=%s", (long long)deleted,
+           (long long)bytes, call->who->actor, call->request_id);
+  return ak_admin_json(call, 200, json_pack("{s:I,s:I}", "deleted", (json_int_t)deleted, "bytes", (json_int_t)bytes));
 }
 
 /* The held hook as the verifier saw it at receive time: the stored headers, the query
@@ -210,17 +327,20 @@ static int pen_check(void *ctx, size_t source_index, const ak_envelope_t *env, i
   return (int)ak_verifier_check(inst->verifiers[source_index], &in);
 }
 
-static enum MHD_Result role_not_enabled(struct MHD_Connection *c, const char *role) {
-  return ak_http_json(c, 409, json_pack("{s:s,s:s}", "error", "role_not_enabled", "role", role), 0);
-}
+/* ------------------------------------------------------------- replay jobs ---- */
 
-/* POST /v1/replays kind dlq: a job the dispatch thread runs (dispatch/replay.c). */
-static enum MHD_Result post_dlq_replay(ak_admin_t *a, struct MHD_Connection *c, const ak_pen_filter_t *f,
-                                       int64_t rate, int64_t max_lag) {
-  ak_instance_t *inst = a->inst;
-  if (!(inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
-  if (!inst->replays) return ak_http_error(c, 503, "store_unavailable", 1);
-  ak_replay_filter_t rf = {.source_id = f->source_id, .has_id = f->has_id};
+/* POST /v1/replays kind dlq: a job the dispatch thread runs (dispatch/replay.c). A job
+ * moves rows of any tenant its filter matches, so a scoped caller must name a source of
+ * one of its tenants. */
+static enum MHD_Result post_dlq_replay(ak_admin_call_t *call, const ak_pen_filter_t *f, int64_t rate,
+                                       int64_t max_lag) {
+  ak_instance_t *inst = call->inst;
+  const char *tenant = NULL;
+  if (!ak_admin_may_source(call, f->source_id, &tenant) || (call->scope && !tenant))
+    return ak_admin_forbidden_tenant(call, tenant);
+  if (!(inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!inst->replays) return ak_admin_error(call, 503, "store_unavailable");
+  ak_replay_filter_t rf = {.source_id = f->source_id, .has_id = f->has_id, .who = call->who, .tenant = tenant};
   memcpy(rf.id, f->id, 16);
   rf.has_since = f->since_ms != INT64_MIN;
   rf.since_ms = f->since_ms;
@@ -229,27 +349,27 @@ static enum MHD_Result post_dlq_replay(ak_admin_t *a, struct MHD_Connection *c, 
   json_t *out = NULL;
   switch (ak_replays_create(inst->replays, &rf, rate, max_lag, &out)) {
   case AK_REPLAY_OK:
-    return ak_http_json(c, 202, out, 0);
+    return ak_admin_json(call, 202, out);
   case AK_REPLAY_EXISTS:
-    return ak_http_json(c, 200, out, 0);
+    return ak_admin_json(call, 200, out);
   case AK_REPLAY_TOO_MANY:
-    return ak_http_json(c, 409, json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE),
-                        0);
+    return ak_admin_json(call, 409,
+                         json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE));
   default:
-    return ak_http_error(c, 503, "store_unavailable", 1);
+    return ak_admin_error(call, 503, "store_unavailable");
   }
 }
 
 /* POST /v1/replays. Kind quarantine runs to completion in the request; kind dlq creates
  * a job. Both take the same filter keys (on received_at for quarantine, on dead-letter
  * time for dlq). */
-static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, const admin_req_t *r) {
-  if (!r->len) return invalid_filter(c, "kind");
+static enum MHD_Result post_replay(ak_admin_call_t *call) {
+  if (!call->body_len) return invalid_filter(call, "kind");
   json_error_t jerr;
-  json_t *b = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *b = json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, &jerr);
   if (!b || !json_is_object(b)) {
     json_decref(b);
-    return invalid_filter(c, "body");
+    return invalid_filter(call, "body");
   }
   const char *bad = NULL;
   const char *kind = json_string_value(json_object_get(b, "kind"));
@@ -292,30 +412,38 @@ static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, cons
   }
   if (!bad && f.until_ms < f.since_ms) bad = "until";
   if (bad) {
-    enum MHD_Result res = invalid_filter(c, bad);
+    enum MHD_Result res = invalid_filter(call, bad);
     json_decref(filter);
     json_decref(b);
     return res;
   }
   if (dlq) {
-    enum MHD_Result res = post_dlq_replay(a, c, &f, rate, max_lag);
+    enum MHD_Result res = post_dlq_replay(call, &f, rate, max_lag);
     json_decref(filter);
     json_decref(b); /* f.source_id pointed into b: the job keeps its own copy */
     return res;
   }
-  ak_instance_t *inst = a->inst;
-  if (!(inst->cfg->roles & AK_ROLE_EDGE)) {
+  ak_instance_t *inst = call->inst;
+  const char *t;
+  enum MHD_Result refused = MHD_NO;
+  bool refuse = true;
+  if (!ak_admin_may_source(call, f.source_id, &t)) refused = ak_admin_forbidden_tenant(call, t);
+  else if (!(inst->cfg->roles & AK_ROLE_EDGE)) refused = role_not_enabled(call, "edge");
+  else refuse = false;
+  if (refuse) {
     json_decref(filter);
     json_decref(b);
-    return role_not_enabled(c, "edge");
+    return refused;
   }
+  f.tenants = call->scope;
+  f.who = call->who;
   int64_t created = ak_now_ms();
   ak_pen_release_result_t res;
   int rc = inst->pen && inst->writer ? ak_pen_release(inst->pen, inst, &f, pen_check, inst, &res) : -1;
   json_decref(b); /* f.source_id pointed into b: not used past here */
   if (rc != 0) {
     json_decref(filter);
-    return ak_http_error(c, 503, "store_unavailable", 1);
+    return ak_admin_error(call, 503, "store_unavailable");
   }
   int64_t done = ak_now_ms();
   uint8_t rid[16];
@@ -328,32 +456,62 @@ static enum MHD_Result post_replay(ak_admin_t *a, struct MHD_Connection *c, cons
                         "finished_at", (json_int_t)done, "moved", (json_int_t)res.moved, "scanned",
                         (json_int_t)res.scanned, "skipped", (json_int_t)res.skipped, "delivered", (json_int_t)0,
                         "dead", (json_int_t)0, "error");
-  ak_log(AK_LOG_INFO, "quarantine", "release finished", "replay_id=%s scanned=%lld moved=%lld skipped=%lld", rids,
-         (long long)res.scanned, (long long)res.moved, (long long)res.skipped);
-  return ak_http_json(c, 202, j, 0);
+  ak_log(AK_LOG_INFO, "quarantine", "release finished",
+         "replay_id=%s scanned=%lld moved=%lld skipped=%lld actor=%s request_id=%s", rids, (long long)res.scanned,
+         (long long)res.moved, (long long)res.skipped, call->who->actor, call->request_id);
+  return ak_admin_json(call, 202, j);
 }
 
-/* GET /v1/replays and GET /v1/replays/{id}: dlq jobs (a quarantine release finishes in
- * its request and is not kept). */
-static enum MHD_Result get_replays(ak_admin_t *a, struct MHD_Connection *c, const char *idtext) {
-  if (!(a->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
-  if (!a->inst->replays) return ak_http_error(c, 503, "store_unavailable", 1);
-  if (!idtext) return ak_http_json(c, 200, ak_replays_list(a->inst->replays), 0);
+/* A job as the caller may see it: its source's tenant in scope (a job with no source
+ * filter touches every tenant). NULL (and j released) when hidden. */
+static json_t *visible_job(ak_admin_call_t *call, json_t *j, const char **tenant) {
+  const char *src = json_string_value(json_object_get(json_object_get(j, "filter"), "source_id"));
+  const char *t = ak_admin_source_tenant(call->inst, src);
+  if (tenant) *tenant = t;
+  if (call->scope && (!t || !ak_tenant_scope_has(call->scope, t, strlen(t)))) {
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
+/* GET /v1/replays: dlq jobs (a quarantine release finishes in its request and is not
+ * kept), newest first. */
+static enum MHD_Result list_replays(ak_admin_call_t *call) {
+  if (!(call->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!call->inst->replays) return ak_admin_error(call, 503, "store_unavailable");
+  json_t *all = ak_replays_list(call->inst->replays);
+  if (call->scope) {
+    json_t *arr = json_object_get(all, "replays"), *keep = json_array();
+    size_t i;
+    json_t *j;
+    json_array_foreach(arr, i, j) {
+      json_t *v = visible_job(call, json_incref(j), NULL);
+      if (v) json_array_append_new(keep, v);
+    }
+    json_object_set_new(all, "replays", keep);
+  }
+  return ak_admin_json(call, 200, all);
+}
+
+static enum MHD_Result get_replay(ak_admin_call_t *call) {
+  if (!(call->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!call->inst->replays) return ak_admin_error(call, 503, "store_unavailable");
   uint8_t id[16];
-  json_t *j = ak_uuid_parse(idtext, id) ? ak_replays_get(a->inst->replays, id) : NULL;
-  if (!j) return ak_http_error(c, 404, "replay_not_found", 0);
-  return ak_http_json(c, 200, j, 0);
+  json_t *j = ak_uuid_parse(call->id, id) ? ak_replays_get(call->inst->replays, id) : NULL;
+  if (j) j = visible_job(call, j, NULL);
+  if (!j) return ak_admin_error(call, 404, "replay_not_found");
+  return ak_admin_json(call, 200, j);
 }
 
 /* PATCH /v1/replays/{id} {state?, rate?, max_lag_ms?} */
-static enum MHD_Result patch_replay(ak_admin_t *a, struct MHD_Connection *c, const char *idtext,
-                                    const admin_req_t *r) {
-  json_t *b = r->len ? json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+static enum MHD_Result patch_replay(ak_admin_call_t *call) {
+  json_t *b = call->body_len ? json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
   if (!b || !json_is_object(b)) {
     json_decref(b);
-    return invalid_filter(c, "body");
+    return invalid_filter(call, "body");
   }
-  ak_replay_patch_t p = {.state = -1};
+  ak_replay_patch_t p = {.state = -1, .who = call->who};
   const char *bad = NULL, *key;
   json_t *val;
   json_object_foreach(b, key, val) {
@@ -376,96 +534,262 @@ static enum MHD_Result patch_replay(ak_admin_t *a, struct MHD_Connection *c, con
   }
   enum MHD_Result res;
   if (bad) {
-    res = invalid_filter(c, bad);
+    res = invalid_filter(call, bad);
     json_decref(b);
     return res;
   }
   json_decref(b);
-  if (!(a->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
-  if (!a->inst->replays) return ak_http_error(c, 503, "store_unavailable", 1);
+  ak_instance_t *inst = call->inst;
+  if (!(inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!inst->replays) return ak_admin_error(call, 503, "store_unavailable");
   uint8_t id[16];
-  if (!ak_uuid_parse(idtext, id)) return ak_http_error(c, 404, "replay_not_found", 0);
+  json_t *cur = ak_uuid_parse(call->id, id) ? ak_replays_get(inst->replays, id) : NULL;
+  if (cur) cur = visible_job(call, cur, &p.tenant);
+  if (!cur) return ak_admin_error(call, 404, "replay_not_found");
   json_t *out = NULL;
-  switch (ak_replays_patch(a->inst->replays, id, &p, &out)) {
+  ak_replay_result_t rr = ak_replays_patch(inst->replays, id, &p, &out);
+  json_decref(cur); /* p.tenant points into the config, not into cur */
+  switch (rr) {
   case AK_REPLAY_OK:
-    return ak_http_json(c, 200, out, 0);
+    return ak_admin_json(call, 200, out);
   case AK_REPLAY_NOT_FOUND:
-    return ak_http_error(c, 404, "replay_not_found", 0);
+    return ak_admin_error(call, 404, "replay_not_found");
   case AK_REPLAY_FINISHED:
-    return ak_http_error(c, 409, "replay_finished", 0);
+    return ak_admin_error(call, 409, "replay_finished");
   default:
-    return ak_http_error(c, 503, "store_unavailable", 1);
+    return ak_admin_error(call, 503, "store_unavailable");
   }
 }
 
 /* GET /v1/dlq?source_id=&since=&limit= */
-static enum MHD_Result dlq_list(ak_admin_t *a, struct MHD_Connection *c) {
+static enum MHD_Result dlq_list(ak_admin_call_t *call) {
   int64_t since = -1, limit = 100;
-  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
-  if (v && (!parse_i64(v, &since) || since < 0)) return invalid_filter(c, "since");
-  v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-  if (v && !parse_i64(v, &limit)) return invalid_filter(c, "limit");
+  const char *v = ak_admin_arg(call, "since");
+  if (v && (!parse_i64(v, &since) || since < 0)) return invalid_filter(call, "since");
+  v = ak_admin_arg(call, "limit");
+  if (v && !parse_i64(v, &limit)) return invalid_filter(call, "limit");
   limit = clamp64(limit, 0, 1000);
-  const char *source = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source_id");
-  if (source && !*source) return invalid_filter(c, "source_id");
-  if (!(a->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(c, "dispatch");
+  const char *source = ak_admin_arg(call, "source_id");
+  if (source && !*source) return invalid_filter(call, "source_id");
+  const char *t;
+  if (!ak_admin_may_source(call, source, &t)) return ak_admin_forbidden_tenant(call, t);
+  if (!(call->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
   json_t *out = NULL;
-  if (ak_replays_dlq_list(a->inst->store, source, since, limit, &out) != 0)
-    return ak_http_error(c, 503, "store_unavailable", 1);
-  return ak_http_json(c, 200, out, 0);
+  if (ak_replays_dlq_list(call->inst->store, source, call->scope, since, limit, &out) != 0)
+    return ak_admin_error(call, 503, "store_unavailable");
+  return ak_admin_json(call, 200, out);
 }
 
 /* ------------------------------------------------------------ rate limits ---- */
 
-/* "/v1/tenants/{t}/rate-limit" -> t (into buf); NULL for any other path. */
-static const char *rate_limit_tenant(const char *url, char *buf, size_t n) {
-  static const char pre[] = "/v1/tenants/", post[] = "/rate-limit";
-  size_t ul = strlen(url), pl = sizeof pre - 1, sl = sizeof post - 1;
-  if (ul <= pl + sl || strncmp(url, pre, pl) || strcmp(url + ul - sl, post)) return NULL;
-  size_t tl = ul - pl - sl;
-  if (tl >= n) tl = n - 1;
-  memcpy(buf, url + pl, tl);
-  buf[tl] = 0;
-  return buf;
+static enum MHD_Result rate_limit_gate(ak_admin_call_t *call) {
+  if (!(call->inst->cfg->roles & AK_ROLE_EDGE)) return role_not_enabled(call, "edge");
+  return ak_admin_error(call, 503, "store_unavailable");
 }
 
-static enum MHD_Result rate_limit(ak_admin_t *a, struct MHD_Connection *c, const char *tenant, const char *method,
-                                  const admin_req_t *r) {
-  ak_instance_t *inst = a->inst;
-  if (!(inst->cfg->roles & AK_ROLE_EDGE)) return role_not_enabled(c, "edge");
-  if (!inst->quota) return ak_http_error(c, 503, "store_unavailable", 1);
-  if (!ak_tenant_valid(tenant, strlen(tenant))) return ak_http_error(c, 400, "invalid_tenant", 0);
-  if (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
-    return ak_http_json(c, 200, ak_quota_tenant_json(inst->quota, tenant), 0);
-  if (!strcmp(method, "DELETE")) {
-    int rc = ak_quota_delete(inst->quota, tenant);
-    if (rc == 1) return ak_http_error(c, 404, "rate_limit_not_found", 0);
-    if (rc != 0) return ak_http_error(c, 503, "store_unavailable", 1);
-    ak_log(AK_LOG_INFO, "rate_limit", "override removed", "tenant=%s", tenant);
-    return ak_http_reply(c, 204, "application/json", "", 0, 0);
-  }
-  if (strcmp(method, "PUT") != 0) return ak_http_error(c, 404, "not_found", 0);
-  json_t *b = r->len ? json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+static enum MHD_Result get_rate_limit(ak_admin_call_t *call) {
+  ak_instance_t *inst = call->inst;
+  if (!(inst->cfg->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
+  return ak_admin_json(call, 200, ak_quota_tenant_json(inst->quota, call->tenant));
+}
+
+static enum MHD_Result delete_rate_limit(ak_admin_call_t *call) {
+  ak_instance_t *inst = call->inst;
+  if (!(inst->cfg->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
+  int rc = ak_quota_delete(inst->quota, call->tenant, call->who);
+  if (rc == 1) return ak_admin_error(call, 404, "rate_limit_not_found");
+  if (rc != 0) return ak_admin_error(call, 503, "store_unavailable");
+  ak_log(AK_LOG_INFO, "rate_limit", "override removed", "tenant=%s actor=%s request_id=%s", call->tenant,
+         call->who->actor, call->request_id);
+  return ak_admin_reply(call, 204, "application/json", "", 0);
+}
+
+static enum MHD_Result put_rate_limit(ak_admin_call_t *call) {
+  ak_instance_t *inst = call->inst;
+  if (!(inst->cfg->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
+  json_t *b = call->body_len ? json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
   ak_ratelimit_t l;
   char field[96] = "", msg[96] = "";
   int bad = !b ? (snprintf(field, sizeof field, "body"), snprintf(msg, sizeof msg, "must be a JSON object"), 1)
                : ak_ratelimit_parse(b, &l, field, sizeof field, msg, sizeof msg) != 0;
   json_decref(b);
   if (bad)
-    return ak_http_json(c, 400, json_pack("{s:s,s:s,s:s}", "error", "invalid_rate_limit", "field",
-                                          *field ? field : "body", "message", msg), 0);
-  if (ak_quota_put(inst->quota, tenant, &l) != 0) return ak_http_error(c, 503, "store_unavailable", 1);
-  ak_log(AK_LOG_INFO, "rate_limit", "override set", "tenant=%s rate=%g burst=%lld bytes_rate=%g bytes_burst=%lld "
-         "max_body_bytes=%lld", tenant, l.hooks.rate, (long long)l.hooks.burst, l.bytes.rate,
-         (long long)l.bytes.burst, (long long)l.max_body_bytes);
-  return ak_http_json(c, 200, ak_quota_tenant_json(inst->quota, tenant), 0);
+    return ak_admin_json(call, 400, json_pack("{s:s,s:s,s:s}", "error", "invalid_rate_limit", "field",
+                                              *field ? field : "body", "message", msg));
+  int rc = ak_quota_put(inst->quota, call->tenant, &l, call->who);
+  if (rc < 0) return ak_admin_error(call, 503, "store_unavailable");
+  if (rc == 0)
+    ak_log(AK_LOG_INFO, "rate_limit", "override set",
+           "tenant=%s rate=%g burst=%lld bytes_rate=%g bytes_burst=%lld max_body_bytes=%lld actor=%s request_id=%s",
+           call->tenant, l.hooks.rate, (long long)l.hooks.burst, l.bytes.rate, (long long)l.bytes.burst,
+           (long long)l.max_body_bytes, call->who->actor, call->request_id);
+  return ak_admin_json(call, 200, ak_quota_tenant_json(inst->quota, call->tenant));
 }
 
-static enum MHD_Result rate_limits(ak_admin_t *a, struct MHD_Connection *c) {
-  if (!(a->inst->cfg->roles & AK_ROLE_EDGE)) return role_not_enabled(c, "edge");
-  if (!a->inst->quota) return ak_http_error(c, 503, "store_unavailable", 1);
-  return ak_http_json(c, 200, ak_quota_list_json(a->inst->quota), 0);
+static enum MHD_Result list_rate_limits(ak_admin_call_t *call) {
+  if (!(call->inst->cfg->roles & AK_ROLE_EDGE) || !call->inst->quota) return rate_limit_gate(call);
+  json_t *all = ak_quota_list_json(call->inst->quota);
+  if (call->scope) {
+    json_t *keep = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(all, "tenants"), i, e) {
+      const char *t = json_string_value(json_object_get(e, "tenant"));
+      if (t && ak_tenant_scope_has(call->scope, t, strlen(t))) json_array_append(keep, e);
+    }
+    json_object_set_new(all, "tenants", keep);
+  }
+  return ak_admin_json(call, 200, all);
 }
+
+/* ---------------------------------------------------------------- audit trail ---- */
+
+/* GET /v1/audit?after_seq=|before_seq=&action=&tenant=&since=&limit= */
+static enum MHD_Result get_audit(ak_admin_call_t *call) {
+  if (!call->inst->audit) return ak_admin_error(call, 503, "store_unavailable");
+  ak_audit_query_t q = {.since_ms = INT64_MIN, .limit = 100, .scope = call->scope};
+  int64_t x;
+  const char *v = ak_admin_arg(call, "after_seq");
+  if (v) {
+    if (!parse_i64(v, &x) || x < 0) return invalid_filter(call, "after_seq");
+    q.has_after = true;
+    q.after_seq = (uint64_t)x;
+  }
+  v = ak_admin_arg(call, "before_seq");
+  if (v) {
+    if (q.has_after || !parse_i64(v, &x) || x < 0) return invalid_filter(call, "before_seq");
+    q.has_before = true;
+    q.before_seq = (uint64_t)x;
+  }
+  v = ak_admin_arg(call, "since");
+  if (v && (!parse_i64(v, &q.since_ms) || q.since_ms < 0)) return invalid_filter(call, "since");
+  v = ak_admin_arg(call, "limit");
+  if (v && !parse_i64(v, &q.limit)) return invalid_filter(call, "limit");
+  q.limit = clamp64(q.limit, 1, 1000);
+  q.action = ak_admin_arg(call, "action");
+  if (q.action && !*q.action) return invalid_filter(call, "action");
+  q.tenant = ak_admin_arg(call, "tenant");
+  if (q.tenant && !ak_tenant_valid(q.tenant, strlen(q.tenant))) return invalid_filter(call, "tenant");
+  if (q.tenant && !ak_tenant_scope_has(call->scope, q.tenant, strlen(q.tenant)))
+    return ak_admin_forbidden_tenant(call, q.tenant);
+  json_t *out = NULL;
+  if (ak_audit_query(call->inst->audit, &q, &out) != 0) return ak_admin_error(call, 503, "store_unavailable");
+  return ak_admin_json(call, 200, out);
+}
+
+/* ------------------------------------------------------------------ log level ---- */
+
+static enum MHD_Result get_log_level(ak_admin_call_t *call) {
+  return ak_admin_json(call, 200, json_pack("{s:s}", "level", ak_log_level_name(ak_log_get_level())));
+}
+
+/* PUT /v1/log-level {"level": "debug|info|warning|error"}: in force at once, for this
+ * process (a restart reads log.level again). The level lives in memory, so the change is
+ * made only after its audit row is synced; the same level again writes nothing. */
+static enum MHD_Result put_log_level(ak_admin_call_t *call) {
+  ak_admin_t *a = call->inst->admin;
+  json_t *b = call->body_len ? json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  const char *want = json_string_value(json_object_get(b, "level"));
+  int level = -1;
+  for (int i = AK_LOG_DEBUG; want && i <= AK_LOG_ERROR; i++)
+    if (!strcmp(want, ak_log_level_name((ak_log_level_t)i))) level = i;
+  bool extra = json_is_object(b) && json_object_size(b) != 1;
+  json_decref(b);
+  if (level < 0 || extra)
+    return ak_admin_json(call, 400, json_pack("{s:s,s:s,s:s}", "error", "invalid_log_level", "field",
+                                              extra ? "body" : "level", "message",
+                                              "expected {\"level\": \"debug|info|warning|error\"}"));
+  pthread_mutex_lock(&a->log_mu);
+  ak_log_level_t cur = ak_log_get_level();
+  const char *before = ak_log_level_name(cur), *after = ak_log_level_name((ak_log_level_t)level);
+  int rc = 0;
+  if ((int)cur != level) {
+    ak_audit_entry_t ae = {.who = call->who, .action = "log_level.put", .subject = "log_level", .before = before,
+                           .before_len = strlen(before), .after = after, .after_len = strlen(after)};
+    rc = ak_audit_record(call->inst->audit, &ae);
+    if (rc == 0) {
+      ak_log_set_level((ak_log_level_t)level);
+      /* at warning, so the change shows at any level it leaves behind */
+      ak_log(AK_LOG_WARNING, "admin", "log level changed", "from=%s to=%s actor=%s request_id=%s", before, after,
+             call->who->actor, call->request_id);
+    }
+  }
+  pthread_mutex_unlock(&a->log_mu);
+  if (rc != 0) return ak_admin_error(call, 503, "store_unavailable");
+  return ak_admin_json(call, 200, json_pack("{s:s,s:s}", "level", after, "previous", before));
+}
+
+/* --------------------------------------------------------------- route table ---- */
+
+/* Every endpoint, its scope and handler; docs/admin-api.md is this table. GET rows also
+ * answer HEAD. A row with {tenant} has its tenant checked against the caller's before
+ * the handler runs. */
+static const ak_admin_route_t routes[] = {
+    {"GET", "/health", AK_SCOPE_OPEN, 0, get_health},
+    {"GET", "/ready", AK_SCOPE_OPEN, 0, get_ready},
+    {"GET", "/metrics", AK_SCOPE_METRICS_READ, AK_ROUTE_NODE, get_metrics},
+    {"GET", "/v1/config", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, get_config},
+    {"GET", "/v1/wal", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, get_wal},
+    {"GET", "/v1/log-level", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, get_log_level},
+    {"PUT", "/v1/log-level", AK_SCOPE_LOG_LEVEL_WRITE, AK_ROUTE_NODE, put_log_level},
+    {"GET", "/v1/hooks/{id}", AK_SCOPE_HOOKS_READ, 0, get_hook},
+    {"GET", "/v1/quarantine", AK_SCOPE_QUARANTINE_READ, 0, pen_list},
+    {"DELETE", "/v1/quarantine", AK_SCOPE_QUARANTINE_WRITE, 0, pen_purge},
+    {"GET", "/v1/dlq", AK_SCOPE_DLQ_READ, 0, dlq_list},
+    {"POST", "/v1/replays", AK_SCOPE_REPLAYS_WRITE, 0, post_replay},
+    {"GET", "/v1/replays", AK_SCOPE_REPLAYS_READ, 0, list_replays},
+    {"GET", "/v1/replays/{id}", AK_SCOPE_REPLAYS_READ, 0, get_replay},
+    {"PATCH", "/v1/replays/{id}", AK_SCOPE_REPLAYS_WRITE, 0, patch_replay},
+    {"GET", "/v1/rate-limits", AK_SCOPE_RATE_LIMITS_READ, 0, list_rate_limits},
+    {"GET", "/v1/tenants/{tenant}/rate-limit", AK_SCOPE_RATE_LIMITS_READ, 0, get_rate_limit},
+    {"PUT", "/v1/tenants/{tenant}/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, 0, put_rate_limit},
+    {"DELETE", "/v1/tenants/{tenant}/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, 0, delete_rate_limit},
+    {"GET", "/v1/audit", AK_SCOPE_AUDIT_READ, 0, get_audit},
+};
+
+const ak_admin_route_t *ak_admin_routes(size_t *n) {
+  *n = sizeof routes / sizeof routes[0];
+  return routes;
+}
+
+/* url against pattern, segment by segment; captures into the buffers. */
+static bool path_match(const char *pattern, const char *url, char *tenant, char *id, char *name) {
+  const char *p = pattern, *u = url;
+  while (*p && *u) {
+    if (*p != '/' || *u != '/') return false;
+    p++;
+    u++;
+    const char *pe = strchr(p, '/'), *ue = strchr(u, '/');
+    size_t pl = pe ? (size_t)(pe - p) : strlen(p), ul = ue ? (size_t)(ue - u) : strlen(u);
+    if (pl > 2 && p[0] == '{' && p[pl - 1] == '}') {
+      char *dst = !strncmp(p, "{tenant}", pl) ? tenant : !strncmp(p, "{id}", pl) ? id : name;
+      if (ul == 0 || ul >= AK_ADMIN_CAPTURE_MAX) return false;
+      if (dst) {
+        memcpy(dst, u, ul);
+        dst[ul] = 0;
+      }
+    } else if (pl != ul || memcmp(p, u, pl) != 0) {
+      return false;
+    }
+    p += pl;
+    u += ul;
+  }
+  return !*p && !*u;
+}
+
+const ak_admin_route_t *ak_admin_route_match(const char *method, const char *url, char *tenant, char *id, char *name,
+                                             bool *path_known) {
+  *path_known = false;
+  const char *m = !strcmp(method, "HEAD") ? "GET" : method;
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    if (!path_match(routes[i].pattern, url, tenant, id, name)) continue;
+    *path_known = true;
+    if (!strcmp(routes[i].method, m)) return &routes[i];
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------- listener ---- */
 
 static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
@@ -480,25 +804,94 @@ static void request_completed(void *cls, struct MHD_Connection *c, void **con_cl
   }
 }
 
+static void call_init(ak_admin_t *a, admin_req_t *ar, struct MHD_Connection *c, const char *url, const char *method,
+                      ak_admin_call_t *call) {
+  memset(call, 0, sizeof *call);
+  call->inst = a->inst;
+  call->conn = c;
+  call->method = method;
+  call->url = url;
+  call->route = ar->route;
+  call->tenant = ar->tenant[0] ? ar->tenant : NULL;
+  call->id = ar->id[0] ? ar->id : NULL;
+  call->name = ar->name[0] ? ar->name : NULL;
+  call->body = ar->body;
+  call->body_len = ar->len;
+  call->principal = ar->principal;
+  call->scope = ar->principal ? ar->principal->tenants : NULL;
+  call->who = &ar->who;
+  call->request_id = ar->request_id;
+}
+
+static void client_text(struct MHD_Connection *c, char *out, size_t n) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  snprintf(out, n, "unknown");
+  if (!ci || !ci->client_addr) return;
+  const struct sockaddr *sa = ci->client_addr;
+  if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)n);
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)n);
+}
+
+/* The checks every request passes before its handler (and before its body is read):
+ * who the caller is (401), the route (404), the route's scope and, for a node-wide
+ * route, every tenant (403), the path tenant's form (400) and scope (403). MHD_YES with
+ * ar->refused set when it answered. */
+static enum MHD_Result admit(ak_admin_t *a, admin_req_t *ar, ak_admin_call_t *call) {
+  bool path_known = false;
+  ar->route = ak_admin_route_match(call->method, call->url, ar->tenant, ar->id, ar->name, &path_known);
+  call->route = ar->route;
+  ar->refused = true;
+  if (!ar->route || ar->route->scope != AK_SCOPE_OPEN) {
+    ar->principal = ak_auth_check(a->auth, MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, "Authorization"));
+    if (!ar->principal) {
+      ak_log(AK_LOG_DEBUG, "admin", "unauthorized request", "client=%s request_id=%s", ar->client, ar->request_id);
+      return ak_admin_error(call, 401, "unauthorized");
+    }
+    ar->who.actor = ar->principal->name;
+  }
+  if (!ar->route) return ak_admin_error(call, 404, "not_found");
+  const ak_admin_route_t *rt = ar->route;
+  if (rt->scope != AK_SCOPE_OPEN) {
+    if (!ak_principal_has(ar->principal, rt->scope)) return forbidden(call, rt->scope, NULL);
+    if ((rt->flags & AK_ROUTE_NODE) && !ak_principal_all_tenants(ar->principal)) return forbidden(call, rt->scope, "*");
+    if (ar->tenant[0]) {
+      if (!ak_tenant_valid(ar->tenant, strlen(ar->tenant))) return ak_admin_error(call, 400, "invalid_tenant");
+      if (!ak_principal_tenant(ar->principal, ar->tenant, strlen(ar->tenant)))
+        return forbidden(call, rt->scope, ar->tenant);
+    }
+  }
+  ar->refused = false;
+  return MHD_YES;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_data_size,
                                void **con_cls) {
   (void)version;
   ak_admin_t *a = cls;
   admin_req_t *ar = *con_cls;
-  char tbuf[128];
-  const char *rl_tenant = rate_limit_tenant(url, tbuf, sizeof tbuf);
+  ak_admin_call_t call;
   if (ar == NULL) {
     ar = calloc(1, sizeof *ar);
     if (!ar) return MHD_NO;
     *con_cls = ar;
-    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) goto route;
-    return MHD_YES;
+    uint8_t rid[16];
+    ak_uuid7_new(&a->inst->ids, ak_now_ms(), rid);
+    ak_uuid_format(rid, ar->request_id);
+    client_text(c, ar->client, sizeof ar->client);
+    ar->who = (ak_audit_who_t){.actor = "anonymous", .client = ar->client, .request_id = ar->request_id};
+    call_init(a, ar, c, url, method, &call);
+    enum MHD_Result r = admit(a, ar, &call);
+    if (ar->refused) return r;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) return MHD_YES; /* read the body first */
+    call_init(a, ar, c, url, method, &call);
+    return ar->route->fn(&call);
   }
   if (*upload_data_size) {
     /* bounded: what passes AK_ADMIN_MAX_BODY is dropped and the request answered 413 */
     size_t n = *upload_data_size;
-    if (!ar->too_big && ar->len + n <= AK_ADMIN_MAX_BODY) {
+    if (!ar->refused && !ar->too_big && ar->len + n <= AK_ADMIN_MAX_BODY) {
       char *nb = realloc(ar->body, ar->len + n);
       if (!nb) return MHD_NO;
       memcpy(nb + ar->len, upload_data, n);
@@ -510,43 +903,28 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     *upload_data_size = 0;
     return MHD_YES;
   }
+  if (ar->refused) return MHD_YES; /* answered already */
+  call_init(a, ar, c, url, method, &call);
   if (ar->too_big)
-    return ak_http_json(c, 413, json_pack("{s:s,s:i}", "error", "payload_too_large", "limit", AK_ADMIN_MAX_BODY), 0);
-  if (strcmp(url, "/v1/quarantine") == 0 && strcmp(method, "DELETE") == 0) return pen_purge(a, c);
-  if (strcmp(url, "/v1/replays") == 0 && strcmp(method, "POST") == 0) return post_replay(a, c, ar);
-  if (strncmp(url, "/v1/replays/", 12) == 0 && strcmp(method, "PATCH") == 0) return patch_replay(a, c, url + 12, ar);
-  if (rl_tenant) return rate_limit(a, c, rl_tenant, method, ar);
-  if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) return ak_http_error(c, 404, "not_found", 0);
-route:
-  if (strcmp(url, "/health") == 0) return ak_http_health(a->inst, c);
-  if (strcmp(url, "/ready") == 0) {
-    unsigned st;
-    return ak_http_ready(a->inst, c, &st);
-  }
-  if (strcmp(url, "/metrics") == 0) {
-    if (a->inst->writer) ak_writer_sample(a->inst->writer);
-    ak_pen_sample(a->inst->pen);
-    size_t len;
-    char *text = ak_metrics_render(a->inst->metrics, &len);
-    enum MHD_Result r = ak_http_reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
-    free(text);
-    return r;
-  }
-  if (strcmp(url, "/v1/config") == 0) return ak_http_json(c, 200, ak_admin_config_view(a->inst), 0);
-  if (strcmp(url, "/v1/wal") == 0) return ak_http_json(c, 200, ak_admin_wal_view(a->inst), 0);
-  if (strncmp(url, "/v1/hooks/", 10) == 0) return get_hook(a, c, url + 10);
-  if (strcmp(url, "/v1/quarantine") == 0) return pen_list(a, c);
-  if (strcmp(url, "/v1/dlq") == 0) return dlq_list(a, c);
-  if (strcmp(url, "/v1/rate-limits") == 0) return rate_limits(a, c);
-  if (rl_tenant) return rate_limit(a, c, rl_tenant, method, ar);
-  if (strcmp(url, "/v1/replays") == 0) return get_replays(a, c, NULL);
-  if (strncmp(url, "/v1/replays/", 12) == 0) return get_replays(a, c, url + 12);
-  return ak_http_error(c, 404, "not_found", 0);
+    return ak_admin_json(&call, 413,
+                         json_pack("{s:s,s:i}", "error", "payload_too_large", "limit", AK_ADMIN_MAX_BODY));
+  return ar->route->fn(&call);
 }
 
 ak_admin_t *ak_admin_new(ak_instance_t *inst) {
   ak_admin_t *a = calloc(1, sizeof *a);
-  if (a) a->inst = inst;
+  if (!a) return NULL;
+  a->inst = inst;
+  pthread_mutex_init(&a->log_mu, NULL);
+  char *err = NULL;
+  a->auth = ak_auth_new(inst->cfg->admin_principals, &err);
+  if (!a->auth) {
+    ak_log(AK_LOG_ERROR, "admin", "cannot build the admin principals", "reason=\"%s\"", err ? err : "out of memory");
+    free(err);
+    pthread_mutex_destroy(&a->log_mu);
+    free(a);
+    return NULL;
+  }
   return a;
 }
 
@@ -582,6 +960,13 @@ int ak_admin_start(ak_admin_t *a, char **err) {
   }
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
   a->port = di ? di->port : cfg->admin_port;
+  if (ak_auth_count(a->auth) == 0)
+    ak_log(AK_LOG_WARNING, "admin",
+           "admin.principals is empty: the admin API answers without authentication, on loopback only",
+           "admin_ip=%s admin_port=%d", cfg->admin_ip, a->port);
+  else
+    ak_log(AK_LOG_INFO, "admin", "admin API requires a bearer token", "principals=%zu admin_ip=%s admin_port=%d",
+           ak_auth_count(a->auth), cfg->admin_ip, a->port);
   return 0;
 }
 
@@ -595,5 +980,7 @@ void ak_admin_stop(ak_admin_t *a) {
 void ak_admin_free(ak_admin_t *a) {
   if (!a) return;
   ak_admin_stop(a);
+  ak_auth_free(a->auth);
+  pthread_mutex_destroy(&a->log_mu);
   free(a);
 }

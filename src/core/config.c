@@ -22,6 +22,7 @@
 #include "core/netaddr.h"
 #include "core/ratelimit.h"
 #include "core/yamltree.h"
+#include "admin/auth.h"
 #include "edge/tls.h"
 #include "sinks/egress.h"
 #include "sinks/sink.h"
@@ -87,6 +88,20 @@ static const ak_opt_t http_rows[] = {
   {0},
 };
 
+/* admin.principals[]: who may call the admin API. The file holds only the SHA-256 of a
+ * token, never the token; print-config redacts even that. */
+static const ak_opt_t principal_rows[] = {
+  {.key = "name", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED | AK_OPTF_ID,
+   .doc = "who this is: the actor named in its audit rows"},
+  {.key = "token_sha256", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED | AK_OPTF_SECRET,
+   .doc = "SHA-256 of the bearer token as 64 lowercase hex digits (printf %s \"$TOKEN\" | sha256sum)"},
+  {.key = "scopes", .type = AK_OPT_STRLIST, .enum_vals = AK_AUTH_SCOPE_NAMES, .min = 1,
+   .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN, .doc = "what it may do (docs/admin-api.md lists each endpoint's scope)"},
+  {.key = "tenants", .type = AK_OPT_STRLIST, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "\"*\" (every tenant, and the node-wide endpoints) or a list of tenant ids"},
+  {0},
+};
+
 static const ak_opt_t admin_rows[] = {
   {.key = "enabled", .type = AK_OPT_BOOL, .def = "true", .doc = "serve the admin API and /metrics"},
   {.key = "ip", .type = AK_OPT_IP, .def = "127.0.0.1", .env = "ANKUSA_ADMIN_IP",
@@ -96,6 +111,14 @@ static const ak_opt_t admin_rows[] = {
    .doc = "admin listener port"},
   {.key = "gauge_interval_ms", .type = AK_OPT_INT, .def = "15000", .min = 1,
    .flags = AK_OPTF_HAS_MIN, .doc = "how often gauges are sampled"},
+  {.key = "principals", .type = AK_OPT_LIST_OF, .children = principal_rows,
+   .doc = "bearer-token principals; none = no authentication, and then admin.ip must be a loopback address"},
+  {0},
+};
+
+static const ak_opt_t audit_rows[] = {
+  {.key = "retention_days", .type = AK_OPT_INT, .def = "365", .min = 1, .max = 36500,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "audit rows older than this are pruned (checked hourly)"},
   {0},
 };
 
@@ -320,6 +343,7 @@ static const ak_opt_t root_rows[] = {
   {.key = "log", .type = AK_OPT_MAP, .children = log_rows, .doc = "logging"},
   {.key = "http", .type = AK_OPT_MAP, .children = http_rows, .doc = "ingest listener"},
   {.key = "admin", .type = AK_OPT_MAP, .children = admin_rows, .doc = "admin listener"},
+  {.key = "audit", .type = AK_OPT_MAP, .children = audit_rows, .doc = "the trail of operator changes"},
   {.key = "store_headers", .type = AK_OPT_MAP, .children = store_headers_rows,
    .doc = "which request headers are stored with a hook"},
   NOT_YET_SECTION("routes", "route guard"),
@@ -951,6 +975,32 @@ static json_t *check_sink_list(vctx_t *c, json_t *v, const char *path, const cha
   return NULL;
 }
 
+/* A list of mappings (admin.principals); null = []. */
+static json_t *check_list_of(vctx_t *c, const ak_opt_t *row, json_t *v, const char *path, const char *label) {
+  if (json_is_null(v)) return json_array();
+  if (!json_is_array(v)) {
+    type_error(c, label, "a list", v, false);
+    return NULL;
+  }
+  size_t errs = c->n;
+  json_t *out = json_array();
+  size_t i;
+  json_t *item;
+  json_array_foreach(v, i, item) {
+    char *ip = path_idx(path, i);
+    if (!json_is_object(item)) {
+      type_error(c, ip, "a mapping", item, false);
+    } else {
+      json_t *m = check_map(c, row->children, item, ip);
+      if (m) json_array_append_new(out, m);
+    }
+    free(ip);
+  }
+  if (c->n == errs) return out;
+  json_decref(out);
+  return NULL;
+}
+
 static int cmp_key(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -1142,6 +1192,9 @@ static json_t *check_value(vctx_t *c, const ak_opt_t *row, json_t *v, const char
   case AK_OPT_SINK_LIST:
     out = check_sink_list(c, v, path, label);
     break;
+  case AK_OPT_LIST_OF:
+    out = check_list_of(c, row, v, path, label);
+    break;
   case AK_OPT_STRLIST:
   case AK_OPT_SECRETS:
     break; /* handled above, before interpolation of the whole value */
@@ -1164,6 +1217,7 @@ static json_t *default_value(vctx_t *c, const ak_opt_t *row, const char *path, c
   case AK_OPT_MAP: /* a nullable section (http.tls) is off, and left out, unless written */
     return (row->flags & AK_OPTF_NULLABLE) ? NULL : check_map(c, row->children, NULL, path);
   case AK_OPT_MAP_OF: return json_object();
+  case AK_OPT_LIST_OF: return json_array();
   case AK_OPT_VERIFIER: return json_pack("{s:s}", "type", "none");
   case AK_OPT_ANY_MAP: return row->def ? NULL : json_object();
   default: break;
@@ -1598,8 +1652,72 @@ static void check_limits(vctx_t *c, json_t *eff) {
   }
 }
 
+static bool is_sha256_hex(const char *s) {
+  size_t n = 0;
+  for (; s[n]; n++)
+    if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return false;
+  return n == 64;
+}
+
+/* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. */
+static bool is_loopback(const char *ip) {
+  unsigned char b[16];
+  if (inet_pton(AF_INET, ip, b) == 1) return b[0] == 127;
+  if (inet_pton(AF_INET6, ip, b) != 1) return false;
+  static const unsigned char one[16] = {[15] = 1}, mapped[12] = {[10] = 0xff, [11] = 0xff};
+  return !memcmp(b, one, 16) || (!memcmp(b, mapped, 12) && b[12] == 127);
+}
+
+/* admin.principals: the hash is a real SHA-256 text (a token pasted by mistake is refused
+ * without being echoed), names and tokens are unique (the actor of an audit row must name
+ * one principal), tenants are "*" alone or ids. With none, the API is unauthenticated, so
+ * it may only be reachable from this host. */
+static void check_admin(vctx_t *c, json_t *eff) {
+  json_t *admin = json_object_get(eff, "admin");
+  json_t *ps = json_object_get(admin, "principals");
+  size_t i, j;
+  json_t *p, *q;
+  json_array_foreach(ps, i, p) {
+    const char *name = json_string_value(json_object_get(p, "name"));
+    const char *h = json_string_value(json_object_get(p, "token_sha256"));
+    if (h && !is_sha256_hex(h))
+      verr(c, "admin.principals[%zu].token_sha256: expected 64 lowercase hex digits (the SHA-256 of the token, "
+              "never the token itself)", i);
+    for (j = 0; j < i && (q = json_array_get(ps, j)); j++) {
+      const char *n2 = json_string_value(json_object_get(q, "name"));
+      const char *h2 = json_string_value(json_object_get(q, "token_sha256"));
+      if (name && n2 && !strcmp(name, n2))
+        verr(c, "admin.principals[%zu].name: \"%s\" is already admin.principals[%zu]", i, name, j);
+      if (h && h2 && !strcmp(h, h2))
+        verr(c, "admin.principals[%zu].token_sha256: the same token as admin.principals[%zu]", i, j);
+    }
+    json_t *ts = json_object_get(p, "tenants");
+    size_t k;
+    json_t *t;
+    json_array_foreach(ts, k, t) {
+      const char *tv = json_string_value(t);
+      if (!tv) continue;
+      if (!strcmp(tv, "*")) {
+        if (json_array_size(ts) > 1) verr(c, "admin.principals[%zu].tenants: \"*\" stands alone (every tenant)", i);
+      } else if (!is_id(tv)) {
+        char *r = render(t, false);
+        verr(c, "admin.principals[%zu].tenants[%zu]: invalid tenant id %s; expected \"*\" or " ID_PATTERN, i, k,
+             r ? r : "?");
+        free(r);
+      }
+    }
+  }
+  const char *ip = json_string_value(json_object_get(admin, "ip"));
+  if (json_array_size(ps) == 0 && !reported_under(c, "admin.principals") &&
+      json_is_true(json_object_get(admin, "enabled")) && ip && !is_loopback(ip))
+    verr(c, "admin.ip: %s is not a loopback address; without admin.principals the admin API has no "
+            "authentication and listens on loopback only (127.0.0.1, ::1): add admin.principals or bind "
+            "127.0.0.1", ip);
+}
+
 /* Rules across keys, run on the checked tree. */
 static void check_cross(vctx_t *c, json_t *eff) {
+  check_admin(c, eff);
   check_dispatch(c, json_object_get(eff, "dispatch"));
   check_limits(c, eff);
   ak_egress_t *guard = check_egress(c, json_object_get(eff, "egress"));
@@ -1745,6 +1863,8 @@ static int build_typed(ak_config_t *cfg) {
   cfg->admin_ip = str_of(admin, "ip");
   cfg->admin_port = (int)int_of(admin, "port");
   cfg->admin_gauge_interval_ms = int_of(admin, "gauge_interval_ms");
+  cfg->admin_principals = json_object_get(admin, "principals");
+  cfg->audit_retention_days = int_of(json_object_get(e, "audit"), "retention_days");
   cfg->batcher_partitions = int_of(batcher, "partitions");
   cfg->batcher_max_batch = int_of(batcher, "max_batch");
   cfg->batcher_max_delay_ms = int_of(batcher, "max_delay_ms");
@@ -2031,6 +2151,8 @@ static json_t *redact_node(const json_t *v, const ak_opt_t *row, const char *key
       if (row && row->type == AK_OPT_SINK_LIST) {
         const ak_sink_vtable_t *vt = ak_sinks_find(json_string_value(json_object_get(item, "type")));
         r = json_is_object(item) ? redact_obj(item, vt ? vt->options : NULL) : redact_node(item, NULL, NULL);
+      } else if (row && row->type == AK_OPT_LIST_OF && json_is_object(item)) {
+        r = redact_obj(item, row->children);
       } else {
         r = redact_node(item, NULL, key);
       }

@@ -79,6 +79,9 @@ typedef struct ak_config {
   char *admin_ip;
   int admin_port;
   int64_t admin_gauge_interval_ms;
+  json_t *admin_principals;    /* admin.principals: [{name, token_sha256, scopes, tenants}] (borrowed
+                                  from effective; admin/auth.c builds the principals) */
+  int64_t audit_retention_days; /* audit.retention_days */
   int64_t batcher_partitions;
   int64_t batcher_max_batch;
   int64_t batcher_max_delay_ms;

@@ -18,6 +18,7 @@ struct ak_dispatch;
 struct ak_replays;
 struct ak_egress;
 struct ak_dedupe;
+struct ak_audit;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -34,6 +35,7 @@ typedef struct ak_instance {
   struct ak_egress *egress;     /* egress.* guard shared by every sink (sinks/egress.h) */
   struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
   struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */
+  struct ak_audit *audit;       /* the audit trail (admin/audit.h); NULL in tools and some tests */
   _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
   struct ak_verifier **verifiers; /* one per cfg->sources entry, same index */
 } ak_instance_t;

@@ -25,6 +25,8 @@ typedef enum {
                       absent, null or {} means {type: none} */
   AK_OPT_SINK_LIST, /* a non-empty list of sink mappings: `type` from the sink registry,
                        the other keys from that sink's option rows */
+  AK_OPT_LIST_OF,  /* a list of mappings, each validated by `children` (admin.principals);
+                      absent or null = [] */
 } ak_opt_type_t;
 
 enum {

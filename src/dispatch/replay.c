@@ -12,6 +12,7 @@
 #include <string.h>
 #include "core/clock.h"
 #include "core/log.h"
+#include "admin/audit.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "store/store.h"
@@ -126,16 +127,35 @@ static void log_write_failure(const char *what, const job_t *j, ak_wf_class_t cl
   free(err);
 }
 
-/* One put of j's record. Caller holds r->mu (the record must not be overtaken by an
- * older one). 0, or -1 (logged). */
-static int write_record(ak_replays_t *r, const job_t *j, bool sync) {
+/* What an operator set on a job (not its progress): the canonical bytes its audit rows
+ * hash. Malloc'd. */
+static char *settings_text(const job_t *j) {
+  char ids[AK_UUID_STR_LEN];
+  ak_uuid_format(j->id, ids);
+  json_t *o = json_pack("{s:s,s:s,s:o,s:I,s:I,s:s,s:s?}", "id", ids, "kind", "dlq", "filter", filter_json(j), "rate",
+                        (json_int_t)j->rate, "max_lag_ms", (json_int_t)j->max_lag_ms, "state",
+                        ak_replays_state_name(j->state), "error", j->error);
+  char *t = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(o);
+  return t;
+}
+
+/* One put of j's record; with ae, its audit row in the same synced batch. Caller holds
+ * r->mu (the record must not be overtaken by an older one). 0, or -1 (logged). */
+static int write_record(ak_replays_t *r, const job_t *j, bool sync, const ak_audit_entry_t *ae) {
   ak_store_t *st = r->inst->store;
   if (ak_store_pin(st) != 0) return -1;
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   batch_record(wb, ak_store_cf(st, AK_CF_DEFAULT), j);
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
-  int rc = ak_store_write_pinned(st, wb, sync, &cls, &err);
+  int rc;
+  if (ae) {
+    rc = ak_audit_put(r->inst->audit, wb, ae);
+    if (rc == 0) rc = ak_audit_commit(r->inst->audit, st, wb, &cls, &err);
+  } else {
+    rc = ak_store_write_pinned(st, wb, sync, &cls, &err);
+  }
   ak_store_unpin(st);
   rocksdb_writebatch_destroy(wb);
   if (rc != 0) log_write_failure("job record write failed", j, cls, err);
@@ -326,9 +346,18 @@ ak_replay_result_t ak_replays_create(ak_replays_t *r, const ak_replay_filter_t *
   j->rate = rate;
   j->max_lag_ms = max_lag_ms;
   j->created_at = j->updated_at = now;
-  /* synced before 202: an acknowledged job survives a crash; the table is only changed
-   * once the record is durable, so a failed write leaves nothing behind */
-  if ((f->source_id && !j->source_id) || write_record(r, j, true) != 0 || append(r, j) != 0) {
+  /* synced before 202, with its audit row: an acknowledged job survives a crash; the
+   * table is only changed once the record is durable, so a failed write leaves nothing */
+  char subject[8 + AK_UUID_STR_LEN];
+  char ids0[AK_UUID_STR_LEN];
+  ak_uuid_format(j->id, ids0);
+  snprintf(subject, sizeof subject, "replay:%s", ids0);
+  char *after = settings_text(j);
+  ak_audit_entry_t ae = {.who = f->who, .action = "replay.create", .tenant = f->tenant, .subject = subject,
+                         .after = after, .after_len = after ? strlen(after) : 0};
+  int wrc = (f->source_id && !j->source_id) || !after ? -1 : write_record(r, j, true, &ae);
+  free(after);
+  if (wrc != 0 || append(r, j) != 0) {
     pthread_mutex_unlock(&r->mu);
     job_free(j);
     return AK_REPLAY_STORE_ERROR;
@@ -398,8 +427,27 @@ ak_replay_result_t ak_replays_patch(ak_replays_t *r, const uint8_t id[16], const
     j->state = (ak_replay_state_t)p->state;
     if (j->state == AK_REPLAY_CANCELLED) j->finished_at = now;
   }
+  char *before = settings_text(&saved), *after = settings_text(j);
+  if (before && after && !strcmp(before, after)) {
+    /* nothing an operator set changes: no write, no audit row */
+    restore_settings(j, &saved);
+    free(before);
+    free(after);
+    *out = job_json(j, false);
+    pthread_mutex_unlock(&r->mu);
+    return AK_REPLAY_OK;
+  }
   j->updated_at = now;
-  if (write_record(r, j, true) != 0) {
+  char subject[8 + AK_UUID_STR_LEN], ids0[AK_UUID_STR_LEN];
+  ak_uuid_format(j->id, ids0);
+  snprintf(subject, sizeof subject, "replay:%s", ids0);
+  ak_audit_entry_t ae = {.who = p->who, .action = "replay.patch", .tenant = p->tenant, .subject = subject,
+                         .before = before, .before_len = before ? strlen(before) : 0, .after = after,
+                         .after_len = after ? strlen(after) : 0};
+  int wrc = before && after ? write_record(r, j, true, &ae) : -1;
+  free(before);
+  free(after);
+  if (wrc != 0) {
     restore_settings(j, &saved);
     pthread_mutex_unlock(&r->mu);
     return AK_REPLAY_STORE_ERROR;
@@ -763,6 +811,7 @@ void ak_replays_tick(void *ctx, int64_t now_ms) {
 
 typedef struct dlq_ctx {
   const char *source_id;
+  const ak_tenant_scope_t *scope;
   int64_t since_ms, limit, total;
   json_t *entries;
 } dlq_ctx_t;
@@ -777,6 +826,8 @@ static int dlq_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx
   bool ok = ak_dead_entry_decode((const uint8_t *)v, vl, &e) == 0;
   if (c->source_id && (!ok || e.source_len != strlen(c->source_id) || memcmp(e.source, c->source_id, e.source_len)))
     return 0;
+  /* a row whose tenant cannot be read is shown to every-tenant readers only */
+  if (c->scope && (!ok || !ak_tenant_scope_has(c->scope, e.tenant, e.tenant_len))) return 0;
   c->total++;
   if ((int64_t)json_array_size(c->entries) >= c->limit) return 0;
   json_t *o = json_object();
@@ -797,8 +848,9 @@ static int dlq_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx
   return 0;
 }
 
-int ak_replays_dlq_list(ak_store_t *st, const char *source_id, int64_t since_ms, int64_t limit, json_t **out) {
-  dlq_ctx_t c = {.source_id = source_id, .since_ms = since_ms, .limit = limit, .entries = json_array()};
+int ak_replays_dlq_list(ak_store_t *st, const char *source_id, const ak_tenant_scope_t *scope, int64_t since_ms,
+                        int64_t limit, json_t **out) {
+  dlq_ctx_t c = {.source_id = source_id, .scope = scope, .since_ms = since_ms, .limit = limit, .entries = json_array()};
   const char prefix = AK_IDX_DEAD;
   if (ak_store_scan_from(st, AK_CF_INDEX, &prefix, 1, NULL, 0, true, dlq_one, &c) != 0) {
     json_decref(c.entries);

@@ -25,8 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/instance.h"
+#include "core/tenants.h"
 
 struct ak_store;
+struct ak_audit_who;
 typedef struct ak_replays ak_replays_t;
 
 #define AK_REPLAY_MAX_ACTIVE 16       /* running + paused jobs */
@@ -55,6 +57,9 @@ typedef struct ak_replay_filter {
   uint8_t id[16];
   bool has_since, has_until;
   int64_t since_ms, until_ms;
+  /* not part of the filter: the audit row of the creation */
+  const struct ak_audit_who *who;
+  const char *tenant; /* the tenant of source_id (NULL: none named) */
 } ak_replay_filter_t;
 
 ak_replays_t *ak_replays_new(ak_instance_t *inst);
@@ -78,8 +83,9 @@ typedef enum {
   AK_REPLAY_STORE_ERROR, /* 503 store_unavailable: nothing changed */
 } ak_replay_result_t;
 
-/* Create a dlq job (synced write before returning CREATED). rate / max_lag_ms already
- * validated by the caller. *out: the Replay object (caller owns). */
+/* Create a dlq job (synced write, with its replay.create audit row, before returning
+ * OK). rate / max_lag_ms already validated by the caller. *out: the Replay object
+ * (caller owns). */
 ak_replay_result_t ak_replays_create(ak_replays_t *r, const ak_replay_filter_t *f, int64_t rate, int64_t max_lag_ms,
                                      json_t **out);
 
@@ -89,11 +95,15 @@ json_t *ak_replays_list(ak_replays_t *r);
 json_t *ak_replays_get(ak_replays_t *r, const uint8_t id[16]);
 
 /* PATCH: state < 0, rate 0, max_lag_ms 0 leave that field alone; state is RUNNING,
- * PAUSED or CANCELLED. Resuming clears error and the dead streak. Synced write. */
+ * PAUSED or CANCELLED. Resuming clears error and the dead streak. Synced write with its
+ * replay.patch audit row; a patch that changes none of state, rate, max_lag_ms and error
+ * writes nothing (OK, the job as it is). */
 typedef struct ak_replay_patch {
   int state;
   int64_t rate;
   int64_t max_lag_ms;
+  const struct ak_audit_who *who; /* the audit row's actor */
+  const char *tenant;             /* the tenant of the job's source (NULL: none) */
 } ak_replay_patch_t;
 ak_replay_result_t ak_replays_patch(ak_replays_t *r, const uint8_t id[16], const ak_replay_patch_t *p,
                                     json_t **out);
@@ -102,9 +112,11 @@ const char *ak_replays_state_name(ak_replay_state_t s);
 /* "running" etc. -> state, or -1. */
 int ak_replays_state_parse(const char *s);
 
-/* GET /v1/dlq: dead-lettered rows with dead_at >= since_ms (since_ms < 0: all) and of
- * source_id (NULL: any), newest first, at most limit entries; total counts every match.
- * 0 with *out = {"total", "entries"}, or -1 when the store cannot be read. */
-int ak_replays_dlq_list(struct ak_store *st, const char *source_id, int64_t since_ms, int64_t limit, json_t **out);
+/* GET /v1/dlq: dead-lettered rows with dead_at >= since_ms (since_ms < 0: all), of
+ * source_id (NULL: any) and of a tenant in scope (NULL: any), newest first, at most limit
+ * entries; total counts every match. 0 with *out = {"total", "entries"}, or -1 when the
+ * store cannot be read. */
+int ak_replays_dlq_list(struct ak_store *st, const char *source_id, const ak_tenant_scope_t *scope, int64_t since_ms,
+                        int64_t limit, json_t **out);
 
 #endif

@@ -11,6 +11,7 @@
 #include "core/gcra.h"
 #include "core/log.h"
 #include "core/ratetable.h"
+#include "admin/audit.h"
 #include "edge/quota.h"
 #include "store/store.h"
 
@@ -23,6 +24,7 @@ typedef struct entry {
 
 struct ak_quota {
   ak_store_t *store;          /* NULL for a bare quota: overrides live in memory only */
+  ak_audit_t *audit;          /* rows of override changes (NULL: none) */
   bool has_default;
   entry_t def;
   entry_t *cfg;               /* rate_limits.tenants, sorted by tenant */
@@ -173,6 +175,7 @@ ak_quota_t *ak_quota_new(ak_instance_t *inst, char **err) {
     return NULL;
   }
   q->store = inst->store;
+  q->audit = inst->audit;
   load_ctx_t lc = {q, NULL};
   int rc = ak_store_scan(q->store, AK_CF_DEFAULT, AK_KEY_RATE_LIMIT, strlen(AK_KEY_RATE_LIMIT), load_one, &lc);
   if (rc != 0 || lc.err) {
@@ -321,28 +324,38 @@ static void reset(ak_quota_t *q, const char *tenant) {
   ak_ratetable_reset(q->table, key);
 }
 
-/* One synced put or delete of rl:<tenant>. */
-static int store_row(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l) {
+/* The stored form of an override (the value of rl:<tenant>), which is also the canonical
+ * bytes its audit rows hash. Malloc'd; NULL for none. */
+static char *override_text(const ak_ratelimit_t *l) {
+  if (!l) return NULL;
+  json_t *j = ak_ratelimit_json(l);
+  char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  return text;
+}
+
+/* One synced put (after != NULL) or delete of rl:<tenant>, with its audit row. */
+static int store_row(ak_quota_t *q, const char *tenant, const char *before, const char *after,
+                     const ak_audit_who_t *who) {
   if (!q->store) return 0;
-  char key[80];
+  char key[80], subject[96];
   int kl = snprintf(key, sizeof key, "%s%s", AK_KEY_RATE_LIMIT, tenant);
+  snprintf(subject, sizeof subject, "rate_limit:%s", tenant);
   if (kl < 0 || (size_t)kl >= sizeof key || ak_store_pin(q->store) != 0) return -1;
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  char *text = NULL;
-  if (l) {
-    json_t *j = ak_ratelimit_json(l);
-    text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(j);
-    if (text) rocksdb_writebatch_put_cf(wb, ak_store_cf(q->store, AK_CF_DEFAULT), key, (size_t)kl, text, strlen(text));
-  } else {
+  if (after)
+    rocksdb_writebatch_put_cf(wb, ak_store_cf(q->store, AK_CF_DEFAULT), key, (size_t)kl, after, strlen(after));
+  else
     rocksdb_writebatch_delete_cf(wb, ak_store_cf(q->store, AK_CF_DEFAULT), key, (size_t)kl);
-  }
+  ak_audit_entry_t ae = {.who = who, .action = after ? "rate_limit.put" : "rate_limit.delete", .tenant = tenant,
+                         .subject = subject, .before = before, .before_len = before ? strlen(before) : 0,
+                         .after = after, .after_len = after ? strlen(after) : 0};
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
-  int rc = (l && !text) ? -1 : ak_store_write_pinned(q->store, wb, true, &cls, &err);
+  int rc = ak_audit_put(q->audit, wb, &ae);
+  if (rc == 0) rc = ak_audit_commit(q->audit, q->store, wb, &cls, &err);
   ak_store_unpin(q->store);
   rocksdb_writebatch_destroy(wb);
-  free(text);
   if (rc != 0)
     ak_log(AK_LOG_ERROR, "rate_limit", "rate-limit override write failed", "tenant=%s class=%s", tenant,
            ak_wf_class_names[cls]);
@@ -350,9 +363,20 @@ static int store_row(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l)
   return rc;
 }
 
-int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l) {
+int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l, const ak_audit_who_t *who) {
+  char *after = override_text(l);
+  if (!after) return -1;
   pthread_mutex_lock(&q->admin_mu);
-  int rc = store_row(q, tenant, l);
+  bool found;
+  char *before = NULL;
+  pthread_rwlock_rdlock(&q->mu);
+  size_t i = search(q->ovr, q->novr, tenant, strlen(tenant), &found);
+  if (found) before = override_text(&q->ovr[i].lim);
+  pthread_rwlock_unlock(&q->mu);
+  /* the same override again changes nothing: no write, no audit row, buckets kept */
+  int rc = (found && !before) ? -1 : (before && !strcmp(before, after)) ? 1 : store_row(q, tenant, before, after, who);
+  free(before);
+  free(after);
   if (rc == 0) {
     pthread_rwlock_wrlock(&q->mu);
     rc = ovr_set(q, tenant, strlen(tenant), l);
@@ -364,14 +388,17 @@ int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l) {
   return rc;
 }
 
-int ak_quota_delete(ak_quota_t *q, const char *tenant) {
+int ak_quota_delete(ak_quota_t *q, const char *tenant, const ak_audit_who_t *who) {
   size_t tl = strlen(tenant);
   pthread_mutex_lock(&q->admin_mu);
   bool found;
+  char *before = NULL;
   pthread_rwlock_rdlock(&q->mu);
-  search(q->ovr, q->novr, tenant, tl, &found);
+  size_t at = search(q->ovr, q->novr, tenant, tl, &found);
+  if (found) before = override_text(&q->ovr[at].lim);
   pthread_rwlock_unlock(&q->mu);
-  int rc = found ? store_row(q, tenant, NULL) : 1;
+  int rc = !found ? 1 : !before ? -1 : store_row(q, tenant, before, NULL, who);
+  free(before);
   if (rc == 0) {
     pthread_rwlock_wrlock(&q->mu);
     size_t i = search(q->ovr, q->novr, tenant, tl, &found);

@@ -52,10 +52,14 @@ void ak_quota_refund(ak_quota_t *q, const char *tenant, size_t tlen, size_t body
  * {default, tenants: [...]} (config tenants and overrides, sorted by tenant). */
 json_t *ak_quota_tenant_json(ak_quota_t *q, const char *tenant);
 json_t *ak_quota_list_json(ak_quota_t *q);
-/* Set a tenant's override: synced to the store first, then in force at once, its buckets
- * reset. 0, or -1 when the store did not take it (nothing changed). */
-int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l);
-/* Remove it: 0 removed, 1 there was none, -1 store failure (nothing changed). */
-int ak_quota_delete(ak_quota_t *q, const char *tenant);
+/* Set a tenant's override: synced to the store with its audit row (who made it) first,
+ * then in force at once, its buckets reset. 0 set; 1 the same override was already in
+ * force (nothing written, no row, buckets kept); -1 the store or the audit trail did not
+ * take it (nothing changed). */
+struct ak_audit_who;
+int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l, const struct ak_audit_who *who);
+/* Remove it (audited the same way): 0 removed, 1 there was none, -1 store failure
+ * (nothing changed). */
+int ak_quota_delete(ak_quota_t *q, const char *tenant, const struct ak_audit_who *who);
 
 #endif

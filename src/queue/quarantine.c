@@ -15,6 +15,7 @@
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "admin/audit.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
@@ -37,6 +38,7 @@ struct ak_pen {
   _Atomic int64_t bytes;    /* held + reserved */
   _Atomic int64_t waiting;  /* admitted, not yet settled */
   pthread_mutex_t admin_mu;
+  ak_audit_t *audit;        /* rows of purges and releases (NULL: none) */
   ak_series_t *m_bytes, *m_pending, *m_total[RES_COUNT];
 };
 
@@ -103,6 +105,7 @@ ak_pen_t *ak_pen_new(ak_instance_t *inst) {
   ak_pen_t *pen = ak_pen_new_raw(c->nsources, c->quarantine_burst, c->quarantine_rate, c->quarantine_max_bytes,
                                  bytes);
   if (!pen) return NULL;
+  pen->audit = inst->audit;
   ak_metrics_t *m = inst->metrics;
   pen->m_bytes = ak_metrics_instance_series(m, inst->name, "ankusa_quarantine_bytes",
                                             "Body bytes held in the quarantine pen (with reserved).", AK_METRIC_GAUGE);
@@ -250,6 +253,7 @@ static int list_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx
   }
   if (f->source_id && (strlen(f->source_id) != s.source_len || memcmp(f->source_id, s.source, s.source_len) != 0))
     return 0;
+  if (!ak_tenant_scope_has(f->tenants, s.tenant, s.tenant_len)) return 0;
   if (lc->n == lc->cap) {
     size_t nc = lc->cap ? lc->cap * 2 : 64;
     ak_pen_entry_t *nv = realloc(lc->v, nc * sizeof *nv);
@@ -308,6 +312,44 @@ static int read_admin_bytes(ak_store_t *st, int64_t *out) {
   return 0;
 }
 
+/* What an audit row says about a set of entries: their canonical listing (one line per
+ * entry, in key order: id, received_at, size, source, tenant) and their tenants. */
+typedef struct {
+  char *text;
+  size_t len;
+  const char **tenants; /* point into the entries */
+  size_t ntenants;
+} entry_set_t;
+
+static int entry_set(const ak_pen_entry_t *es, size_t n, const bool *pick, entry_set_t *out) {
+  memset(out, 0, sizeof *out);
+  FILE *m = open_memstream(&out->text, &out->len);
+  out->tenants = calloc(n + 1, sizeof *out->tenants);
+  if (!m || !out->tenants) {
+    if (m) fclose(m);
+    free(out->text);
+    free(out->tenants);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (pick && !pick[i]) continue;
+    char id[AK_UUID_STR_LEN];
+    ak_uuid_format(es[i].id, id);
+    fprintf(m, "%s %lld %llu %s %s\n", id, (long long)es[i].received_at_ms, (unsigned long long)es[i].size,
+            es[i].source_id, es[i].tenant_id);
+    size_t k = 0;
+    while (k < out->ntenants && strcmp(out->tenants[k], es[i].tenant_id)) k++;
+    if (k == out->ntenants) out->tenants[out->ntenants++] = es[i].tenant_id;
+  }
+  fclose(m);
+  return 0;
+}
+
+static void entry_set_free(entry_set_t *s) {
+  free(s->text);
+  free(s->tenants);
+}
+
 int ak_pen_purge(ak_pen_t *pen, ak_store_t *st, const ak_pen_filter_t *f, int64_t *deleted, int64_t *bytes) {
   *deleted = 0;
   *bytes = 0;
@@ -340,7 +382,18 @@ int ak_pen_purge(ak_pen_t *pen, ak_store_t *st, const ak_pen_filter_t *f, int64_
   rocksdb_writebatch_put_cf(wb, cf_def, mk, strlen(mk), (const char *)v, 8);
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
-  rc = ak_store_write_pinned(st, wb, true, &cls, &err);
+  entry_set_t set;
+  rc = entry_set(es, n, NULL, &set);
+  if (rc == 0) {
+    json_t *detail = json_pack("{s:I,s:I}", "deleted", (json_int_t)n, "bytes", (json_int_t)total);
+    ak_audit_entry_t ae = {.who = f->who, .action = "quarantine.purge", .tenants = set.tenants,
+                           .ntenants = set.ntenants, .subject = "quarantine", .before = set.text,
+                           .before_len = set.len, .detail = detail};
+    rc = ak_audit_put(pen->audit, wb, &ae);
+    if (rc == 0) rc = ak_audit_commit(pen->audit, st, wb, &cls, &err);
+    json_decref(detail);
+    entry_set_free(&set);
+  }
   ak_store_unpin(st);
   rocksdb_writebatch_destroy(wb);
   if (rc != 0) {
@@ -370,6 +423,7 @@ typedef struct {
   ak_write_req_t req;
   waiter_t *w;
   char *rec;                  /* the stored record (malloc'd by the store read) */
+  size_t idx;                 /* the entry's index in the listing */
 } release_req_t;
 
 static void release_done(ak_write_req_t *req, void *ctx) {
@@ -383,13 +437,16 @@ static void release_done(ak_write_req_t *req, void *ctx) {
 
 #define RELEASE_CHUNK 128
 
-/* Wait until the writer answered every submitted request of the chunk; count them. */
-static void drain_chunk(ak_pen_t *pen, waiter_t *w, release_req_t *rs, size_t nr, ak_pen_release_result_t *out) {
+/* Wait until the writer answered every submitted request of the chunk; count them. A
+ * moved entry leaves `held` (the candidates still in the pen). */
+static void drain_chunk(ak_pen_t *pen, waiter_t *w, release_req_t *rs, size_t nr, ak_pen_release_result_t *out,
+                        bool *held) {
   pthread_mutex_lock(&w->mu);
   while (w->outstanding) pthread_cond_wait(&w->cv, &w->mu);
   pthread_mutex_unlock(&w->mu);
   for (size_t i = 0; i < nr; i++) {
     if (rs[i].req.status == AK_WR_COMMITTED) {
+      held[rs[i].idx] = false;
       out->moved++;
       ak_pen_release_bytes(pen, rs[i].req.unpen_bytes);
       count(pen, RES_RELEASED, 1);
@@ -401,7 +458,8 @@ static void drain_chunk(ak_pen_t *pen, waiter_t *w, release_req_t *rs, size_t nr
   }
 }
 
-/* Read, re-verify and prepare one entry. true: r is ready to submit. */
+/* Read, re-verify (unless check is NULL) and prepare one entry. true: r is ready to
+ * submit (r NULL: it would be, and nothing is kept). */
 static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_fn check, void *check_ctx,
                     release_req_t *r) {
   const ak_source_cfg_t *src = ak_config_source(inst->cfg, e->source_id);
@@ -430,14 +488,14 @@ static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_f
     free(v);
     return false;
   }
-  bool ok = check(check_ctx, idx, &env, e->received_at_ms / 1000) == 0;
+  bool ok = !check || check(check_ctx, idx, &env, e->received_at_ms / 1000) == 0;
   size_t body_len = env.body_len;
   const char *tenant = env.tenant; /* points into v, which the request keeps */
   size_t tenant_len = env.tenant_len;
   ak_envelope_clear(&env);
-  if (!ok) {
+  if (!ok || !r) {
     free(v);
-    return false;
+    return ok;
   }
   memset(&r->req, 0, sizeof r->req);
   r->rec = v;
@@ -468,6 +526,30 @@ int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f,
     return -1;
   }
   out->scanned = (int64_t)n;
+  /* First pass, nothing kept: which entries would go. None: no change, no row. */
+  bool *pick = calloc(n + 1, sizeof *pick);
+  size_t npick = 0;
+  for (size_t i = 0; pick && i < n; i++) npick += (pick[i] = prepare(inst, &es[i], check, check_ctx, NULL));
+  uint64_t seq = 0;
+  entry_set_t set = {0};
+  int rc = pick ? 0 : -1;
+  if (rc == 0 && npick > 0 && (rc = entry_set(es, n, pick, &set)) == 0) {
+    json_t *detail = json_pack("{s:I}", "candidates", (json_int_t)npick);
+    ak_audit_entry_t ae = {.who = f->who, .action = "quarantine.release", .tenants = set.tenants,
+                           .ntenants = set.ntenants, .subject = "quarantine", .before = set.text,
+                           .before_len = set.len, .after = set.text, .after_len = set.len, .outcome = "pending",
+                           .detail = detail, .seq_out = &seq};
+    rc = ak_audit_record(pen->audit, &ae);
+    json_decref(detail);
+  }
+  if (rc != 0 || npick == 0) {
+    entry_set_free(&set);
+    free(pick);
+    free(es);
+    out->skipped = rc == 0 ? (int64_t)n : 0;
+    pthread_mutex_unlock(&pen->admin_mu);
+    return rc;
+  }
   waiter_t w = {.outstanding = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
@@ -476,7 +558,9 @@ int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f,
   for (size_t i = 0; rs && i < n; i++) {
     release_req_t *r = &rs[nr];
     r->w = &w;
-    if (!prepare(inst, &es[i], check, check_ctx, r)) {
+    r->idx = i;
+    /* re-verified in the first pass: the held bytes cannot have changed since */
+    if (!pick[i] || !prepare(inst, &es[i], NULL, check_ctx, r)) {
       out->skipped++;
       continue;
     }
@@ -490,7 +574,7 @@ int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f,
       w.outstanding--;
       pthread_mutex_unlock(&w.mu);
       release_req_t keep = *r;
-      drain_chunk(pen, &w, rs, nr, out);
+      drain_chunk(pen, &w, rs, nr, out, pick);
       nr = 0;
       rs[0] = keep;
       rs[0].req.ctx = &rs[0];
@@ -510,15 +594,27 @@ int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f,
       continue;
     }
     if (++nr == RELEASE_CHUNK) {
-      drain_chunk(pen, &w, rs, nr, out);
+      drain_chunk(pen, &w, rs, nr, out, pick);
       nr = 0;
     }
   }
-  if (rs) drain_chunk(pen, &w, rs, nr, out);
+  if (rs) drain_chunk(pen, &w, rs, nr, out, pick);
   else out->skipped = (int64_t)n;
   free(rs);
   pthread_cond_destroy(&w.cv);
   pthread_mutex_destroy(&w.mu);
+  /* the row's after: the candidates this release did not move (none left: null) */
+  entry_set_t left;
+  bool any_left = out->moved < (int64_t)npick;
+  json_t *detail = json_pack("{s:I,s:I,s:I}", "scanned", (json_int_t)out->scanned, "moved", (json_int_t)out->moved,
+                             "skipped", (json_int_t)out->skipped);
+  if (!any_left || entry_set(es, n, pick, &left) != 0) left = (entry_set_t){0};
+  /* a failed settle leaves the row pending: the next open marks it interrupted */
+  ak_audit_finish(pen->audit, seq, out->moved > 0 ? "ok" : "failed", any_left ? left.text : NULL, left.len, detail);
+  json_decref(detail);
+  entry_set_free(&left);
+  entry_set_free(&set);
+  free(pick);
   pthread_mutex_unlock(&pen->admin_mu);
   free(es);
   return 0;

@@ -22,8 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tenants.h"
+
 struct ak_instance;
 struct ak_store;
+struct ak_audit_who;
 
 typedef enum {
   AK_PEN_OK = 0,          /* token, bytes and a waiting slot reserved: settle exactly once */
@@ -81,6 +84,8 @@ typedef struct ak_pen_filter {
   int64_t since_ms;           /* INT64_MIN when absent */
   int64_t until_ms;           /* INT64_MAX when absent */
   int64_t limit;
+  const ak_tenant_scope_t *tenants; /* NULL: every tenant; else only entries of these */
+  const struct ak_audit_who *who;   /* purge and release: the audit row's actor */
 } ak_pen_filter_t;
 
 void ak_pen_filter_init(ak_pen_filter_t *f, int64_t limit);
@@ -100,9 +105,10 @@ typedef struct ak_pen_entry {
 int ak_pen_list(struct ak_store *st, const ak_pen_filter_t *f, bool oldest_first, ak_pen_entry_t **out,
                 size_t *n);
 
-/* Delete the entries matching f (oldest first, at most f->limit): their 's' and 'b' keys
- * and the byte total (m:quarantine_bytes:admin) in ONE synced batch. 0, or -1 when the
- * store is unavailable (nothing deleted). */
+/* Delete the entries matching f (oldest first, at most f->limit): their 's' and 'b' keys,
+ * the byte total (m:quarantine_bytes:admin) and the audit row (quarantine.purge, by
+ * f->who) in ONE synced batch; nothing matching writes nothing. 0, or -1 when the store
+ * or the audit trail is unavailable (nothing deleted). */
 int ak_pen_purge(ak_pen_t *pen, struct ak_store *st, const ak_pen_filter_t *f, int64_t *deleted,
                  int64_t *bytes);
 
@@ -121,7 +127,12 @@ typedef struct ak_pen_release_result {
 /* Release (oldest first, at most f->limit): each entry whose source still exists and
  * whose check returns 0 (AK_VR_OK) is committed through inst->writer as a hook with its
  * original id and received_at, in the same batch that deletes its pen rows and bytes.
- * Blocks until the writer answered. 0, or -1 when the store cannot be read. */
+ * Blocks until the writer answered. The writer's batches are not one batch, so the
+ * audit row (quarantine.release) is a dual write: once at least one entry passes the
+ * checks, a synced "pending" row naming them goes in before anything is submitted, and
+ * it is settled "ok" (some moved) or "failed" (none) after; a kill in between leaves it
+ * "interrupted". Nothing passing writes no row. 0, or -1 when the store cannot be read or
+ * the pending row cannot be written (nothing released). */
 int ak_pen_release(ak_pen_t *pen, struct ak_instance *inst, const ak_pen_filter_t *f, ak_pen_check_fn check,
                    void *check_ctx, ak_pen_release_result_t *out);
 

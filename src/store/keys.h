@@ -8,7 +8,9 @@
 #include <stdint.h>
 
 /* column families, in open order */
-enum { AK_CF_DEFAULT = 0, AK_CF_HOOKS, AK_CF_DELIVERIES, AK_CF_INDEX, AK_CF_QUARANTINE, AK_CF_COUNT };
+/* a family added later is created at open (create_missing_column_families): an older store
+ * opens fine and starts it empty */
+enum { AK_CF_DEFAULT = 0, AK_CF_HOOKS, AK_CF_DELIVERIES, AK_CF_INDEX, AK_CF_QUARANTINE, AK_CF_AUDIT, AK_CF_COUNT };
 extern const char *const ak_cf_names[AK_CF_COUNT];
 
 /* default CF meta keys */
@@ -32,6 +34,16 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32 */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64 */
 #define AK_IDX_DEDUPE 'e'  /* 'e' expires_at:64 scope -> u8 version, id:128 (queue/dedupe.c) */
+
+/* audit CF (admin/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is
+ * pending (a dual write not settled yet); 'v' subject -> u64 revision; 'k' -> the HMAC
+ * key of the rows' hashes (32 random bytes); 'n' -> u64 next seq */
+#define AK_AUDIT_ROW 'a'
+#define AK_AUDIT_PENDING 'p'
+#define AK_AUDIT_REV 'v'
+#define AK_AUDIT_KEY 'k'
+#define AK_AUDIT_NEXT 'n'
+#define AK_AUDIT_ROW_KEY_LEN 9
 
 /* quarantine CF tags: both keys 'x' received_at:64 id:128 (oldest first) */
 #define AK_PEN_SUMMARY 's' /* -> summary v1 (ak_pen_summary_encode) */

@@ -340,6 +340,17 @@ int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **va
   return *val ? 0 : 1;
 }
 
+int ak_store_get_pinned(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen) {
+  if (!st->db || !st->cf[cf]) return -1;
+  char *e = NULL;
+  *val = rocksdb_get_cf(st->db, st->ropts, st->cf[cf], key, klen, vlen, &e);
+  if (e) {
+    free(e);
+    return -1;
+  }
+  return *val ? 0 : 1;
+}
+
 int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx) {
   return ak_store_scan_from(st, cf, prefix, plen, NULL, 0, false, cb, ctx);
 }

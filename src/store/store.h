@@ -57,6 +57,8 @@ int ak_store_write(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_cl
 
 /* Point read: 0 found (*val malloc'd), 1 not found, -1 unavailable or error. */
 int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
+/* The same for a caller that holds a pin (no second lock taken). */
+int ak_store_get_pinned(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
 
 /* Scan keys starting with prefix (plen may be 0) in order; cb returns nonzero to stop.
  * Returns 0, or -1 when the store is closed or the iterator reported an error (a scan

@@ -377,8 +377,15 @@ class Server:
     def get(self, path, timeout=10.0):
         return http_request(self.http_port, "GET", path, timeout=timeout)
 
-    def admin(self, path, method="GET", timeout=10.0):
-        return http_request(self.admin_port, method, path, timeout=timeout)
+    def admin(self, path, method="GET", timeout=10.0, body=None, token=None, headers=None):
+        """An admin request; body: bytes, or anything else sent as JSON; token: a bearer token."""
+        hdrs = dict(headers or {})
+        if token is not None:
+            hdrs["Authorization"] = f"Bearer {token}"
+        if body is not None and not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        return http_request(self.admin_port, method, path, body=body, headers=hdrs, timeout=timeout)
 
     def metrics(self):
         r = self.admin("/metrics")

@@ -107,7 +107,8 @@ Test(config, defaults_from_empty_document) {
               "{\"node\":{\"roles\":[\"edge\",\"dispatch\",\"storage\"],\"data_dir\":\"./data\",\"min_free_bytes\":268435456},"
               "\"log\":{\"level\":\"info\"},"
               "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
-              "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000},"
+              "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000,\"principals\":[]},"
+              "\"audit\":{\"retention_days\":365},"
               "\"store_headers\":{\"drop\":[],\"hash\":[],\"keep\":[]},"
               "\"rate_limits\":{\"default\":null,\"tenants\":{}},"
               "\"admission\":{\"per_ip\":null,\"node\":null,\"source_bytes\":null,\"trusted_proxies\":[],"
@@ -319,6 +320,88 @@ Test(config, admin_ip) {
   cr_expect_str_eq(cfg->admin_ip, "0.0.0.0");
   cr_expect_not(cfg->admin_enabled);
   ak_config_free(cfg);
+}
+
+#define HASH_A "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" /* sha256("test") */
+#define HASH_B "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752" /* sha256("test2") */
+
+Test(config, admin_principals) {
+  ak_config_t *cfg = load_ok("admin:\n  ip: 0.0.0.0\n  principals:\n"
+                             "    - {name: ops, token_sha256: " HASH_A ", scopes: [audit:read, log_level:write], "
+                             "tenants: \"*\"}\n"
+                             "    - {name: acme-bot, token_sha256: " HASH_B ", scopes: rate_limits:write, "
+                             "tenants: [acme, beta]}\n"
+                             "audit: {retention_days: 30}\n");
+  cr_expect_str_eq(cfg->admin_ip, "0.0.0.0", "principals allow a non-loopback listener");
+  cr_assert_eq(json_array_size(cfg->admin_principals), 2);
+  expect_json(json_object_get(json_array_get(cfg->admin_principals, 0), "tenants"), "[\"*\"]");
+  expect_json(json_object_get(json_array_get(cfg->admin_principals, 1), "scopes"), "[\"rate_limits:write\"]");
+  cr_expect_eq(cfg->audit_retention_days, 30);
+  /* print-config never shows the hash either */
+  json_t *red = ak_config_redacted(cfg);
+  char *text = json_dumps(red, JSON_COMPACT);
+  cr_expect_null(strstr(text, HASH_A));
+  cr_expect_null(strstr(text, HASH_B));
+  cr_expect_not_null(strstr(text, "\"name\":\"acme-bot\",\"token_sha256\":\"[REDACTED]\""), "%s", text);
+  free(text);
+  json_decref(red);
+  ak_config_free(cfg);
+}
+
+Test(config, admin_principals_errors) {
+  /* a token pasted instead of its hash is refused without being echoed */
+  char *err = load_err_env("admin:\n  principals: [{name: a, token_sha256: s3cr3t-token, scopes: [audit:read], "
+                       "tenants: \"*\"}]\n", NOENV);
+  cr_expect_str_eq(err, "admin.principals[0].token_sha256: expected 64 lowercase hex digits (the SHA-256 of the "
+                        "token, never the token itself)");
+  cr_expect_null(strstr(err, "s3cr3t"));
+  free(err);
+  expect_err("admin:\n  principals: [{name: a, token_sha256: " HASH_A ", scopes: [root], tenants: \"*\"}]\n",
+             "admin.principals[0].scopes[0]: unknown value \"root\"; expected one of sources:read, sources:write, "
+             "dlq:read, replays:read, replays:write, quarantine:read, quarantine:write, rate_limits:read, "
+             "rate_limits:write, audit:read, tenants:write, log_level:write, config:read, hooks:read, claims:read, "
+             "metrics:read");
+  expect_err("admin:\n  principals: [{name: a, token_sha256: " HASH_A ", scopes: [audit:read]}]\n",
+             "admin.principals[0]: missing required key \"tenants\"");
+  expect_err("admin:\n  principals: [{name: a, token_sha256: " HASH_A ", scopes: [], tenants: \"*\"}]\n",
+             "admin.principals[0].scopes: must not be empty");
+  expect_err("admin:\n  principals:\n"
+             "    - {name: a, token_sha256: " HASH_A ", scopes: [audit:read], tenants: \"*\"}\n"
+             "    - {name: a, token_sha256: " HASH_A ", scopes: [audit:read], tenants: \"*\"}\n",
+             "admin.principals[1].name: \"a\" is already admin.principals[0]\n"
+             "admin.principals[1].token_sha256: the same token as admin.principals[0]");
+  expect_err("admin:\n  principals: [{name: a, token_sha256: " HASH_A ", scopes: [audit:read], "
+             "tenants: [acme, \"*\"]}]\n",
+             "admin.principals[0].tenants: \"*\" stands alone (every tenant)");
+  expect_err("admin:\n  principals: [{name: a, token_sha256: " HASH_A ", scopes: [audit:read], "
+             "tenants: [\"a b\"]}]\n",
+             "admin.principals[0].tenants[0]: invalid tenant id \"a b\"; expected \"*\" or [A-Za-z0-9_-]{1,64}");
+  expect_err("admin:\n  principals: {name: a}\n", "admin.principals: expected a list, got {...}");
+  expect_err("admin:\n  principals: [x]\n", "admin.principals[0]: expected a mapping, got \"x\"");
+  expect_err("audit: {retention_days: 0}\n", "audit.retention_days must be between 1 and 36500, got 0");
+}
+
+Test(config, admin_without_principals_is_loopback_only) {
+  const char *msg = "admin.ip: %s is not a loopback address; without admin.principals the admin API has no "
+                    "authentication and listens on loopback only (127.0.0.1, ::1): add admin.principals or bind "
+                    "127.0.0.1";
+  const char *bad[] = {"0.0.0.0", "10.1.2.3", "::", "2001:db8::1", "::ffff:10.0.0.1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char yaml[128], want[512];
+    snprintf(yaml, sizeof yaml, "admin:\n  ip: \"%s\"\n", bad[i]);
+    snprintf(want, sizeof want, msg, bad[i]);
+    expect_err(yaml, want);
+  }
+  const char *good[] = {"127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    char yaml[128];
+    snprintf(yaml, sizeof yaml, "admin:\n  ip: \"%s\"\n", good[i]);
+    ak_config_free(load_ok(yaml));
+  }
+  const char *env[] = {"ANKUSA_ADMIN_IP=0.0.0.0", NULL};
+  char want[512];
+  snprintf(want, sizeof want, msg, "0.0.0.0");
+  expect_err_env("", env, want);
 }
 
 /* ---------------------------------------------------------------- not yet ---- */
@@ -643,7 +726,7 @@ Test(config, env_overrides) {
   const char *env[] = {"ANKUSA_ROLES=edge,claim_check", "ANKUSA_DATA_DIR=/var/lib/ak",
                        "ANKUSA_LOG_LEVEL=error",         "ANKUSA_HTTP_PORT=5000",
                        "PORT=6000",                      "ANKUSA_ADMIN_PORT=5002",
-                       "ANKUSA_ADMIN_IP=::",             "ANKUSA_WAL_TYPE=disk",
+                       "ANKUSA_ADMIN_IP=::1",             "ANKUSA_WAL_TYPE=disk",
                        NULL};
   ak_config_t *cfg = load_ok_env("node:\n  data_dir: /file\nhttp:\n  port: 1\nlog:\n  level: debug\n", env);
   cr_expect_eq(cfg->roles, AK_ROLE_EDGE | AK_ROLE_CLAIM_CHECK);
@@ -651,7 +734,7 @@ Test(config, env_overrides) {
   cr_expect_eq(cfg->log_level, AK_LOG_ERROR);
   cr_expect_eq(cfg->http_port, 5000);
   cr_expect_eq(cfg->admin_port, 5002);
-  cr_expect_str_eq(cfg->admin_ip, "::");
+  cr_expect_str_eq(cfg->admin_ip, "::1");
   cr_expect_eq(cfg->wal_type, AK_WAL_DISK);
   expect_json(json_object_get(json_object_get(cfg->effective, "http"), "port"), "5000");
   ak_config_free(cfg);
@@ -903,7 +986,7 @@ Test(config, load_file_errors_name_the_path) {
 
 Test(config, root_options_table) {
   const ak_opt_t *rows = ak_config_root_options();
-  const char *want[] = {"node", "log", "http", "admin", "store_headers", "routes", "rate_limits", "admission", "quarantine", "batcher",
+  const char *want[] = {"node", "log", "http", "admin", "audit", "store_headers", "routes", "rate_limits", "admission", "quarantine", "batcher",
                         "dispatch", "egress", "wal", "dedupe", "storage", "claim_check", "backup", "sources", "source_store",
                         "lifecycle"};
   size_t n = 0;

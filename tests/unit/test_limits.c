@@ -358,7 +358,7 @@ Test(quota, precedence_override_then_tenant_then_default) {
   cr_assert(ak_quota_take(q, "big", 3, 0, now, &r));
   /* an override wins and starts full; removing it restores the file's entry */
   ak_ratelimit_t o = {.hooks = {100, 100}};
-  cr_assert_eq(ak_quota_put(q, "acme", &o), 0);
+  cr_assert_eq(ak_quota_put(q, "acme", &o, NULL), 0);
   cr_expect_eq(ak_quota_lookup(q, "acme", 4, &l), AK_QUOTA_OVERRIDE);
   cr_expect_eq(ak_quota_max_body(q, "acme", 4), 0, "the override is the whole entry");
   for (int i = 0; i < 100; i++) cr_assert(ak_quota_take(q, "acme", 4, 10, now, &r), "%d", i);
@@ -373,8 +373,8 @@ Test(quota, precedence_override_then_tenant_then_default) {
                          "\"source\":\"config\"}]}");
   free(text);
   json_decref(list);
-  cr_expect_eq(ak_quota_delete(q, "acme"), 0);
-  cr_expect_eq(ak_quota_delete(q, "acme"), 1, "nothing left to delete");
+  cr_expect_eq(ak_quota_delete(q, "acme", NULL), 0);
+  cr_expect_eq(ak_quota_delete(q, "acme", NULL), 1, "nothing left to delete");
   cr_expect_eq(ak_quota_lookup(q, "acme", 4, &l), AK_QUOTA_CONFIG);
   ak_quota_free(q);
 }

@@ -809,7 +809,7 @@ Test(replay, dlq_list_newest_first_with_total_and_filters) {
   ak_key_dead(xk, base + 40, 4, 0);
   put_raw(&n, AK_CF_INDEX, xk, sizeof xk, "junk", 4);
   json_t *o = NULL;
-  cr_assert_eq(ak_replays_dlq_list(n.inst.store, NULL, -1, 100, &o), 0);
+  cr_assert_eq(ak_replays_dlq_list(n.inst.store, NULL, NULL, -1, 100, &o), 0);
   cr_expect_eq(jint(o, "total"), 4);
   json_t *es = json_object_get(o, "entries");
   cr_assert_eq(json_array_size(es), 4);
@@ -834,19 +834,19 @@ Test(replay, dlq_list_newest_first_with_total_and_filters) {
   cr_expect_null(json_object_get(e, "body"));
   json_decref(o);
 
-  cr_assert_eq(ak_replays_dlq_list(n.inst.store, "src_a", -1, 1, &o), 0);
+  cr_assert_eq(ak_replays_dlq_list(n.inst.store, "src_a", NULL, -1, 1, &o), 0);
   cr_expect_eq(jint(o, "total"), 2, "total counts past the limit");
   es = json_object_get(o, "entries");
   cr_assert_eq(json_array_size(es), 1);
   cr_expect_eq(jint(json_array_get(es, 0), "seq"), 3);
   json_decref(o);
 
-  cr_assert_eq(ak_replays_dlq_list(n.inst.store, NULL, base + 20, 0, &o), 0);
+  cr_assert_eq(ak_replays_dlq_list(n.inst.store, NULL, NULL, base + 20, 0, &o), 0);
   cr_expect_eq(jint(o, "total"), 3, "since is inclusive");
   cr_expect_eq(json_array_size(json_object_get(o, "entries")), 0);
   json_decref(o);
 
   ak_store_close(n.inst.store);
-  cr_expect_eq(ak_replays_dlq_list(n.inst.store, NULL, -1, 100, &o), -1);
+  cr_expect_eq(ak_replays_dlq_list(n.inst.store, NULL, NULL, -1, 100, &o), -1);
   node_close(&n);
 }

@@ -1,0 +1,578 @@
+/* The audit trail (audit.h). Rows are JSON values under 'a' seq:64 in the audit column
+ * family, so key order is seq order is commit order: one mutex (the "order") is held from
+ * the seq's hand-out in ak_audit_put to the end of the synced write in ak_audit_commit.
+ * Revisions ('v' subject) and the next-seq marker ('n') ride in the same batch, so they
+ * move only when the row lands. The HMAC key ('k') is made once per store from the OS
+ * RNG and never leaves the store: a row's hashes let an operator tell whether two states
+ * are equal, never what they were. */
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "admin/audit.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+#define PRUNE_BATCH 10000
+#define PRUNE_EVERY_MS (3600 * 1000)
+#define QUERY_SCAN_MAX 100000 /* rows one GET /v1/audit looks at, whatever its filters */
+
+struct ak_audit {
+  ak_store_t *store;
+  int64_t retention_ms;
+  uint8_t key[32];
+  pthread_mutex_t order; /* held from put to commit/cancel */
+  uint64_t next_seq;     /* under order */
+  uint64_t held_seq;     /* the seq of the put in progress (given back on failure) */
+  bool thread_started;
+  pthread_t th;
+  pthread_mutex_t mu; /* stop flag */
+  pthread_cond_t cv;
+  bool stop;
+#ifdef AK_TEST_HOOKS
+  const char *fail; /* ANKUSA_TEST_AUDIT_FAIL */
+#endif
+};
+
+static void row_key(uint8_t out[AK_AUDIT_ROW_KEY_LEN], char tag, uint64_t seq) {
+  out[0] = (uint8_t)tag;
+  ak_put_u64(out + 1, seq);
+}
+
+static void hmac_hex(const ak_audit_t *a, const void *data, size_t len, char out[65]) {
+  unsigned char mac[32];
+  size_t ml = 0;
+  if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, a->key, sizeof a->key, data, len, mac, sizeof mac, &ml) ||
+      ml != 32) {
+    out[0] = 0;
+    return;
+  }
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+static json_t *hash_or_null(const ak_audit_t *a, const void *p, size_t n) {
+  if (!p) return json_null();
+  char hex[65];
+  hmac_hex(a, p, n, hex);
+  return hex[0] ? json_string(hex) : NULL;
+}
+
+/* ----------------------------------------------------------------------- open ---- */
+
+static char *fmt_err(const char *what, const ak_store_t *st) {
+  char *e = NULL;
+  if (asprintf(&e, "audit trail in the store at %s: %s", ak_store_path(st), what) < 0) e = NULL;
+  return e;
+}
+
+static int last_row_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  if (kl == AK_AUDIT_ROW_KEY_LEN) *(uint64_t *)ctx = ak_get_u64((const uint8_t *)k + 1);
+  return 1;
+}
+
+typedef struct {
+  uint64_t *v;
+  size_t n, cap;
+} seqs_t;
+
+static int pending_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  seqs_t *s = ctx;
+  if (kl != AK_AUDIT_ROW_KEY_LEN) return 0;
+  if (s->n == s->cap) {
+    size_t nc = s->cap ? 2 * s->cap : 16;
+    uint64_t *nv = realloc(s->v, nc * sizeof *nv);
+    if (!nv) return 1;
+    s->v = nv;
+    s->cap = nc;
+  }
+  s->v[s->n++] = ak_get_u64((const uint8_t *)k + 1);
+  return 0;
+}
+
+static int finish(ak_audit_t *a, uint64_t seq, const char *outcome, bool set_after, const void *after,
+                  size_t after_len, json_t *detail);
+
+/* A row a kill left pending: the change may or may not have been applied. */
+static int settle_interrupted(ak_audit_t *a) {
+  seqs_t s = {0};
+  uint8_t tag = AK_AUDIT_PENDING;
+  if (ak_store_scan(a->store, AK_CF_AUDIT, &tag, 1, pending_cb, &s) != 0) {
+    free(s.v);
+    return -1;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < s.n && rc == 0; i++) {
+    rc = finish(a, s.v[i], "interrupted", false, NULL, 0, NULL);
+    if (rc == 0)
+      ak_log(AK_LOG_WARNING, "audit", "a change was interrupted by a stop: it may or may not have been applied",
+             "seq=%llu", (unsigned long long)s.v[i]);
+  }
+  free(s.v);
+  return rc;
+}
+
+ak_audit_t *ak_audit_open(ak_instance_t *inst, char **err) {
+  *err = NULL;
+  ak_audit_t *a = calloc(1, sizeof *a);
+  if (!a) {
+    *err = strdup("out of memory");
+    return NULL;
+  }
+  a->store = inst->store;
+  a->retention_ms = (inst->cfg->audit_retention_days > 0 ? inst->cfg->audit_retention_days : 365) * 86400000LL;
+  pthread_mutex_init(&a->order, NULL);
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_cond_init(&a->cv, NULL);
+#ifdef AK_TEST_HOOKS
+  a->fail = getenv("ANKUSA_TEST_AUDIT_FAIL");
+#endif
+  char *v = NULL;
+  size_t vl = 0;
+  char kk = AK_AUDIT_KEY;
+  int rc = ak_store_get(a->store, AK_CF_AUDIT, &kk, 1, &v, &vl);
+  if (rc < 0 || (rc == 0 && vl != sizeof a->key)) {
+    *err = fmt_err(rc < 0 ? "cannot be read" : "its key is damaged (wrong length)", a->store);
+    free(v);
+    ak_audit_free(a);
+    return NULL;
+  }
+  if (rc == 0) {
+    memcpy(a->key, v, sizeof a->key);
+  } else if (RAND_bytes(a->key, sizeof a->key) != 1 || ak_store_pin(a->store) != 0) {
+    *err = fmt_err("cannot make its key", a->store);
+    ak_audit_free(a);
+    return NULL;
+  } else {
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put_cf(wb, ak_store_cf(a->store, AK_CF_AUDIT), &kk, 1, (const char *)a->key, sizeof a->key);
+    rc = ak_store_write_pinned(a->store, wb, true, NULL, NULL);
+    ak_store_unpin(a->store);
+    rocksdb_writebatch_destroy(wb);
+    if (rc != 0) {
+      *err = fmt_err("cannot store its key", a->store);
+      ak_audit_free(a);
+      return NULL;
+    }
+  }
+  free(v);
+  /* the next seq: past the marker and past the last row (a pruned trail keeps counting) */
+  uint64_t next = 1, last = 0;
+  char nk = AK_AUDIT_NEXT;
+  v = NULL;
+  rc = ak_store_get(a->store, AK_CF_AUDIT, &nk, 1, &v, &vl);
+  if (rc == 0 && vl == 8) next = ak_get_u64((const uint8_t *)v);
+  free(v);
+  uint8_t rt = AK_AUDIT_ROW;
+  if (rc < 0 || ak_store_scan_from(a->store, AK_CF_AUDIT, &rt, 1, NULL, 0, true, last_row_cb, &last) != 0 ||
+      settle_interrupted(a) != 0) {
+    *err = fmt_err("cannot be read", a->store);
+    ak_audit_free(a);
+    return NULL;
+  }
+  a->next_seq = last + 1 > next ? last + 1 : next;
+  if (a->next_seq == 0) a->next_seq = 1;
+  return a;
+}
+
+uint64_t ak_audit_next_seq(ak_audit_t *a) {
+  pthread_mutex_lock(&a->order);
+  uint64_t n = a->next_seq;
+  pthread_mutex_unlock(&a->order);
+  return n;
+}
+
+/* ------------------------------------------------------------------------ put ---- */
+
+static bool fault(const ak_audit_t *a) {
+#ifdef AK_TEST_HOOKS
+  if (a->fail && *a->fail) return !strcmp(a->fail, "1") || access(a->fail, F_OK) == 0;
+#else
+  (void)a;
+#endif
+  return false;
+}
+
+static int cmp_str(const void *x, const void *y) { return strcmp(*(const char *const *)x, *(const char *const *)y); }
+
+/* tenant plus tenants, sorted, each once */
+static json_t *tenant_list(const ak_audit_entry_t *e) {
+  size_t n = e->ntenants + (e->tenant ? 1 : 0);
+  const char **v = calloc(n + 1, sizeof *v);
+  if (!v) return NULL;
+  size_t k = 0;
+  if (e->tenant) v[k++] = e->tenant;
+  for (size_t i = 0; i < e->ntenants; i++)
+    if (e->tenants[i]) v[k++] = e->tenants[i];
+  qsort(v, k, sizeof *v, cmp_str);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < k; i++)
+    if (i == 0 || strcmp(v[i], v[i - 1])) json_array_append_new(arr, json_string(v[i]));
+  free(v);
+  return arr;
+}
+
+static json_t *row_json(const ak_audit_t *a, const ak_audit_entry_t *e, uint64_t seq, int64_t rev) {
+  const ak_audit_who_t *w = e->who;
+  json_t *ts = tenant_list(e);
+  json_t *bh = hash_or_null(a, e->before, e->before_len), *ah = hash_or_null(a, e->after, e->after_len);
+  if (!ts || !bh || !ah) {
+    json_decref(ts);
+    json_decref(bh);
+    json_decref(ah);
+    return NULL;
+  }
+  json_t *tenant = json_array_size(ts) == 1 ? json_incref(json_array_get(ts, 0)) : json_null();
+  json_t *r = json_pack("{s:I,s:I,s:s,s:s?,s:s?,s:s,s:o,s:o,s:s,s:o,s:o,s:I,s:s}", "seq", (json_int_t)seq, "at",
+                        (json_int_t)ak_now_ms(), "actor", w && w->actor ? w->actor : "internal", "client",
+                        w ? w->client : NULL, "request_id", w ? w->request_id : NULL, "action", e->action, "tenant",
+                        tenant, "tenants", ts, "subject", e->subject ? e->subject : "", "before_hash", bh,
+                        "after_hash", ah, "revision", (json_int_t)rev, "outcome", e->outcome ? e->outcome : "ok");
+  if (r && e->detail) json_object_set(r, "detail", e->detail);
+  return r;
+}
+
+/* The subject's current revision ('v' subject), under the caller's pin. -1 on error. */
+static int64_t read_rev(ak_audit_t *a, const char *subject) {
+  size_t sl = strlen(subject);
+  char *k = malloc(sl + 1);
+  if (!k) return -1;
+  k[0] = AK_AUDIT_REV;
+  memcpy(k + 1, subject, sl);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get_pinned(a->store, AK_CF_AUDIT, k, sl + 1, &v, &vl);
+  free(k);
+  int64_t rev = rc == 1 ? 0 : (rc == 0 && vl == 8) ? (int64_t)ak_get_u64((const uint8_t *)v) : -1;
+  free(v);
+  return rev;
+}
+
+int ak_audit_put(ak_audit_t *a, rocksdb_writebatch_t *wb, const ak_audit_entry_t *e) {
+  if (!a) return 0;
+  if (!e->action || !e->subject || fault(a)) return -1;
+  rocksdb_column_family_handle_t *cf = ak_store_cf(a->store, AK_CF_AUDIT);
+  if (!cf) return -1;
+  pthread_mutex_lock(&a->order);
+  uint64_t seq = a->next_seq;
+  int64_t rev = e->revision;
+  if (rev <= 0) {
+    rev = read_rev(a, e->subject);
+    if (rev >= 0) rev++;
+  }
+  json_t *row = rev > 0 ? row_json(a, e, seq, rev) : NULL;
+  char *text = row ? json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(row);
+  size_t sl = strlen(e->subject);
+  char *rk = text ? malloc(sl + 1) : NULL;
+  if (!rk) {
+    free(text);
+    pthread_mutex_unlock(&a->order);
+    ak_log(AK_LOG_ERROR, "audit", "cannot build an audit row", "action=%s", e->action);
+    return -1;
+  }
+  uint8_t k[AK_AUDIT_ROW_KEY_LEN], v8[8];
+  row_key(k, AK_AUDIT_ROW, seq);
+  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, text, strlen(text));
+  if (e->outcome && !strcmp(e->outcome, "pending")) {
+    row_key(k, AK_AUDIT_PENDING, seq);
+    rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, "", 0);
+  }
+  rk[0] = AK_AUDIT_REV;
+  memcpy(rk + 1, e->subject, sl);
+  ak_put_u64(v8, (uint64_t)rev);
+  rocksdb_writebatch_put_cf(wb, cf, rk, sl + 1, (const char *)v8, 8);
+  char nk = AK_AUDIT_NEXT;
+  ak_put_u64(v8, seq + 1);
+  rocksdb_writebatch_put_cf(wb, cf, &nk, 1, (const char *)v8, 8);
+  free(rk);
+  free(text);
+  a->held_seq = seq;
+  a->next_seq = seq + 1;
+  if (e->seq_out) *e->seq_out = seq;
+  return 0; /* the order stays held: commit or cancel */
+}
+
+int ak_audit_commit(ak_audit_t *a, ak_store_t *st, rocksdb_writebatch_t *wb, ak_wf_class_t *cls, char **err) {
+  ak_wf_class_t c = AK_WF_OTHER;
+  int rc = ak_store_write_pinned(st, wb, true, &c, err);
+  if (cls) *cls = c;
+  if (a) {
+    if (rc != 0) {
+      a->next_seq = a->held_seq; /* the row never landed: its seq is handed out again */
+      ak_log(AK_LOG_ERROR, "audit", "an audited change could not be written: not made", "seq=%llu class=%s",
+             (unsigned long long)a->held_seq, ak_wf_class_names[c]);
+    }
+    pthread_mutex_unlock(&a->order);
+  }
+  return rc;
+}
+
+void ak_audit_cancel(ak_audit_t *a) {
+  if (!a) return;
+  a->next_seq = a->held_seq;
+  pthread_mutex_unlock(&a->order);
+}
+
+int ak_audit_record(ak_audit_t *a, const ak_audit_entry_t *e) {
+  if (!a) return 0;
+  if (ak_store_pin(a->store) != 0) return -1;
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  int rc = ak_audit_put(a, wb, e);
+  if (rc == 0) {
+    char *err = NULL;
+    rc = ak_audit_commit(a, a->store, wb, NULL, &err);
+    free(err);
+  }
+  ak_store_unpin(a->store);
+  rocksdb_writebatch_destroy(wb);
+  return rc;
+}
+
+static int finish(ak_audit_t *a, uint64_t seq, const char *outcome, bool set_after, const void *after,
+                  size_t after_len, json_t *detail) {
+  /* the same lock order as put: the store's pin, then the trail's order */
+  if (ak_store_pin(a->store) != 0) return -1;
+  pthread_mutex_lock(&a->order);
+  uint8_t k[AK_AUDIT_ROW_KEY_LEN];
+  row_key(k, AK_AUDIT_ROW, seq);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get_pinned(a->store, AK_CF_AUDIT, k, sizeof k, &v, &vl);
+  json_t *row = rc == 0 ? json_loadb(v, vl, 0, NULL) : NULL;
+  free(v);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  rocksdb_column_family_handle_t *cf = ak_store_cf(a->store, AK_CF_AUDIT);
+  if (row) {
+    json_object_set_new(row, "outcome", json_string(outcome));
+    json_t *ah = set_after ? hash_or_null(a, after, after_len) : NULL;
+    if (ah) json_object_set_new(row, "after_hash", ah);
+    if (detail) json_object_set(row, "detail", detail);
+    char *text = json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (text) rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, text, strlen(text));
+    free(text);
+  }
+  json_decref(row);
+  /* a pending marker whose row is gone (pruned) is dropped all the same */
+  uint8_t pk[AK_AUDIT_ROW_KEY_LEN];
+  row_key(pk, AK_AUDIT_PENDING, seq);
+  rocksdb_writebatch_delete_cf(wb, cf, (const char *)pk, sizeof pk);
+  rc = rc < 0 ? -1 : ak_store_write_pinned(a->store, wb, true, NULL, NULL);
+  rocksdb_writebatch_destroy(wb);
+  pthread_mutex_unlock(&a->order);
+  ak_store_unpin(a->store);
+  if (rc != 0)
+    ak_log(AK_LOG_ERROR, "audit", "cannot settle a pending audit row", "seq=%llu outcome=%s",
+           (unsigned long long)seq, outcome);
+  return rc;
+}
+
+int ak_audit_finish(ak_audit_t *a, uint64_t seq, const char *outcome, const void *after, size_t after_len,
+                    json_t *detail) {
+  return a ? finish(a, seq, outcome, true, after, after_len, detail) : 0;
+}
+
+/* ---------------------------------------------------------------------- query ---- */
+
+typedef struct {
+  const ak_audit_query_t *q;
+  bool ascending;
+  json_t *entries;
+  int64_t scanned;
+  uint64_t last_seq;     /* the last row looked at */
+  bool stopped_early;    /* by the limit or the scan cap: more rows may follow */
+} query_ctx_t;
+
+static bool visible(const json_t *row, const ak_audit_query_t *q) {
+  const json_t *ts = json_object_get(row, "tenants");
+  size_t i;
+  const json_t *t;
+  if (q->scope) {
+    if (!json_array_size(ts)) return false; /* node-wide: every tenant's business */
+    json_array_foreach(ts, i, t) {
+      const char *s = json_string_value(t);
+      if (!s || !ak_tenant_scope_has(q->scope, s, strlen(s))) return false;
+    }
+  }
+  if (q->tenant) {
+    bool found = false;
+    json_array_foreach(ts, i, t) found = found || (json_string_value(t) && !strcmp(json_string_value(t), q->tenant));
+    if (!found) return false;
+  }
+  if (q->action) {
+    const char *act = json_string_value(json_object_get(row, "action"));
+    if (!act || strcmp(act, q->action)) return false;
+  }
+  return true;
+}
+
+static int query_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  query_ctx_t *qc = ctx;
+  if (kl != AK_AUDIT_ROW_KEY_LEN) return 0;
+  if ((int64_t)json_array_size(qc->entries) >= qc->q->limit || qc->scanned >= QUERY_SCAN_MAX) {
+    qc->stopped_early = true;
+    return 1;
+  }
+  qc->scanned++;
+  uint64_t seq = ak_get_u64((const uint8_t *)k + 1);
+  json_t *row = json_loadb(v, vl, 0, NULL);
+  if (row && qc->q->since_ms != INT64_MIN) {
+    json_int_t at = json_integer_value(json_object_get(row, "at"));
+    if (at < qc->q->since_ms) {
+      json_decref(row);
+      if (qc->ascending) {
+        qc->last_seq = seq;
+        return 0;
+      }
+      return 1; /* newest first: everything further is older (rows are in commit order) */
+    }
+  }
+  qc->last_seq = seq;
+  if (!row) {
+    ak_log(AK_LOG_WARNING, "audit", "skipped a damaged audit row", "seq=%llu", (unsigned long long)seq);
+    return 0;
+  }
+  if (visible(row, qc->q)) json_array_append(qc->entries, row);
+  json_decref(row);
+  return 0;
+}
+
+int ak_audit_query(ak_audit_t *a, const ak_audit_query_t *q, json_t **out) {
+  *out = NULL;
+  query_ctx_t qc = {.q = q, .ascending = q->has_after, .entries = json_array()};
+  uint8_t prefix = AK_AUDIT_ROW, from[AK_AUDIT_ROW_KEY_LEN];
+  const uint8_t *fromp = NULL;
+  if (q->has_after) {
+    if (q->after_seq == UINT64_MAX) {
+      *out = json_pack("{s:o,s:I}", "entries", qc.entries, "next_after_seq", (json_int_t)q->after_seq);
+      return 0;
+    }
+    row_key(from, AK_AUDIT_ROW, q->after_seq + 1);
+    fromp = from;
+  } else if (q->has_before) {
+    if (q->before_seq == 0) {
+      *out = json_pack("{s:o,s:n}", "entries", qc.entries, "next_before_seq");
+      return 0;
+    }
+    row_key(from, AK_AUDIT_ROW, q->before_seq - 1);
+    fromp = from;
+  }
+  int rc = ak_store_scan_from(a->store, AK_CF_AUDIT, &prefix, 1, fromp, fromp ? sizeof from : 0, !qc.ascending,
+                              query_cb, &qc);
+  if (rc != 0) {
+    json_decref(qc.entries);
+    return -1;
+  }
+  if (qc.ascending) {
+    uint64_t next = qc.scanned ? qc.last_seq : q->after_seq;
+    *out = json_pack("{s:o,s:I}", "entries", qc.entries, "next_after_seq", (json_int_t)next);
+  } else {
+    json_t *nb = qc.stopped_early && qc.scanned ? json_integer((json_int_t)qc.last_seq) : json_null();
+    *out = json_pack("{s:o,s:o}", "entries", qc.entries, "next_before_seq", nb);
+  }
+  return *out ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------------- prune ---- */
+
+typedef struct {
+  int64_t cutoff;
+  uint8_t (*keys)[AK_AUDIT_ROW_KEY_LEN];
+  size_t n;
+} prune_ctx_t;
+
+static int prune_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  prune_ctx_t *pc = ctx;
+  if (kl != AK_AUDIT_ROW_KEY_LEN) return 0;
+  json_t *row = json_loadb(v, vl, 0, NULL);
+  int64_t at = row ? json_integer_value(json_object_get(row, "at")) : 0;
+  json_decref(row);
+  if (at >= pc->cutoff) return 1; /* rows are in commit order: the rest are newer */
+  memcpy(pc->keys[pc->n++], k, AK_AUDIT_ROW_KEY_LEN);
+  return pc->n == PRUNE_BATCH;
+}
+
+int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms) {
+  int64_t total = 0;
+  prune_ctx_t pc = {.cutoff = now_ms - a->retention_ms};
+  pc.keys = malloc(PRUNE_BATCH * sizeof *pc.keys);
+  if (!pc.keys) return -1;
+  for (;;) {
+    pc.n = 0;
+    uint8_t prefix = AK_AUDIT_ROW;
+    if (ak_store_scan(a->store, AK_CF_AUDIT, &prefix, 1, prune_cb, &pc) != 0 || ak_store_pin(a->store) != 0) {
+      total = -1;
+      break;
+    }
+    if (pc.n == 0) {
+      ak_store_unpin(a->store);
+      break;
+    }
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    for (size_t i = 0; i < pc.n; i++)
+      rocksdb_writebatch_delete_cf(wb, ak_store_cf(a->store, AK_CF_AUDIT), (const char *)pc.keys[i],
+                                   AK_AUDIT_ROW_KEY_LEN);
+    int rc = ak_store_write_pinned(a->store, wb, false, NULL, NULL);
+    ak_store_unpin(a->store);
+    rocksdb_writebatch_destroy(wb);
+    if (rc != 0) {
+      total = -1;
+      break;
+    }
+    total += (int64_t)pc.n;
+    if (pc.n < PRUNE_BATCH) break;
+  }
+  free(pc.keys);
+  if (total > 0) ak_log(AK_LOG_INFO, "audit", "pruned audit rows past audit.retention_days", "rows=%lld",
+                        (long long)total);
+  return total;
+}
+
+static void *prune_main(void *arg) {
+  ak_audit_t *a = arg;
+  pthread_mutex_lock(&a->mu);
+  while (!a->stop) {
+    pthread_mutex_unlock(&a->mu);
+    if (ak_audit_prune(a, ak_now_ms()) < 0)
+      ak_log(AK_LOG_WARNING, "audit", "audit prune failed; retried in an hour", NULL);
+    pthread_mutex_lock(&a->mu);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += PRUNE_EVERY_MS / 1000;
+    while (!a->stop && pthread_cond_timedwait(&a->cv, &a->mu, &ts) != ETIMEDOUT) {
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+int ak_audit_start(ak_audit_t *a) {
+  if (pthread_create(&a->th, NULL, prune_main, a) != 0) return -1;
+  a->thread_started = true;
+  return 0;
+}
+
+void ak_audit_free(ak_audit_t *a) {
+  if (!a) return;
+  if (a->thread_started) {
+    pthread_mutex_lock(&a->mu);
+    a->stop = true;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->th, NULL);
+  }
+  OPENSSL_cleanse(a->key, sizeof a->key);
+  pthread_mutex_destroy(&a->order);
+  pthread_mutex_destroy(&a->mu);
+  pthread_cond_destroy(&a->cv);
+  free(a);
+}

@@ -1,0 +1,123 @@
+/* The audit trail: one row per change an operator makes (rate-limit overrides, the
+ * quarantine pen, replay jobs, the log level, API-managed sources), kept in the store's
+ * `audit` column family. Owns the rows, their seq (dense, persisted, handed out in commit
+ * order), the per-store HMAC key of the before/after hashes, the subjects' revisions,
+ * GET /v1/audit's query, and the retention prune (its own small thread). Never holds a
+ * secret in a row: a subject is named, and its state appears only as a keyed hash.
+ *
+ * A change that lives in this node's store goes in the SAME synced batch as its row:
+ *
+ *   if (ak_store_pin(st) != 0) -> 503;
+ *   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+ *   ... the change's puts and deletes ...
+ *   if (ak_audit_put(inst->audit, wb, &entry) != 0) -> nothing written: 503 store_unavailable
+ *   rc = ak_audit_commit(inst->audit, st, wb, &cls, &err);   (synced; ends the put)
+ *   ak_store_unpin(st); ... only when rc == 0: apply the change in memory, answer 2xx
+ *
+ * A successful ak_audit_put holds the trail's order until ak_audit_commit or
+ * ak_audit_cancel (exactly one of them, on the same thread, soon: nothing slow between),
+ * so a row with a higher seq is never visible before a lower one and a reader that
+ * remembers a seq never misses a later row. A request that changes nothing writes no row:
+ * the caller decides that before calling put. A NULL trail (unit tests, tools) writes no
+ * row and commits the batch alone.
+ *
+ * A change that is not one batch (a quarantine release, committed by the writer in its
+ * own batches) is a dual write: a row with outcome "pending" first (ak_audit_record),
+ * then the change, then ak_audit_finish with the outcome; a node killed in between finds
+ * the row pending at the next open and marks it "interrupted". */
+#ifndef AK_ADMIN_AUDIT_H
+#define AK_ADMIN_AUDIT_H
+
+#include <jansson.h>
+#include <rocksdb/c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/instance.h"
+#include "core/tenants.h"
+#include "store/store.h"
+
+typedef struct ak_audit ak_audit_t;
+
+/* Who made a request: set by the admin router for every request. */
+typedef struct ak_audit_who {
+  const char *actor;      /* the principal's name; "anonymous" when admin.principals is empty */
+  const char *client;     /* the client's address */
+  const char *request_id; /* the X-Request-Id answered with the request */
+} ak_audit_who_t;
+
+typedef struct ak_audit_entry {
+  const ak_audit_who_t *who;   /* NULL: actor "internal" */
+  const char *action;          /* "rate_limit.put", "source.create", ... */
+  const char *tenant;          /* the tenant the change is about, or NULL */
+  const char *const *tenants;  /* more tenants (a purge across tenants); merged with tenant */
+  size_t ntenants;
+  const char *subject;         /* "rate_limit:acme", "replay:<id>", "source:acme/github", "log_level" */
+  /* the subject's canonical bytes before and after the change; NULL = did not / does not
+   * exist. Only their HMAC goes in the row. */
+  const void *before;
+  size_t before_len;
+  const void *after;
+  size_t after_len;
+  int64_t revision;            /* the subject's revision after the change; 0 = the trail counts
+                                  them per subject (1 for the first audited change) */
+  const char *outcome;         /* NULL = "ok"; "pending" for the first half of a dual write */
+  json_t *detail;              /* borrowed; counts and ids only, never a spec; NULL = none */
+  uint64_t *seq_out;           /* optional: the row's seq */
+} ak_audit_entry_t;
+
+/* Open the trail on inst->store (open, writable): read or create the HMAC key, find the
+ * next seq, mark rows left pending by a kill "interrupted". NULL with *err (malloc'd,
+ * names the store) when the store cannot be read or written. */
+ak_audit_t *ak_audit_open(ak_instance_t *inst, char **err);
+/* Start the prune thread (audit.retention_days, checked hourly). 0 or -1. */
+int ak_audit_start(ak_audit_t *a);
+/* Stops the thread (if started) and frees. NULL is fine. */
+void ak_audit_free(ak_audit_t *a);
+
+/* Add ONE row to the caller's batch (the caller holds a store pin). 0: added, and the
+ * order is held until ak_audit_commit / ak_audit_cancel. -1: nothing added, nothing held
+ * (also the test builds' fault: ANKUSA_TEST_AUDIT_FAIL=1, or =<path> while that file
+ * exists). */
+int ak_audit_put(ak_audit_t *a, rocksdb_writebatch_t *wb, const ak_audit_entry_t *e);
+/* Synced write of wb under the caller's pin; ends the put (a failed write gives the seq
+ * back). 0, or -1 with *cls / *err (either may be NULL). */
+int ak_audit_commit(ak_audit_t *a, ak_store_t *st, rocksdb_writebatch_t *wb, ak_wf_class_t *cls, char **err);
+/* End a put without writing (the caller drops its batch). */
+void ak_audit_cancel(ak_audit_t *a);
+
+/* A row alone in its own synced batch (a change that lives in memory, like the log
+ * level, or the pending half of a dual write). 0, or -1 (nothing written). */
+int ak_audit_record(ak_audit_t *a, const ak_audit_entry_t *e);
+/* Settle a pending row: outcome ("ok", "failed"), the subject's state after (NULL: it
+ * does not exist any more), detail (replaces the pending row's). */
+int ak_audit_finish(ak_audit_t *a, uint64_t seq, const char *outcome, const void *after, size_t after_len,
+                    json_t *detail);
+
+/* GET /v1/audit. after_seq: rows with a larger seq, oldest first (a cursor: pass back
+ * next_after_seq); else newest first, below before_seq when set. Filters: action, tenant
+ * (rows naming it), since (at >= since_ms). A scoped reader (scope non-NULL) sees only
+ * rows whose tenants are all in its scope; node-wide rows (no tenant) need every tenant. */
+typedef struct ak_audit_query {
+  bool has_after;
+  uint64_t after_seq;
+  bool has_before;
+  uint64_t before_seq;
+  const char *action;
+  const char *tenant;
+  int64_t since_ms;            /* INT64_MIN: none */
+  const ak_tenant_scope_t *scope;
+  int64_t limit;               /* 1..1000 */
+} ak_audit_query_t;
+/* 0 with *out = {entries, next_after_seq} (ascending) or {entries, next_before_seq}
+ * (newest first; null when nothing older is left), or -1 when the store cannot be read. */
+int ak_audit_query(ak_audit_t *a, const ak_audit_query_t *q, json_t **out);
+
+/* Delete rows older than audit.retention_days at now_ms (oldest first). Rows deleted, or
+ * -1 on a store error. */
+int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms);
+
+/* The next seq the trail will hand out (tests, GET /v1/wal-like views). */
+uint64_t ak_audit_next_seq(ak_audit_t *a);
+
+#endif

@@ -1,0 +1,222 @@
+/* Unit tests: admin principals and scopes. Token hashing (SHA-256 vectors), the bearer
+ * check (constant-time compare against every principal, header forms, no principals =
+ * anonymous with everything), tenant lists, the scope names against the config's list,
+ * and the route table: every endpoint's scope, node-wide flag and captures. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include "admin/api.h"
+#include "admin/auth.h"
+#include "core/config.h"
+
+#define HASH_TEST "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" /* sha256("test") */
+
+static void hex(const uint8_t *b, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+Test(auth, token_hash_is_sha256) {
+  uint8_t h[32];
+  char t[65];
+  ak_auth_token_hash("test", 4, h);
+  hex(h, 32, t);
+  cr_expect_str_eq(t, HASH_TEST);
+  ak_auth_token_hash("", 0, h);
+  hex(h, 32, t);
+  cr_expect_str_eq(t, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+static ak_auth_t *auth_from(const char *principals_json) {
+  json_t *j = json_loads(principals_json, 0, NULL);
+  cr_assert_not_null(j);
+  char *err = NULL;
+  ak_auth_t *a = ak_auth_new(j, &err);
+  json_decref(j);
+  cr_assert_not_null(a, "%s", err ? err : "");
+  return a;
+}
+
+/* "ops" has the token "test", "bot" the token "bot-token" (hash computed here). */
+static ak_auth_t *two_principals(void) {
+  uint8_t h[32];
+  char bh[65], json[1024];
+  ak_auth_token_hash("bot-token", 9, h);
+  hex(h, 32, bh);
+  snprintf(json, sizeof json,
+           "[{\"name\":\"ops\",\"token_sha256\":\"" HASH_TEST "\",\"scopes\":[\"audit:read\",\"log_level:write\"],"
+           "\"tenants\":[\"*\"]},"
+           "{\"name\":\"bot\",\"token_sha256\":\"%s\",\"scopes\":[\"rate_limits:write\"],\"tenants\":[\"acme\",\"beta\"]}]",
+           bh);
+  return auth_from(json);
+}
+
+Test(auth, bearer_token_finds_its_principal) {
+  ak_auth_t *a = two_principals();
+  cr_expect_eq(ak_auth_count(a), 2);
+  const ak_principal_t *p = ak_auth_check(a, "Bearer test");
+  cr_assert_not_null(p);
+  cr_expect_str_eq(p->name, "ops");
+  cr_expect(ak_principal_has(p, AK_SCOPE_AUDIT_READ));
+  cr_expect(ak_principal_has(p, AK_SCOPE_LOG_LEVEL_WRITE));
+  cr_expect_not(ak_principal_has(p, AK_SCOPE_RATE_LIMITS_WRITE));
+  cr_expect(ak_principal_all_tenants(p));
+  cr_expect(ak_principal_tenant(p, "anything", 8));
+  /* the later principal is found too: every hash is compared */
+  p = ak_auth_check(a, "bearer   bot-token  ");
+  cr_assert_not_null(p, "scheme in any case, spaces around the token");
+  cr_expect_str_eq(p->name, "bot");
+  cr_expect_not(ak_principal_all_tenants(p));
+  cr_expect(ak_principal_tenant(p, "acme", 4));
+  cr_expect(ak_principal_tenant(p, "beta", 4));
+  cr_expect_not(ak_principal_tenant(p, "acm", 3), "a prefix of a tenant is another tenant");
+  cr_expect_not(ak_principal_tenant(p, "acme2", 5));
+  cr_expect_not(ak_principal_has(p, AK_SCOPE_AUDIT_READ));
+  ak_auth_free(a);
+}
+
+Test(auth, anything_else_is_unauthorized) {
+  ak_auth_t *a = two_principals();
+  const char *bad[] = {NULL, "", "Bearer", "Bearer ", "Bearer  \t ", "Basic dGVzdDp0ZXN0", "Token test",
+                       "Bearertest", "Bearer tesT", "Bearer test2", "Bearer tes", "Bearer xest", "Bearer " HASH_TEST,
+                       "test"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    cr_expect_null(ak_auth_check(a, bad[i]), "refused: %s", bad[i] ? bad[i] : "(no header)");
+  ak_auth_free(a);
+}
+
+Test(auth, no_principals_is_anonymous_with_everything) {
+  ak_auth_t *a = auth_from("[]");
+  cr_expect_eq(ak_auth_count(a), 0);
+  const ak_principal_t *p = ak_auth_check(a, NULL);
+  cr_assert_not_null(p);
+  cr_expect_str_eq(p->name, "anonymous");
+  for (int s = 0; s < AK_SCOPE_COUNT; s++) cr_expect(ak_principal_has(p, (ak_scope_t)s));
+  cr_expect(ak_principal_all_tenants(p));
+  cr_expect_not_null(ak_auth_check(a, "Bearer whatever"), "a token is not needed, nor checked");
+  ak_auth_free(a);
+  cr_expect_not_null(ak_auth_check(NULL, NULL));
+}
+
+Test(auth, scope_names_match_the_config_list) {
+  const char *list = AK_AUTH_SCOPE_NAMES;
+  for (int s = 0; s < AK_SCOPE_COUNT; s++) {
+    const char *name = ak_auth_scope_name((ak_scope_t)s);
+    size_t n = strcspn(list, "|");
+    cr_expect_eq(strlen(name), n, "scope %d", s);
+    cr_expect_eq(strncmp(list, name, n), 0, "scope %d is %s in the config list", s, name);
+    cr_expect_eq(ak_auth_scope_parse(name), (ak_scope_t)s);
+    list += n + (list[n] == '|');
+  }
+  cr_expect_str_eq(list, "", "no name left over");
+  cr_expect_eq(ak_auth_scope_parse("admin"), AK_SCOPE_OPEN);
+  cr_expect_eq(ak_auth_scope_parse(NULL), AK_SCOPE_OPEN);
+}
+
+Test(auth, principals_from_a_loaded_config) {
+  const char *yaml = "admin:\n  principals:\n    - {name: ops, token_sha256: " HASH_TEST
+                     ", scopes: \"audit:read, config:read\", tenants: \"*\"}\n";
+  ak_config_t *cfg = NULL;
+  char *err = NULL;
+  const char *const env[] = {NULL};
+  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
+  ak_auth_t *a = ak_auth_new(cfg->admin_principals, &err);
+  cr_assert_not_null(a);
+  const ak_principal_t *p = ak_auth_check(a, "Bearer test");
+  cr_assert_not_null(p);
+  cr_expect(ak_principal_has(p, AK_SCOPE_CONFIG_READ));
+  cr_expect(ak_principal_all_tenants(p));
+  ak_auth_free(a);
+  ak_config_free(cfg);
+}
+
+/* ---------------------------------------------------------------- route table ---- */
+
+typedef struct {
+  const char *method, *url;
+  ak_scope_t scope;
+  bool node;
+  const char *tenant, *id;
+} want_t;
+
+static const want_t table[] = {
+    {"GET", "/health", AK_SCOPE_OPEN, false, NULL, NULL},
+    {"HEAD", "/ready", AK_SCOPE_OPEN, false, NULL, NULL},
+    {"GET", "/metrics", AK_SCOPE_METRICS_READ, true, NULL, NULL},
+    {"GET", "/v1/config", AK_SCOPE_CONFIG_READ, true, NULL, NULL},
+    {"GET", "/v1/wal", AK_SCOPE_CONFIG_READ, true, NULL, NULL},
+    {"GET", "/v1/log-level", AK_SCOPE_CONFIG_READ, true, NULL, NULL},
+    {"PUT", "/v1/log-level", AK_SCOPE_LOG_LEVEL_WRITE, true, NULL, NULL},
+    {"GET", "/v1/hooks/0190e0b2-0000-7000-8000-000000000001", AK_SCOPE_HOOKS_READ, false, NULL,
+     "0190e0b2-0000-7000-8000-000000000001"},
+    {"GET", "/v1/quarantine", AK_SCOPE_QUARANTINE_READ, false, NULL, NULL},
+    {"DELETE", "/v1/quarantine", AK_SCOPE_QUARANTINE_WRITE, false, NULL, NULL},
+    {"GET", "/v1/dlq", AK_SCOPE_DLQ_READ, false, NULL, NULL},
+    {"POST", "/v1/replays", AK_SCOPE_REPLAYS_WRITE, false, NULL, NULL},
+    {"GET", "/v1/replays", AK_SCOPE_REPLAYS_READ, false, NULL, NULL},
+    {"GET", "/v1/replays/abc", AK_SCOPE_REPLAYS_READ, false, NULL, "abc"},
+    {"PATCH", "/v1/replays/abc", AK_SCOPE_REPLAYS_WRITE, false, NULL, "abc"},
+    {"GET", "/v1/rate-limits", AK_SCOPE_RATE_LIMITS_READ, false, NULL, NULL},
+    {"GET", "/v1/tenants/acme/rate-limit", AK_SCOPE_RATE_LIMITS_READ, false, "acme", NULL},
+    {"PUT", "/v1/tenants/acme/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "acme", NULL},
+    {"DELETE", "/v1/tenants/t-2/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "t-2", NULL},
+    {"GET", "/v1/audit", AK_SCOPE_AUDIT_READ, false, NULL, NULL},
+};
+
+Test(routes, every_endpoint_names_its_scope) {
+  for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+    const want_t *w = &table[i];
+    char t[AK_ADMIN_CAPTURE_MAX] = "", id[AK_ADMIN_CAPTURE_MAX] = "", name[AK_ADMIN_CAPTURE_MAX] = "";
+    bool known = false;
+    const ak_admin_route_t *r = ak_admin_route_match(w->method, w->url, t, id, name, &known);
+    cr_assert_not_null(r, "%s %s routed", w->method, w->url);
+    cr_expect(known);
+    cr_expect_eq(r->scope, w->scope, "%s %s needs %s, table says %s", w->method, w->url,
+                 ak_auth_scope_name(w->scope), ak_auth_scope_name(r->scope));
+    cr_expect_eq(!!(r->flags & AK_ROUTE_NODE), w->node, "%s %s node-wide", w->method, w->url);
+    cr_expect_str_eq(t, w->tenant ? w->tenant : "", "%s %s tenant", w->method, w->url);
+    cr_expect_str_eq(id, w->id ? w->id : "", "%s %s id", w->method, w->url);
+    cr_expect_not_null(r->fn);
+  }
+}
+
+Test(routes, the_table_is_complete_and_unambiguous) {
+  size_t n;
+  const ak_admin_route_t *rs = ak_admin_routes(&n);
+  size_t open = 0;
+  for (size_t i = 0; i < n; i++) {
+    cr_expect(rs[i].scope == AK_SCOPE_OPEN || (rs[i].scope >= 0 && rs[i].scope < AK_SCOPE_COUNT));
+    open += rs[i].scope == AK_SCOPE_OPEN;
+    for (size_t j = 0; j < i; j++)
+      cr_expect(strcmp(rs[i].method, rs[j].method) || strcmp(rs[i].pattern, rs[j].pattern), "%s %s twice",
+                rs[i].method, rs[i].pattern);
+    /* every row is in the expectations above (a new endpoint must name its scope there) */
+    bool listed = false;
+    for (size_t k = 0; k < sizeof table / sizeof *table && !listed; k++) {
+      char t[AK_ADMIN_CAPTURE_MAX], id[AK_ADMIN_CAPTURE_MAX], nm[AK_ADMIN_CAPTURE_MAX];
+      bool known;
+      listed = ak_admin_route_match(table[k].method, table[k].url, t, id, nm, &known) == &rs[i];
+    }
+    cr_expect(listed, "%s %s has no expectation in the test table", rs[i].method, rs[i].pattern);
+  }
+  cr_expect_eq(open, 2, "only the probes are open");
+}
+
+Test(routes, unmatched_paths_and_methods) {
+  char t[AK_ADMIN_CAPTURE_MAX], id[AK_ADMIN_CAPTURE_MAX], nm[AK_ADMIN_CAPTURE_MAX];
+  bool known = true;
+  cr_expect_null(ak_admin_route_match("GET", "/v1/nope", t, id, nm, &known));
+  cr_expect_not(known);
+  cr_expect_null(ak_admin_route_match("POST", "/v1/audit", t, id, nm, &known));
+  cr_expect(known, "the path exists under GET");
+  cr_expect_null(ak_admin_route_match("GET", "/v1/tenants//rate-limit", t, id, nm, &known), "empty capture");
+  cr_expect_null(ak_admin_route_match("GET", "/v1/tenants/a/b/rate-limit", t, id, nm, &known), "one segment");
+  cr_expect_null(ak_admin_route_match("GET", "/v1/replays/", t, id, nm, &known));
+  cr_expect_null(ak_admin_route_match("GET", "/health/", t, id, nm, &known));
+  cr_expect_null(ak_admin_route_match("GET", "/v1/auditx", t, id, nm, &known));
+  cr_expect_null(ak_admin_route_match("GET", "", t, id, nm, &known));
+  char longseg[300];
+  memset(longseg, 'a', sizeof longseg);
+  memcpy(longseg, "/v1/replays/", 12);
+  longseg[sizeof longseg - 1] = 0;
+  cr_expect_null(ak_admin_route_match("GET", longseg, t, id, nm, &known), "a capture longer than the buffer");
+}

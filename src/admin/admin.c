@@ -2,7 +2,8 @@
  * DELETE /v1/quarantine, release by POST /v1/replays kind quarantine); the dead-letter
  * set (GET /v1/dlq) and dlq replay jobs (POST/GET /v1/replays, GET/PATCH
  * /v1/replays/{id}), which dispatch/replay.c runs; tenant rate limits (GET /v1/rate-limits,
- * GET/PUT/DELETE /v1/tenants/{t}/rate-limit, edge/quota.c keeps them). Hooks are read from the store by id
+ * GET/PUT/DELETE /v1/tenants/{t}/rate-limit, edge/quota.c keeps them); sources under
+ * /v1/tenants/{t}/sources (admin/sources_api.c). Hooks are read from the store by id
  * (index 'i' -> seq -> hooks). Request bodies are read up to AK_ADMIN_MAX_BODY; never a
  * body from an unbounded read. */
 #include <arpa/inet.h>
@@ -13,10 +14,12 @@
 #include <string.h>
 #include "admin/admin.h"
 #include "admin/ops.h"
+#include "admin/sources_api.h"
 #include "core/envelope.h"
 #include "core/httpx.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/sources.h"
 #include "dispatch/replay.h"
 #include "edge/quota.h"
 #include "edge/route.h"
@@ -194,9 +197,9 @@ static enum MHD_Result pen_purge(ak_admin_t *a, struct MHD_Connection *c) {
  * certificate, a verifier's credential header or query parameter, headers the
  * store_headers policy drops) cannot be checked again, so client_cert and token sources
  * do not pass a release. */
-static int pen_check(void *ctx, size_t source_index, const ak_envelope_t *env, int64_t now_s) {
-  ak_instance_t *inst = ctx;
-  if (!inst->verifiers || source_index >= inst->cfg->nsources || !inst->verifiers[source_index]) return -1;
+static int pen_check(void *ctx, const ak_source_t *src, const ak_envelope_t *env, int64_t now_s) {
+  (void)ctx;
+  if (!src->verifier) return -1;
   const char *q = env->path ? memchr(env->path, '?', env->path_len) : NULL;
   ak_verify_input_t in = {
       .headers = env->headers,
@@ -207,7 +210,7 @@ static int pen_check(void *ctx, size_t source_index, const ak_envelope_t *env, i
       .query_len = q ? env->path_len - (size_t)(q + 1 - env->path) : 0,
       .now_s = now_s,
   };
-  return (int)ak_verifier_check(inst->verifiers[source_index], &in);
+  return (int)ak_verifier_check(src->verifier, &in);
 }
 
 static enum MHD_Result role_not_enabled(struct MHD_Connection *c, const char *role) {
@@ -516,6 +519,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
   if (strcmp(url, "/v1/replays") == 0 && strcmp(method, "POST") == 0) return post_replay(a, c, ar);
   if (strncmp(url, "/v1/replays/", 12) == 0 && strcmp(method, "PATCH") == 0) return patch_replay(a, c, url + 12, ar);
   if (rl_tenant) return rate_limit(a, c, rl_tenant, method, ar);
+  if (ak_sources_api_match(url)) return ak_sources_api_handle(a->inst, c, url, method, ar->body, ar->len);
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) return ak_http_error(c, 404, "not_found", 0);
 route:
   if (strcmp(url, "/health") == 0) return ak_http_health(a->inst, c);
@@ -539,6 +543,7 @@ route:
   if (strcmp(url, "/v1/dlq") == 0) return dlq_list(a, c);
   if (strcmp(url, "/v1/rate-limits") == 0) return rate_limits(a, c);
   if (rl_tenant) return rate_limit(a, c, rl_tenant, method, ar);
+  if (ak_sources_api_match(url)) return ak_sources_api_handle(a->inst, c, url, method, NULL, 0);
   if (strcmp(url, "/v1/replays") == 0) return get_replays(a, c, NULL);
   if (strncmp(url, "/v1/replays/", 12) == 0) return get_replays(a, c, url + 12);
   return ak_http_error(c, 404, "not_found", 0);

@@ -18,6 +18,7 @@ struct ak_dispatch;
 struct ak_replays;
 struct ak_egress;
 struct ak_dedupe;
+struct ak_sources;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -35,7 +36,7 @@ typedef struct ak_instance {
   struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
   struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */
   _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
-  struct ak_verifier **verifiers; /* one per cfg->sources entry, same index */
+  struct ak_sources *sources;  /* every source served, with its verifier (core/sources.h) */
 } ak_instance_t;
 
 #endif

@@ -39,6 +39,7 @@
 #include "core/config.h"
 #include "core/envelope.h"
 #include "core/instance.h"
+#include "core/sources.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "dispatch/dispatch.h"
@@ -202,6 +203,8 @@ static result_t run_case(ak_config_t *cfg, ak_store_t *st, int reps, int passes)
     inst.metrics = ak_metrics_new();
     ak_idgen_init(&inst.ids);
     char err[512] = "";
+    inst.sources = ak_sources_new(cfg, err, sizeof err);
+    if (!inst.sources) die(err);
     ak_dispatch_t *d = ak_dispatch_new(&inst, err, sizeof err);
     if (!d) die(err);
     double t0 = now_us();
@@ -222,6 +225,7 @@ static result_t run_case(ak_config_t *cfg, ak_store_t *st, int reps, int passes)
       }
     }
     ak_dispatch_free(d);
+    ak_sources_free(inst.sources);
     ak_metrics_free(inst.metrics);
   }
   result_t res = {.load_ms = median(ld, (size_t)reps), .pass1_us = median(p1, (size_t)reps),

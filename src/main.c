@@ -10,12 +10,14 @@
 #include <unistd.h>
 #include "admin/admin.h"
 #include "admin/audit.h"
+#include "admin/sources_api.h"
 #include "core/config.h"
 #include "core/envelope.h"
 #include "core/gauges.h"
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/notify.h"
+#include "core/sources.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "edge/edge.h"
@@ -172,7 +174,7 @@ static int cmd_serve(const char *path) {
   ak_instance_t inst = {.name = "default", .cfg = cfg};
   inst.metrics = ak_metrics_new();
   ak_idgen_init(&inst.ids);
-  if (cfg->nsources == 0)
+  if (cfg->nsources == 0 && !cfg->source_store_persistent)
     ak_log(AK_LOG_WARNING, "config", "no sources configured: every POST will get 404", "config=%s",
            cfg->path ? cfg->path : "(none)");
 
@@ -200,14 +202,23 @@ static int cmd_serve(const char *path) {
          "and power loss on this host, not the loss of this host (no backup configured)",
          "store=%s", sp);
 
-  inst.verifiers = calloc(cfg->nsources ? cfg->nsources : 1, sizeof *inst.verifiers);
-  for (size_t i = 0; i < cfg->nsources; i++) {
-    char verr[256] = "";
-    inst.verifiers[i] = ak_verifier_new(cfg->sources[i].verify, verr, sizeof verr);
-    if (!inst.verifiers[i]) {
-      /* the config loader builds every verifier once already: this is belt and braces */
-      fprintf(stderr, "ankusa: invalid configuration\n  sources.%s.verify: %s\n", cfg->sources[i].id, verr);
+  {
+    /* the config file's sources, then the stored ones: every module that attaches
+     * per-source state (pen, edge, dispatcher) is built after this and sees them all */
+    char serr[512] = "";
+    inst.sources = ak_sources_new(cfg, serr, sizeof serr);
+    if (!inst.sources) {
+      /* the config loader built every verifier once already: this is belt and braces */
+      fprintf(stderr, "ankusa: invalid configuration\n  %s\n", serr);
       exit_code = AK_EXIT_CONFIG;
+      goto out;
+    }
+    ak_sources_set_metrics(inst.sources, inst.metrics, inst.name);
+    if (ak_sources_api_load(&inst, &err) != 0) {
+      ak_log(AK_LOG_ERROR, "sources", "cannot load the stored sources: refusing to start", "reason=\"%s\"", err);
+      fprintf(stderr, "ankusa: source_store: %s\n", err);
+      free(err);
+      exit_code = 1;
       goto out;
     }
   }
@@ -279,6 +290,10 @@ static int cmd_serve(const char *path) {
     }
   }
   inst.edge = ak_edge_new(&inst);
+  if (!inst.edge) {
+    exit_code = 1;
+    goto out;
+  }
   inst.admin = cfg->admin_enabled ? ak_admin_new(&inst) : NULL;
   if (cfg->admin_enabled && !inst.admin) {
     exit_code = AK_EXIT_CONFIG;
@@ -319,8 +334,8 @@ static int cmd_serve(const char *path) {
   }
   ak_log(AK_LOG_INFO, "node", "listening",
          "http_port=%d admin_port=%d admin_ip=%s https_port=%d sources=%zu version=%s", ak_edge_port(inst.edge),
-         inst.admin ? ak_admin_port(inst.admin) : 0, cfg->admin_ip, ak_edge_tls_port(inst.edge), cfg->nsources,
-         AK_VERSION);
+         inst.admin ? ak_admin_port(inst.admin) : 0, cfg->admin_ip, ak_edge_tls_port(inst.edge),
+         ak_sources_count(inst.sources), AK_VERSION);
   /* the store is open and every listener bound: a service manager may route traffic */
   if (ak_notify_send("READY=1\nSTATUS=accepting webhooks") < 0)
     ak_log(AK_LOG_WARNING, "node", "cannot notify the service manager (NOTIFY_SOCKET)", "errno=%d", errno);
@@ -345,8 +360,8 @@ static int cmd_serve(const char *path) {
 out:
   ak_gauges_free(gauges); /* before the writer and pen it samples */
   ak_sweeper_stop(sweeper);
+  ak_admin_free(inst.admin); /* first: its requests make source versions the edge builds for */
   ak_edge_free(inst.edge);
-  ak_admin_free(inst.admin);
   ak_dispatch_free(inst.dispatch);
   ak_replays_free(inst.replays);
   ak_writer_free(inst.writer);
@@ -355,8 +370,7 @@ out:
   ak_dedupe_free(inst.dedupe);
   ak_quota_free(inst.quota);
   ak_audit_free(inst.audit);
-  for (size_t i = 0; inst.verifiers && i < cfg->nsources; i++) ak_verifier_free(inst.verifiers[i]);
-  free(inst.verifiers);
+  ak_sources_free(inst.sources); /* last of the modules: versions may still hold their states */
   ak_store_free(inst.store);
   free(sp);
   ak_metrics_free(inst.metrics);

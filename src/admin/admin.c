@@ -6,7 +6,7 @@
  * quarantine); the dead-letter set (GET /v1/dlq) and dlq replay jobs (POST/GET
  * /v1/replays, GET/PATCH /v1/replays/{id}), which dispatch/replay.c runs; tenant rate
  * limits (GET /v1/rate-limits, GET/PUT/DELETE /v1/tenants/{t}/rate-limit, edge/quota.c
- * keeps them); the audit trail (GET /v1/audit) and the log level (GET/PUT
+ * keeps them); sources under /v1/tenants/{t}/sources (admin/sources_api.c); the audit trail (GET /v1/audit) and the log level (GET/PUT
  * /v1/log-level). Request bodies are read up to AK_ADMIN_MAX_BODY, and only once the
  * caller passed the checks; never a body from an unbounded read. Never answers a
  * request that failed a check with anything but 401/403, and never echoes a token. */
@@ -21,9 +21,11 @@
 #include "admin/api.h"
 #include "admin/ops.h"
 #include "core/clock.h"
+#include "admin/sources_api.h"
 #include "core/envelope.h"
 #include "core/httpx.h"
 #include "core/log.h"
+#include "core/sources.h"
 #include "dispatch/replay.h"
 #include "edge/quota.h"
 #include "edge/route.h"
@@ -98,9 +100,15 @@ const char *ak_admin_arg(ak_admin_call_t *call, const char *key) {
   return MHD_lookup_connection_value(call->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+/* API-managed sources come and go: the tenant is copied out of the version looked up
+ * (ids are at most 64 characters) into this thread's buffer, valid until its next call. */
 const char *ak_admin_source_tenant(ak_instance_t *inst, const char *source_id) {
-  const ak_source_cfg_t *s = source_id ? ak_config_source(inst->cfg, source_id) : NULL;
-  return s ? s->tenant : NULL;
+  static __thread char tenant[80];
+  ak_source_t *s = source_id && inst->sources ? ak_sources_get(inst->sources, source_id, strlen(source_id)) : NULL;
+  if (!s) return NULL;
+  snprintf(tenant, sizeof tenant, "%s", s->cfg.tenant);
+  ak_source_release(s);
+  return tenant;
 }
 
 bool ak_admin_may_source(ak_admin_call_t *call, const char *source_id, const char **tenant) {
@@ -311,9 +319,9 @@ static enum MHD_Result pen_purge(ak_admin_call_t *call) {
  * certificate, a verifier's credential header or query parameter, headers the
  * store_headers policy drops) cannot be checked again, so client_cert and token sources
  * do not pass a release. */
-static int pen_check(void *ctx, size_t source_index, const ak_envelope_t *env, int64_t now_s) {
-  ak_instance_t *inst = ctx;
-  if (!inst->verifiers || source_index >= inst->cfg->nsources || !inst->verifiers[source_index]) return -1;
+static int pen_check(void *ctx, const ak_source_t *src, const ak_envelope_t *env, int64_t now_s) {
+  (void)ctx;
+  if (!src->verifier) return -1;
   const char *q = env->path ? memchr(env->path, '?', env->path_len) : NULL;
   ak_verify_input_t in = {
       .headers = env->headers,
@@ -324,7 +332,7 @@ static int pen_check(void *ctx, size_t source_index, const ak_envelope_t *env, i
       .query_len = q ? env->path_len - (size_t)(q + 1 - env->path) : 0,
       .now_s = now_s,
   };
-  return (int)ak_verifier_check(inst->verifiers[source_index], &in);
+  return (int)ak_verifier_check(src->verifier, &in);
 }
 
 /* ------------------------------------------------------------- replay jobs ---- */
@@ -724,6 +732,12 @@ static enum MHD_Result put_log_level(ak_admin_call_t *call) {
 /* Every endpoint, its scope and handler; docs/admin-api.md is this table. GET rows also
  * answer HEAD. A row with {tenant} has its tenant checked against the caller's before
  * the handler runs. */
+/* API-managed sources: the router checked the scope and the path tenant. */
+static enum MHD_Result sources_route(ak_admin_call_t *call) {
+  return ak_sources_api_handle(call->inst, call->conn, call->url, call->method, call->body, call->body_len,
+                               call->who);
+}
+
 static const ak_admin_route_t routes[] = {
     {"GET", "/health", AK_SCOPE_OPEN, 0, get_health},
     {"GET", "/ready", AK_SCOPE_OPEN, 0, get_ready},
@@ -745,6 +759,11 @@ static const ak_admin_route_t routes[] = {
     {"PUT", "/v1/tenants/{tenant}/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, 0, put_rate_limit},
     {"DELETE", "/v1/tenants/{tenant}/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, 0, delete_rate_limit},
     {"GET", "/v1/audit", AK_SCOPE_AUDIT_READ, 0, get_audit},
+    {"GET", "/v1/tenants/{tenant}/sources", AK_SCOPE_SOURCES_READ, 0, sources_route},
+    {"POST", "/v1/tenants/{tenant}/sources", AK_SCOPE_SOURCES_WRITE, 0, sources_route},
+    {"GET", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_READ, 0, sources_route},
+    {"PUT", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_WRITE, 0, sources_route},
+    {"DELETE", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_WRITE, 0, sources_route},
 };
 
 const ak_admin_route_t *ak_admin_routes(size_t *n) {

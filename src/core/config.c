@@ -335,6 +335,23 @@ static const ak_opt_t admission_rows[] = {
   {0},
 };
 
+/* Where sources come from besides the config file. redis (shared by a fleet) is Ankusa's
+ * third type; url, namespace and tick_ms belong to it alone. A url without a type means
+ * redis, so type has no default here: check_source_store() resolves it. */
+static const ak_opt_t source_store_rows[] = {
+  {.key = "type", .type = AK_OPT_ENUM, .enum_vals = "static|persistent|redis", .flags = AK_OPTF_NULLABLE,
+   .doc = "static: the config file's sources only, the API refuses writes; persistent: also sources "
+          "created over the admin API, kept in the node's store; redis: not supported yet. "
+          "Default static (redis when url is set)"},
+  {.key = "url", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET,
+   .env = "ANKUSA_SOURCE_STORE_URL", .doc = "redis only: the shared store"},
+  {.key = "namespace", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE,
+   .doc = "redis only: key namespace (ankusa:sources:<instance>)"},
+  {.key = "tick_ms", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "redis only: how often the shared store is re-read (30000)"},
+  {0},
+};
+
 #define NOT_YET_SECTION(name, what) \
   {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
 
@@ -363,7 +380,8 @@ static const ak_opt_t root_rows[] = {
   NOT_YET_SECTION("claim_check", "claim-check gateway"),
   NOT_YET_SECTION("backup", "store backup"),
   {.key = "sources", .type = AK_OPT_MAP_OF, .children = source_rows, .doc = "source id -> source"},
-  NOT_YET_SECTION("source_store", "dynamic sources"),
+  {.key = "source_store", .type = AK_OPT_MAP, .children = source_store_rows,
+   .doc = "where sources come from besides the config file (the admin API's sources)"},
   NOT_YET_SECTION("lifecycle", "lifecycle events"),
   {0},
 };
@@ -487,6 +505,9 @@ typedef struct {
   char **lines;
   size_t n, cap;
   const char *const *env;
+  /* A spec that came over the admin API: its strings are taken as written. ${VAR} reads
+   * the node's environment, which is the operator's, not the API caller's. */
+  bool literal;
 } vctx_t;
 
 static void verr(vctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -566,7 +587,7 @@ static bool is_name_char(char ch) {
  * again, so a variable may hold "${" literally. New reference, or NULL after reporting. */
 static json_t *interpolate(vctx_t *c, json_t *v, const char *label, bool secret) {
   const char *s = json_string_value(v);
-  if (!strstr(s, "${")) return json_incref(v);
+  if (c->literal || !strstr(s, "${")) return json_incref(v);
   size_t n = strlen(s), errs = c->n;
   sbuf_t b = {0};
   sb_add(&b, "", 0);
@@ -1299,9 +1320,10 @@ static json_t *check_map(vctx_t *c, const ak_opt_t *rows, json_t *obj, const cha
 }
 
 /* http.tls.client_cert defaults to request when client_ca is set, else none. Asking for
- * a certificate needs the bundle it is checked against, and a client_cert source needs
- * a listener that asks (or it could never pass). http.tls absent or null = no listener. */
-static void check_tls(vctx_t *c, json_t *http, json_t *sources) {
+ * a certificate needs the bundle it is checked against. True when the TLS listener asks
+ * for a client certificate (what a client_cert source needs). http.tls absent or null =
+ * no listener. */
+static bool check_tls(vctx_t *c, json_t *http) {
   json_t *tls = json_object_get(http, "tls");
   bool has_ca = json_is_string(json_object_get(tls, "client_ca"));
   const char *mode = "none";
@@ -1309,20 +1331,12 @@ static void check_tls(vctx_t *c, json_t *http, json_t *sources) {
     json_t *m = json_object_get(tls, "client_cert");
     if (json_is_null(m)) json_object_set_new(tls, "client_cert", json_string(has_ca ? "request" : "none"));
     mode = json_string_value(json_object_get(tls, "client_cert"));
-    if (!mode) return;
+    if (!mode) return false;
     if (strcmp(mode, "none") && !has_ca)
       verr(c, "http.tls.client_cert: \"%s\" needs http.tls.client_ca (the CA bundle client certificates "
               "are checked against)", mode);
   }
-  bool asks = strcmp(mode, "none") && has_ca;
-  const char *id;
-  json_t *src;
-  json_object_foreach(sources, id, src) {
-    const char *vt = json_string_value(json_object_get(json_object_get(src, "verify"), "type"));
-    if (vt && !strcmp(vt, "client_cert") && !asks)
-      verr(c, "sources.%s.verify: type client_cert needs http.tls with a client_ca (and client_cert "
-              "request or require): no request could ever pass", id);
-  }
+  return strcmp(mode, "none") && has_ca;
 }
 
 /* An integer the schema pass accepted; false when that key failed (the tree is partial
@@ -1633,11 +1647,6 @@ static void check_limits(vctx_t *c, json_t *eff) {
       free(r);
     }
   }
-  json_object_foreach(json_object_get(eff, "sources"), t, e) {
-    char label[128];
-    snprintf(label, sizeof label, "sources.%s.admission_bytes", t);
-    report_lane(c, label, json_object_get(e, "admission_bytes"));
-  }
   json_t *b = json_object_get(eff, "batcher");
   static const char *const share[][2] = {{"tenant_max_queue", "max_queue"},
                                          {"tenant_max_queue_bytes", "max_queue_bytes"}};
@@ -1715,48 +1724,85 @@ static void check_admin(vctx_t *c, json_t *eff) {
             "127.0.0.1", ip);
 }
 
+/* What the rules of one source depend on outside it. */
+typedef struct {
+  const ak_egress_t *guard;   /* NULL when egress.* is broken (its own error says so) */
+  bool tenant_path;           /* http.routing tenant_path */
+  bool tls_asks;              /* the TLS listener asks for client certificates */
+  bool stored;                /* a source read back from the store: the trust rule warns */
+  char *warning;              /* set by the trust rule of a stored source */
+} source_env_t;
+
+/* The rules of one source across its keys, on its checked mapping (the schema pass
+ * already ran): the same for a source of the config file and one sent to the admin API. */
+static void check_source(vctx_t *c, const char *id, json_t *s, source_env_t *x) {
+  check_forward_headers(c, id, s);
+  check_dedupe(c, id, s);
+  size_t i;
+  json_t *sink;
+  json_array_foreach(json_object_get(s, "sinks"), i, sink) {
+    const char *type = json_string_value(json_object_get(sink, "type"));
+    if (type && !strcmp(type, "http")) check_http_sink(c, id, i, sink, x->guard);
+  }
+  char label[128];
+  snprintf(label, sizeof label, "sources.%s.admission_bytes", id);
+  report_lane(c, label, json_object_get(s, "admission_bytes"));
+  const char *vt = json_string_value(json_object_get(json_object_get(s, "verify"), "type"));
+  if (vt && !strcmp(vt, "client_cert") && !x->tls_asks)
+    verr(c, "sources.%s.verify: type client_cert needs http.tls with a client_ca (and client_cert "
+            "request or require): no request could ever pass", id);
+  const char *tenant = json_string_value(json_object_get(s, "tenant"));
+  bool trust = json_is_true(json_object_get(s, "trust_url_tenant"));
+  if (x->tenant_path && tenant && !strcmp(tenant, "default") && vt && !strcmp(vt, "none") && !trust) {
+    static const char rule[] = "a shared source (tenant \"default\") with no verifier under tenant_path "
+                               "routing lets any URL tenant file hooks; set trust_url_tenant: true to allow it";
+    if (x->stored) {
+      free(x->warning);
+      x->warning = xasprintf("sources.%s: %s", id, rule);
+    } else {
+      verr(c, "sources.%s: %s", id, rule);
+    }
+  }
+}
+
+/* source_store.type: null resolves to redis when a url is set (Ankusa's rule), else
+ * static; the redis-only keys are refused on the other types. */
+static void check_source_store(vctx_t *c, json_t *ss) {
+  if (!json_is_object(ss)) return;
+  json_t *type = json_object_get(ss, "type");
+  bool has_url = json_is_string(json_object_get(ss, "url"));
+  if (json_is_null(type)) json_object_set_new(ss, "type", json_string(has_url ? "redis" : "static"));
+  const char *t = json_string_value(json_object_get(ss, "type"));
+  if (!t) return;
+  if (!strcmp(t, "redis")) {
+    verr(c, "source_store.type: \"redis\" is not supported yet%s; use static or persistent",
+         json_is_null(type) ? " (a url without a type means redis)" : "");
+    return;
+  }
+  static const char *const redis_only[] = {"url", "namespace", "tick_ms"};
+  for (size_t i = 0; i < sizeof redis_only / sizeof redis_only[0]; i++)
+    if (!json_is_null(json_object_get(ss, redis_only[i])) && json_object_get(ss, redis_only[i]))
+      verr(c, "source_store.%s: only valid with type redis, not %s", redis_only[i], t);
+}
+
 /* Rules across keys, run on the checked tree. */
 static void check_cross(vctx_t *c, json_t *eff) {
   check_admin(c, eff);
   check_dispatch(c, json_object_get(eff, "dispatch"));
   check_limits(c, eff);
   ak_egress_t *guard = check_egress(c, json_object_get(eff, "egress"));
-  {
-    const char *sid;
-    json_t *s;
-    json_object_foreach(json_object_get(eff, "sources"), sid, s) {
-      check_forward_headers(c, sid, s);
-      check_dedupe(c, sid, s);
-      size_t i;
-      json_t *sink;
-      json_array_foreach(json_object_get(s, "sinks"), i, sink) {
-        const char *type = json_string_value(json_object_get(sink, "type"));
-        if (type && !strcmp(type, "http")) check_http_sink(c, sid, i, sink, guard);
-      }
-    }
-  }
-  ak_egress_free(guard);
   json_t *http = json_object_get(eff, "http");
   const char *routing = json_string_value(json_object_get(http, "routing"));
+  source_env_t x = {.guard = guard, .tenant_path = routing && !strcmp(routing, "tenant_path"),
+                    .tls_asks = check_tls(c, http)};
+  const char *sid;
+  json_t *s;
+  json_object_foreach(json_object_get(eff, "sources"), sid, s) check_source(c, sid, s, &x);
+  ak_egress_free(guard);
   json_t *qrate = json_object_get(json_object_get(eff, "quarantine"), "rate");
   if (qrate && json_is_number(qrate) && !(json_number_value(qrate) > 0))
     verr(c, "quarantine.rate must be positive, got %g", json_number_value(qrate));
-  check_tls(c, http, json_object_get(eff, "sources"));
-  json_t *sources = json_object_get(eff, "sources");
-  const char *id;
-  json_t *src;
-  if (routing && !strcmp(routing, "tenant_path")) {
-    json_object_foreach(sources, id, src) {
-      const char *tenant = json_string_value(json_object_get(src, "tenant"));
-      const char *vt = json_string_value(json_object_get(json_object_get(src, "verify"), "type"));
-      bool trust = json_is_true(json_object_get(src, "trust_url_tenant"));
-      if (tenant && !strcmp(tenant, "default") && vt && !strcmp(vt, "none") && !trust)
-        verr(c,
-             "sources.%s: a shared source (tenant \"default\") with no verifier under tenant_path "
-             "routing lets any URL tenant file hooks; set trust_url_tenant: true to allow it",
-             id);
-    }
-  }
+  check_source_store(c, json_object_get(eff, "source_store"));
 }
 
 /* ---------------------------------------------------------- typed configuration ---- */
@@ -1905,53 +1951,69 @@ static int build_typed(ak_config_t *cfg) {
     return -1;
   if (!cfg->data_dir || !cfg->http_prefix || !cfg->admin_ip) return -1;
 
+  const char *store_type = json_string_value(json_object_get(json_object_get(e, "source_store"), "type"));
+  cfg->source_store_persistent = store_type && !strcmp(store_type, "persistent");
   size_t n = json_object_size(sources);
   cfg->sources = calloc(n ? n : 1, sizeof *cfg->sources);
   if (!cfg->sources) return -1;
   const char *id;
   json_t *src;
   json_object_foreach(sources, id, src) { /* already sorted by id */
-    ak_source_cfg_t *s = &cfg->sources[cfg->nsources++];
-    json_t *verify = json_object_get(src, "verify");
-    json_t *sinks = json_object_get(src, "sinks");
-    s->id = strdup(id);
-    s->tenant = str_of(src, "tenant");
-    s->on_verify_failure = (ak_on_verify_failure_t)enum_of(source_rows, "on_verify_failure", src);
-    s->verify_type = str_of(verify, "type");
-    s->verify = (s->verify_type && strcmp(s->verify_type, "none")) ? json_incref(verify) : NULL;
-    s->trust_url_tenant = json_is_true(json_object_get(src, "trust_url_tenant"));
-    json_t *fwd = json_object_get(src, "forward_headers");
-    s->forward_default = !json_is_array(fwd);
-    if (strlist_dup(fwd, &s->forward_headers, &s->nforward_headers) < 0) return -1;
-    if (build_dedupe(s, json_object_get(src, "dedupe")) < 0) return -1;
-    s->sinks = calloc(json_array_size(sinks) + 1, sizeof *s->sinks);
-    if (!s->id || !s->tenant || !s->verify_type || !s->sinks) return -1;
-    json_array_foreach(sinks, i, item) {
-      ak_sink_cfg_t *k = &s->sinks[s->nsinks++];
-      k->type = str_of(item, "type");
-      k->opts = json_incref(item);
-      if (!k->type) return -1;
-    }
+    if (ak_config_source_build(id, src, &cfg->sources[cfg->nsources]) < 0) return -1;
+    cfg->nsources++;
   }
   return 0;
 }
 
+int ak_config_source_build(const char *id, const json_t *src, ak_source_cfg_t *s) {
+  memset(s, 0, sizeof *s);
+  size_t i;
+  json_t *item;
+  json_t *verify = json_object_get(src, "verify");
+  json_t *sinks = json_object_get(src, "sinks");
+  s->id = strdup(id);
+  s->tenant = str_of(src, "tenant");
+  s->on_verify_failure = (ak_on_verify_failure_t)enum_of(source_rows, "on_verify_failure", src);
+  s->verify_type = str_of(verify, "type");
+  s->verify = (s->verify_type && strcmp(s->verify_type, "none")) ? json_incref(verify) : NULL;
+  s->trust_url_tenant = json_is_true(json_object_get(src, "trust_url_tenant"));
+  json_t *fwd = json_object_get(src, "forward_headers");
+  s->forward_default = !json_is_array(fwd);
+  s->sinks = calloc(json_array_size(sinks) + 1, sizeof *s->sinks);
+  if (!s->id || !s->tenant || !s->verify_type || !s->sinks ||
+      strlist_dup(fwd, &s->forward_headers, &s->nforward_headers) < 0 ||
+      build_dedupe(s, json_object_get(src, "dedupe")) < 0)
+    goto oom;
+  json_array_foreach(sinks, i, item) {
+    ak_sink_cfg_t *k = &s->sinks[s->nsinks++];
+    k->type = str_of(item, "type");
+    k->opts = json_incref(item);
+    if (!k->type) goto oom;
+  }
+  return 0;
+oom:
+  ak_config_source_clear(s);
+  return -1;
+}
+
+void ak_config_source_clear(ak_source_cfg_t *s) {
+  for (size_t k = 0; k < s->nsinks; k++) {
+    free(s->sinks[k].type);
+    json_decref(s->sinks[k].opts);
+  }
+  free(s->sinks);
+  free(s->id);
+  free(s->tenant);
+  free(s->verify_type);
+  json_decref(s->verify);
+  strlist_free(s->forward_headers, s->nforward_headers);
+  free(s->dedupe_field);
+  memset(s, 0, sizeof *s);
+}
+
 void ak_config_free(ak_config_t *cfg) {
   if (!cfg) return;
-  for (size_t i = 0; i < cfg->nsources; i++) {
-    ak_source_cfg_t *s = &cfg->sources[i];
-    for (size_t k = 0; k < s->nsinks; k++) {
-      free(s->sinks[k].type);
-      json_decref(s->sinks[k].opts);
-    }
-    free(s->sinks);
-    free(s->id);
-    free(s->tenant);
-    free(s->verify_type);
-    json_decref(s->verify);
-    strlist_free(s->forward_headers, s->nforward_headers);
-    free(s->dedupe_field);
-  }
+  for (size_t i = 0; i < cfg->nsources; i++) ak_config_source_clear(&cfg->sources[i]);
   strlist_free(cfg->egress_allow_cidrs, cfg->egress_nallow_cidrs);
   free(cfg->sources);
   free(cfg->path);
@@ -2011,6 +2073,56 @@ static int load_text(const char *yaml, size_t len, const char *path, const char 
   *out = cfg;
   return 0;
 }
+
+int ak_config_source_check(const ak_config_t *cfg, const char *id, const json_t *spec, unsigned flags,
+                           json_t **checked, char **warning, char **err) {
+  *checked = NULL;
+  *err = NULL;
+  if (warning) *warning = NULL;
+  vctx_t c = {.literal = true};
+  json_t *out = NULL;
+  if (!id || !is_id(id)) {
+    json_t *tmp = json_string(id ? id : "");
+    char *r = tmp ? render(tmp, false) : NULL;
+    verr(&c, "sources: invalid source id %s; expected " ID_PATTERN, r ? r : "?");
+    free(r);
+    json_decref(tmp);
+  } else if (!json_is_null(spec) && !json_is_object(spec)) {
+    char *label = path_key("sources", id);
+    type_error(&c, label, "a mapping", spec, false);
+    free(label);
+  } else {
+    char *path = path_key("sources", id);
+    out = check_map(&c, source_rows, json_is_null(spec) ? NULL : (json_t *)spec, path);
+    free(path);
+    ak_egress_t *guard = check_egress(&c, json_object_get(cfg->effective, "egress"));
+    /* the TLS listener's mode is already resolved in the effective tree */
+    json_t *tls = json_object_get(json_object_get(cfg->effective, "http"), "tls");
+    const char *mode = json_string_value(json_object_get(tls, "client_cert"));
+    source_env_t x = {.guard = guard, .tenant_path = cfg->http_routing == AK_ROUTING_TENANT_PATH,
+                      .tls_asks = mode && strcmp(mode, "none") && json_is_string(json_object_get(tls, "client_ca")),
+                      .stored = flags & AK_SOURCE_CHECK_STORED};
+    if (out && !c.n) check_source(&c, id, out, &x);
+    ak_egress_free(guard);
+    if (warning) *warning = x.warning;
+    else free(x.warning);
+  }
+  if (c.n || !out) {
+    *err = c.n ? vctx_join(&c) : strdup("out of memory");
+    vctx_free(&c);
+    json_decref(out);
+    if (warning) {
+      free(*warning);
+      *warning = NULL;
+    }
+    return -1;
+  }
+  vctx_free(&c);
+  *checked = out;
+  return 0;
+}
+
+const ak_opt_t *ak_config_source_options(void) { return source_rows; }
 
 int ak_config_load_string(const char *yaml, size_t len, const char *const *env,
                           ak_config_t **out, char **err) {

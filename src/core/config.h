@@ -120,7 +120,8 @@ typedef struct ak_config {
   int64_t dedupe_max_entries_per_tenant; /* dedupe.max_entries_per_tenant */
   int64_t dedupe_sweep_interval_ms;      /* dedupe.sweep_interval_ms */
   json_t *store_headers;       /* {drop, hash, keep}: lists of header names (borrowed from effective) */
-  ak_source_cfg_t *sources;    /* sorted by id */
+  bool source_store_persistent; /* source_store.type persistent: the admin API's sources, kept in the store */
+  ak_source_cfg_t *sources;    /* the config file's, sorted by id (the node serves core/sources.h) */
   size_t nsources;
   json_t *effective;           /* the whole effective tree, defaults applied (unredacted) */
 } ak_config_t;
@@ -150,6 +151,23 @@ json_t *ak_config_redacted(const ak_config_t *cfg);
 json_t *ak_config_redact_tree(const json_t *tree, const ak_opt_t *rows);
 
 const ak_source_cfg_t *ak_config_source(const ak_config_t *cfg, const char *id);
+
+/* One source spec, checked by the same code as a source of the config file: the schema
+ * of sources.<id>, then its rules across keys (forward_headers, dedupe, http sink URLs
+ * against egress.*, admission_bytes, client_cert against http.tls, the trust rule under
+ * tenant_path). spec is the mapping as JSON, taken literally (no ${VAR}). 0 with *checked
+ * (the effective spec, defaults filled in: new reference); -1 with *err (malloc'd, one
+ * line per problem, each naming sources.<id>.<key>). With AK_SOURCE_CHECK_STORED (a
+ * source read back from the store) the trust rule is a *warning (malloc'd) instead of an
+ * error; warning may be NULL. */
+#define AK_SOURCE_CHECK_STORED 1u
+int ak_config_source_check(const ak_config_t *cfg, const char *id, const json_t *spec, unsigned flags,
+                           json_t **checked, char **warning, char **err);
+/* The typed source of a checked spec. 0, or -1 (out of memory; *out cleared). */
+int ak_config_source_build(const char *id, const json_t *checked, ak_source_cfg_t *out);
+void ak_config_source_clear(ak_source_cfg_t *s);
+/* The option rows of one source (redaction: ak_config_redact_tree(spec, these)). */
+const ak_opt_t *ak_config_source_options(void);
 
 /* "edge,dispatch,storage" style text of roles, into buf. */
 const char *ak_config_roles_text(unsigned roles, char *buf, size_t len);

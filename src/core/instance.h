@@ -19,6 +19,7 @@ struct ak_replays;
 struct ak_egress;
 struct ak_dedupe;
 struct ak_audit;
+struct ak_sources;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -37,7 +38,7 @@ typedef struct ak_instance {
   struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */
   struct ak_audit *audit;       /* the audit trail (admin/audit.h); NULL in tools and some tests */
   _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
-  struct ak_verifier **verifiers; /* one per cfg->sources entry, same index */
+  struct ak_sources *sources;  /* every source served, with its verifier (core/sources.h) */
 } ak_instance_t;
 
 #endif

@@ -24,6 +24,7 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/log.h"
+#include "core/sources.h"
 #include "dispatch/breaker.h"
 #include "dispatch/retry.h"
 #include "queue/writer.h"
@@ -39,6 +40,7 @@
 
 typedef struct tenant tenant_t;
 typedef struct skey skey_t;
+typedef struct dsinks dsinks_t;
 
 /* A claimed row: from claim until its outcome is written. */
 typedef struct row {
@@ -55,6 +57,8 @@ typedef struct row {
   uint8_t replay_id[16];
   char type[64];                 /* the sink type the row was bound to at ack */
   size_t type_len;
+  ak_source_t *src;              /* the source version it runs with, held until released */
+  dsinks_t *ds;                  /* src's sink instances */
   uint8_t *rec;
   size_t rec_len;
   ak_envelope_t env;
@@ -69,7 +73,8 @@ struct skey {
   skey_t *knext, *kprev;         /* the tenant's ring of keys with queued rows */
   bool in_ring;
   tenant_t *t;
-  size_t src, sink;              /* config indexes */
+  uint64_t src;                  /* the source's identity (ak_source_t.uid): kept by updates */
+  size_t sink;                   /* sink index */
   row_t *qhead, *qtail;
   size_t queued, running;
   ak_breaker_t *breaker;
@@ -127,12 +132,25 @@ typedef struct {
   ak_series_t *dur_ok, *dur_err, *dur_timeout, *lat_ok, *lat_dlq;
 } sink_inst_t;
 
+/* The sink instances of one source version (its AK_SOURCE_EXT_DISPATCH state), built
+ * when the version is made (boot or an admin request) and destroyed with it. The
+ * dispatcher keeps every set it built in a list, so that it can destroy every sink
+ * (and collect their late callbacks) before its rows are freed at shutdown. */
+struct dsinks {
+  dsinks_t *prev, *next;         /* the dispatcher's list, under its smu */
+  ak_dispatch_t *d;              /* NULL once the dispatcher is gone */
+  bool destroyed;
+  size_t n;
+  sink_inst_t v[];
+};
+
 struct ak_dispatch {
   ak_instance_t *inst;
   const ak_config_t *cfg;
   ak_retry_policy_t retry;
   ak_breaker_config_t bcfg;
-  sink_inst_t **sinks;           /* [source][sink] */
+  pthread_mutex_t smu;           /* sets: sink sets are built and freed on other threads */
+  dsinks_t *sets;
 
   pthread_t thread;
   bool started;
@@ -714,6 +732,17 @@ static void rescan_all(ak_dispatch_t *d, int64_t now) {
 
 /* ------------------------------------------------------------------ rows ---- */
 
+/* Last: the version may be freed here, with its sinks (a timed-out attempt's request
+ * then comes back through on_sink_done as a zombie). */
+static void drop_source(row_t *r) {
+  if (!r->src) return;
+  atomic_fetch_sub(r->src->inflight, 1);
+  ak_source_t *s = r->src;
+  r->src = NULL;
+  r->ds = NULL;
+  ak_source_release(s);
+}
+
 static void row_release(ak_dispatch_t *d, row_t *r) {
   tenant_t *t = r->t;
   t->inflight--;
@@ -724,6 +753,7 @@ static void row_release(ak_dispatch_t *d, row_t *r) {
   ak_envelope_clear(&r->env);
   free(r->rec);
   r->rec = NULL;
+  drop_source(r);
 }
 
 static void count_unclaimed(ak_dispatch_t *d, tenant_t *t, uint32_t attempts, int64_t delta) {
@@ -755,8 +785,8 @@ static void row_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *
   format_reason(reason, sizeof reason, r->type_len ? r->type : "-", why);
   op_dead(d, r, attempts, reason, now);
   d->dead++;
-  if (r->key) {
-    sink_inst_t *si = &d->sinks[r->key->src][r->key->sink];
+  if (r->key && r->ds) {
+    sink_inst_t *si = &r->ds->v[r->key->sink];
     ak_counter_add(si->del_dlq, 1);
     if (!r->has_replay) ak_histogram_observe(si->lat_dlq, (double)(now - r->env.received_at_ms) / 1000.0);
   }
@@ -774,7 +804,7 @@ static void row_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *
 static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool timeout, int64_t now) {
   skey_t *k = r->key;
   tenant_t *t = r->t;
-  sink_inst_t *si = &d->sinks[k->src][k->sink];
+  sink_inst_t *si = &r->ds->v[k->sink];
   double dur = (double)(ak_mono_ns() - r->start_ns) / 1e9;
   if (timeout) dur = (double)d->cfg->dispatch_attempt_timeout_ms / 1000.0;
   r->running = false;
@@ -829,21 +859,6 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
 
 /* ------------------------------------------------------------------ claiming ---- */
 
-static int src_index(const ak_config_t *cfg, const char *id, size_t n) {
-  size_t lo = 0, hi = cfg->nsources;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    const char *s = cfg->sources[mid].id;
-    size_t sl = strlen(s);
-    int c = memcmp(s, id, sl < n ? sl : n);
-    if (c == 0) c = sl < n ? -1 : sl > n ? 1 : 0;
-    if (c == 0) return (int)mid;
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  return -1;
-}
-
 /* The sink a row was bound to at ack: same index and type, else the only sink of that
  * type, else none (-1). */
 static int bind_sink(const ak_source_cfg_t *s, uint16_t idx, const char *type, size_t tl) {
@@ -857,9 +872,9 @@ static int bind_sink(const ak_source_cfg_t *s, uint16_t idx, const char *type, s
   return found;
 }
 
-static skey_t *key_get(ak_dispatch_t *d, tenant_t *t, size_t src, size_t sink) {
+static skey_t *key_get(ak_dispatch_t *d, tenant_t *t, uint64_t src, size_t sink) {
   /* tenants are never freed, so the pointer identifies one; mix it into the key */
-  uint64_t id = mix64((uint64_t)(uintptr_t)t) ^ ((uint64_t)src << 16 | sink);
+  uint64_t id = mix64((uint64_t)(uintptr_t)t) ^ mix64(src << 16 | sink);
   for (;; id++) {
     skey_t *k = umap_get(&d->keys, id);
     if (!k) break;
@@ -881,7 +896,7 @@ static skey_t *key_get(ak_dispatch_t *d, tenant_t *t, size_t src, size_t sink) {
 
 /* Park a row whose key's breaker is open: due again when it may close, attempts kept. */
 static void park(ak_dispatch_t *d, row_t *r, int64_t now) {
-  sink_inst_t *si = &d->sinks[r->key->src][r->key->sink];
+  sink_inst_t *si = &r->ds->v[r->key->sink];
   ak_counter_add(si->parked, 1);
   int64_t at = ak_breaker_retry_at(r->key->breaker, now);
   if (at <= now) at = now + 1;
@@ -942,17 +957,28 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const uint8_t *k, siz
   t->cursor_len = kl;
 
   const char *why = NULL;
-  int si = -1, sk = -1;
+  int sk = -1;
+  ak_source_t *src = NULL;
   if (rc == 1) why = "hook_missing";
   else if (ak_envelope_decode(r->rec, r->rec_len, &r->env) != 0) why = "undecodable hook record";
-  else if ((si = src_index(d->cfg, r->env.source, r->env.source_len)) < 0) why = "source_gone";
-  else if ((sk = bind_sink(&d->cfg->sources[si], sink, dv.sink_type, dv.sink_type_len)) < 0) why = "sink_gone";
+  /* gone, or re-created under the name after this hook was received: not its source */
+  else if (!(src = ak_sources_get(d->inst->sources, r->env.source, r->env.source_len)) ||
+           r->env.received_at_ms < src->born_ms || !src->ext[AK_SOURCE_EXT_DISPATCH])
+    why = "source_gone";
+  else if ((sk = bind_sink(&src->cfg, sink, dv.sink_type, dv.sink_type_len)) < 0) why = "sink_gone";
+  if (src && !why) {
+    r->src = src;
+    r->ds = src->ext[AK_SOURCE_EXT_DISPATCH];
+    atomic_fetch_add(src->inflight, 1);
+  } else {
+    ak_source_release(src);
+  }
   if (why) {
     row_dead(d, r, dv.attempts, why, now);
     free(r);
     return CLAIM_OK;
   }
-  r->key = key_get(d, t, (size_t)si, (size_t)sk);
+  r->key = key_get(d, t, r->src->uid, (size_t)sk);
   if (!r->key) {
     row_requeue(d, r, now + 1000, dv.attempts, now);
     free(r);
@@ -1071,7 +1097,7 @@ static void on_sink_done(void *ctx, const ak_sink_outcome_t *o) {
 
 static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
   skey_t *k = r->key;
-  sink_inst_t *si = &d->sinks[k->src][k->sink];
+  sink_inst_t *si = &r->ds->v[k->sink];
   r->running = true;
   r->start_ns = ak_mono_ns();
   r->deadline_ms = now + d->cfg->dispatch_attempt_timeout_ms;
@@ -1111,7 +1137,7 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
     .replay_id = r->has_replay ? rid : NULL,
     .idempotency_key = idem ? idem : id,
     .dedupe_key = dkey,
-    .source = &d->cfg->sources[k->src],
+    .source = &r->src->cfg,
   };
   si->vt->deliver(si->self, &att, c, on_sink_done);
   free(dkey);
@@ -1428,6 +1454,74 @@ static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si) {
   si->parked = ak_metrics_series(par, (const char *const[]){d->inst->name, si->label});
 }
 
+static void sinks_destroy(dsinks_t *ds) {
+  if (ds->destroyed) return;
+  ds->destroyed = true;
+  for (size_t j = 0; j < ds->n; j++)
+    if (ds->v[j].self) ds->v[j].vt->destroy(ds->v[j].self);
+}
+
+/* A version's sinks go with it, on whichever thread released it last: unlisted, then
+ * destroyed outside the lock (a destroy joins the sink's thread, whose last callbacks
+ * take the dispatcher's mu, never smu). After the dispatcher is gone (d NULL, every
+ * sink already destroyed by ak_dispatch_free) only the shell is left to free. */
+static void sinks_free(void *state) {
+  dsinks_t *ds = state;
+  if (!ds) return;
+  ak_dispatch_t *d = ds->d;
+  if (d) {
+    pthread_mutex_lock(&d->smu);
+    if (ds->prev) ds->prev->next = ds->next;
+    else if (d->sets == ds) d->sets = ds->next;
+    if (ds->next) ds->next->prev = ds->prev;
+    pthread_mutex_unlock(&d->smu);
+  }
+  sinks_destroy(ds);
+  free(ds);
+}
+
+/* The sink instances of a source version (a sink that can never work, e.g. refused by
+ * the egress guard, refuses the version with err naming sources.<id>.sinks[i]). */
+static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t errlen) {
+  ak_dispatch_t *d = ctx;
+  const ak_source_cfg_t *s = &src->cfg;
+  dsinks_t *ds = calloc(1, sizeof *ds + (s->nsinks ? s->nsinks : 1) * sizeof(sink_inst_t));
+  if (!ds) {
+    snprintf(err, errlen, "sources.%s: out of memory", s->id);
+    return NULL;
+  }
+  for (size_t j = 0; j < s->nsinks; j++) {
+    sink_inst_t *si = &ds->v[j];
+    si->vt = ak_sinks_find(s->sinks[j].type);
+    if (!si->vt || !si->vt->supported) {
+      snprintf(err, errlen, "sources.%s.sinks[%zu]: sink type %s is not supported", s->id, j, s->sinks[j].type);
+      goto fail;
+    }
+    char serr[256] = "";
+    ak_sink_ctx_t sctx = {.source_id = s->id, .egress = d->inst->egress};
+    si->self = si->vt->create(s->sinks[j].opts, &sctx, serr, sizeof serr);
+    ds->n = j + 1;
+    if (!si->self) {
+      snprintf(err, errlen, "sources.%s.sinks[%zu]: %s", s->id, j, serr[0] ? serr : "cannot be created");
+      goto fail;
+    }
+    snprintf(si->label, sizeof si->label, "%s", s->sinks[j].type);
+    sink_metrics(d, si);
+  }
+  ds->n = s->nsinks;
+  ds->d = d;
+  pthread_mutex_lock(&d->smu);
+  ds->next = d->sets;
+  if (d->sets) d->sets->prev = ds;
+  d->sets = ds;
+  pthread_mutex_unlock(&d->smu);
+  return ds;
+fail:
+  sinks_destroy(ds);
+  free(ds);
+  return NULL;
+}
+
 ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   ak_dispatch_t *d = calloc(1, sizeof *d);
   if (!d) {
@@ -1438,6 +1532,7 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   d->cfg = inst->cfg;
   const ak_config_t *c = d->cfg;
   pthread_mutex_init(&d->mu, NULL);
+  pthread_mutex_init(&d->smu, NULL);
   pthread_cond_init(&d->cv, NULL);
   d->retry = (ak_retry_policy_t){.base_ms = c->dispatch_retry_base_ms, .max_ms = c->dispatch_retry_max_ms,
                                  .max_attempts = (int)c->dispatch_retry_max_attempts, .jitter = c->dispatch_retry_jitter};
@@ -1447,32 +1542,6 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
       (d->bcfg.failures > 0 && ak_breaker_config_check(&d->bcfg, err, errlen) != 0)) {
     ak_dispatch_free(d);
     return NULL;
-  }
-  d->sinks = calloc(c->nsources ? c->nsources : 1, sizeof *d->sinks);
-  if (!d->sinks) goto oom;
-  for (size_t i = 0; i < c->nsources; i++) {
-    const ak_source_cfg_t *s = &c->sources[i];
-    d->sinks[i] = calloc(s->nsinks ? s->nsinks : 1, sizeof **d->sinks);
-    if (!d->sinks[i]) goto oom;
-    for (size_t j = 0; j < s->nsinks; j++) {
-      sink_inst_t *si = &d->sinks[i][j];
-      si->vt = ak_sinks_find(s->sinks[j].type);
-      if (!si->vt || !si->vt->supported) {
-        snprintf(err, errlen, "sources.%s.sinks[%zu]: sink type %s is not supported", s->id, j, s->sinks[j].type);
-        ak_dispatch_free(d);
-        return NULL;
-      }
-      char serr[256] = "";
-      ak_sink_ctx_t sctx = {.source_id = s->id, .egress = inst->egress};
-      si->self = si->vt->create(s->sinks[j].opts, &sctx, serr, sizeof serr);
-      if (!si->self) {
-        snprintf(err, errlen, "sources.%s.sinks[%zu]: %s", s->id, j, serr);
-        ak_dispatch_free(d);
-        return NULL;
-      }
-      snprintf(si->label, sizeof si->label, "%s", s->sinks[j].type);
-      sink_metrics(d, si);
-    }
   }
   ak_metrics_t *m = inst->metrics;
   const char *in = inst->name;
@@ -1492,11 +1561,12 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   const char *const tl[] = {"instance", "tenant", NULL};
   d->f_tenant_pending = ak_metrics_family(m, "ankusa_tenant_pending", "First attempts waiting, for the 100 tenants with the most.", AK_METRIC_GAUGE, tl, NULL, 0);
   d->f_tenant_inflight = ak_metrics_family(m, "ankusa_dispatch_tenant_inflight", "Claimed rows, for the 100 tenants holding the most.", AK_METRIC_GAUGE, tl, NULL, 0);
+  /* last: from here on every source version made gets its sinks from us */
+  if (ak_sources_attach(inst->sources, AK_SOURCE_EXT_DISPATCH, sinks_build, sinks_free, d, err, errlen) != 0) {
+    ak_dispatch_free(d);
+    return NULL;
+  }
   return d;
-oom:
-  snprintf(err, errlen, "out of memory");
-  ak_dispatch_free(d);
-  return NULL;
 }
 
 typedef struct {
@@ -1604,19 +1674,28 @@ void ak_dispatch_stop(ak_dispatch_t *d, int64_t wait_ms) {
 void ak_dispatch_free(ak_dispatch_t *d) {
   if (!d) return;
   ak_dispatch_stop(d, 0);
-  /* sinks first: their late callbacks still find the queue */
-  for (size_t i = 0; d->sinks && i < d->cfg->nsources; i++) {
-    for (size_t j = 0; d->sinks[i] && j < d->cfg->sources[i].nsinks; j++)
-      if (d->sinks[i][j].self) d->sinks[i][j].vt->destroy(d->sinks[i][j].self);
-    free(d->sinks[i]);
+  /* Every sink first, whatever version holds it: their late callbacks still find the
+   * queue, and none can arrive once the rows below are freed. The sets stay with their
+   * versions (freed by the table or a last holder), emptied and unlisted. Only the
+   * stopping main thread runs now (listeners and the writer are stopped before). */
+  ak_sources_detach(d->inst->sources, AK_SOURCE_EXT_DISPATCH);
+  pthread_mutex_lock(&d->smu);
+  dsinks_t *sets = d->sets;
+  d->sets = NULL;
+  pthread_mutex_unlock(&d->smu);
+  for (dsinks_t *ds = sets, *nx; ds; ds = nx) {
+    nx = ds->next;
+    ds->prev = ds->next = NULL;
+    ds->d = NULL;
+    sinks_destroy(ds);
   }
-  free(d->sinks);
   /* rows: running ones are referenced by the outcome queue or were abandoned */
   for (row_t *r = d->ohead, *nx; r; r = nx) {
     nx = r->onext;
     if (!r->zombie) umap_del(&d->claimed, row_id(r->seq, r->sink));
     ak_envelope_clear(&r->env);
     free(r->rec);
+    drop_source(r);
     free(r);
   }
   for (size_t i = 0; i < d->claimed.cap; i++)
@@ -1624,6 +1703,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
       row_t *r = d->claimed.vals[i];
       ak_envelope_clear(&r->env);
       free(r->rec);
+      drop_source(r);
       free(r);
     }
   free(d->claimed.keys);
@@ -1649,6 +1729,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
   free(d->reclaim_seq);
   free(d->reclaim_id);
   if (d->wb) rocksdb_writebatch_destroy(d->wb);
+  pthread_mutex_destroy(&d->smu);
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->cv);
   free(d);

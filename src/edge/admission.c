@@ -18,14 +18,17 @@ typedef struct bucket {
   double tat;
 } bucket_t;
 
+struct ak_admission_source {
+  bucket_t b;
+};
+
 struct ak_admission {
   bool ip_on;
   ak_gcra_t ip;
   ak_ratetable_t *ips;
   bucket_t node;
-  bucket_t *src;              /* one per cfg->sources entry */
-  size_t nsrc;
-  bool any_src;
+  bool has_def;               /* admission.source_bytes: every source's default */
+  ak_gcra_t def;
   ak_cidr_t *proxies;
   size_t nproxies;
 };
@@ -55,23 +58,7 @@ ak_admission_t *ak_admission_new(const ak_config_t *cfg) {
   for (size_t i = 0; i < json_array_size(list); i++)
     if (ak_netaddr_parse_cidr(json_string_value(json_array_get(list, i)), &a->proxies[a->nproxies], NULL))
       a->nproxies++;
-  a->nsrc = cfg->nsources;
-  a->src = calloc(a->nsrc + 1, sizeof *a->src);
-  if (!a->src) goto fail;
-  ak_gcra_t def;
-  bool has_def = lane(json_object_get(adm, "source_bytes"), &def);
-  const json_t *sources = json_object_get(cfg->effective, "sources");
-  for (size_t i = 0; i < a->nsrc; i++) {
-    bucket_t *b = &a->src[i];
-    pthread_mutex_init(&b->mu, NULL);
-    const json_t *own = json_object_get(json_object_get(sources, cfg->sources[i].id), "admission_bytes");
-    b->on = lane(own, &b->g);
-    if (!b->on && has_def) {
-      b->g = def;
-      b->on = true;
-    }
-    a->any_src |= b->on;
-  }
+  a->has_def = lane(json_object_get(adm, "source_bytes"), &a->def);
   return a;
 fail:
   ak_admission_free(a);
@@ -81,18 +68,36 @@ fail:
 void ak_admission_free(ak_admission_t *a) {
   if (!a) return;
   ak_ratetable_free(a->ips);
-  for (size_t i = 0; a->src && i < a->nsrc; i++) pthread_mutex_destroy(&a->src[i].mu);
   pthread_mutex_destroy(&a->node.mu);
-  free(a->src);
   free(a->proxies);
   free(a);
 }
 
-bool ak_admission_enabled(const ak_admission_t *a) { return a && (a->ip_on || a->node.on || a->any_src); }
-
-bool ak_admission_meters_source(const ak_admission_t *a, size_t si) {
-  return a && si < a->nsrc && a->src[si].on;
+ak_admission_source_t *ak_admission_source_new(const ak_admission_t *a, const json_t *source_spec) {
+  ak_gcra_t g;
+  bool on = lane(json_object_get(source_spec, "admission_bytes"), &g);
+  if (!on && a && a->has_def) {
+    g = a->def;
+    on = true;
+  }
+  if (!on) return NULL;
+  ak_admission_source_t *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  pthread_mutex_init(&s->b.mu, NULL);
+  s->b.on = true;
+  s->b.g = g;
+  return s;
 }
+
+void ak_admission_source_free(ak_admission_source_t *s) {
+  if (!s) return;
+  pthread_mutex_destroy(&s->b.mu);
+  free(s);
+}
+
+bool ak_admission_enabled(const ak_admission_t *a) { return a && (a->ip_on || a->node.on); }
+
+bool ak_admission_meters_source(const ak_admission_source_t *s) { return s && s->b.on; }
 
 static bool bucket_take(bucket_t *b, double cost, int64_t now_ns, int64_t *retry_ns) {
   double nt;
@@ -136,7 +141,7 @@ void ak_admission_client(const ak_admission_t *a, struct MHD_Connection *mc, ak_
   ak_netaddr_client(&peer, a->proxies, a->nproxies, x.v, x.len, x.n, out);
 }
 
-ak_admit_t ak_admission_check_addr(ak_admission_t *a, const ak_netaddr_t *client, size_t si,
+ak_admit_t ak_admission_check_addr(ak_admission_t *a, const ak_netaddr_t *client, ak_admission_source_t *src,
                                    long long content_length, int64_t now_ns, int64_t *retry_ns) {
   int64_t dummy;
   if (!retry_ns) retry_ns = &dummy;
@@ -149,22 +154,22 @@ ak_admit_t ak_admission_check_addr(ak_admission_t *a, const ak_netaddr_t *client
     if (!ak_ratetable_take(a->ips, key, p, cost, 1, now_ns, retry_ns)) return AK_ADMIT_IP;
   }
   if (a->node.on && !bucket_take(&a->node, 1, now_ns, retry_ns)) return AK_ADMIT_NODE;
-  if (content_length >= 0 && si < a->nsrc && a->src[si].on &&
-      !bucket_take(&a->src[si], (double)content_length, now_ns, retry_ns))
+  if (content_length >= 0 && ak_admission_meters_source(src) &&
+      !bucket_take(&src->b, (double)content_length, now_ns, retry_ns))
     return AK_ADMIT_SOURCE;
   return AK_ADMIT_OK;
 }
 
-ak_admit_t ak_admission_check(ak_admission_t *a, struct MHD_Connection *mc, size_t si, long long content_length,
-                              int64_t now_ns, int64_t *retry_ns) {
+ak_admit_t ak_admission_check(ak_admission_t *a, struct MHD_Connection *mc, ak_admission_source_t *src,
+                              long long content_length, int64_t now_ns, int64_t *retry_ns) {
   ak_netaddr_t client;
   if (a->ip_on) ak_admission_client(a, mc, &client);
-  return ak_admission_check_addr(a, a->ip_on ? &client : NULL, si, content_length, now_ns, retry_ns);
+  return ak_admission_check_addr(a, a->ip_on ? &client : NULL, src, content_length, now_ns, retry_ns);
 }
 
-bool ak_admission_charge_body(ak_admission_t *a, size_t si, size_t n, int64_t now_ns, int64_t *retry_ns) {
-  if (!ak_admission_meters_source(a, si)) return true;
-  return bucket_take(&a->src[si], (double)n, now_ns, retry_ns);
+bool ak_admission_charge_body(ak_admission_source_t *src, size_t n, int64_t now_ns, int64_t *retry_ns) {
+  if (!ak_admission_meters_source(src)) return true;
+  return bucket_take(&src->b, (double)n, now_ns, retry_ns);
 }
 
 uint64_t ak_admission_evictions(const ak_admission_t *a) { return a && a->ips ? ak_ratetable_evictions(a->ips) : 0; }

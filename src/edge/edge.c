@@ -20,6 +20,7 @@
 #include "core/gcra.h"
 #include "core/httpx.h"
 #include "core/log.h"
+#include "core/sources.h"
 #include "edge/admission.h"
 #include "edge/dedupe_key.h"
 #include "edge/edge.h"
@@ -63,17 +64,27 @@ struct ak_edge {
   bool (*peer_cert)(struct MHD_Connection *c, uint8_t out[32]);
   ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration, *m_abandoned;
   ak_series_t *m_verify_fail[AK_VR_COUNT], *m_flagged, *m_quarantined;
-  ak_series_t **m_weak; /* per source; NULL unless its verifier hashes with SHA-1 */
-  ak_admission_t *adm;  /* pre-read limits; NULL when none is on */
+  ak_admission_t *adm;  /* pre-read limits */
+  bool adm_on;          /* a limit besides the sources' own is on */
   ak_series_t *m_limit[L_COUNT], *m_bodies_read;
 };
+
+/* What the edge attaches to each source version (AK_SOURCE_EXT_EDGE): it lives exactly as
+ * long as the version, so a request holding the version holds these too. */
+typedef struct edge_src {
+  ak_pen_bucket_t *pen;        /* on_verify_failure quarantine only */
+  ak_admission_source_t *adm;  /* NULL: the source's bytes are not limited */
+  ak_series_t *weak;           /* NULL unless its verifier hashes with SHA-1 */
+} edge_src_t;
 
 typedef struct conn {
   int state;
   bool pen_admitted;   /* a pen reservation to settle once the writer answered */
   int64_t t0_ns;
   int64_t received_at_ms;
-  const ak_source_cfg_t *src;
+  ak_source_t *sv;     /* the source version this request bound to, held until completed() */
+  edge_src_t *es;      /* sv's edge state */
+  const ak_source_cfg_t *src; /* &sv->cfg */
   const char *tenant;
   bool too_large;
   bool quota_charged;  /* the tenant quota took this hook: given back unless it is stored */
@@ -158,15 +169,11 @@ static void on_committed(ak_write_req_t *req, void *ctx) {
   MHD_resume_connection(c->mc); /* last touch: c may be freed after this */
 }
 
-static size_t source_index(const ak_edge_t *e, const ak_source_cfg_t *src) {
-  return (size_t)(src - e->inst->cfg->sources);
-}
-
 /* The writer's answer is final: release a pen reservation exactly once. */
 static void settle_pen(ak_edge_t *e, conn_t *c) {
   if (!c->pen_admitted) return;
   c->pen_admitted = false;
-  ak_pen_settle(e->inst->pen, source_index(e, c->src), c->req.body_len, c->req.status == AK_WR_COMMITTED);
+  ak_pen_settle(e->inst->pen, c->es->pen, c->req.body_len, c->req.status == AK_WR_COMMITTED);
 }
 
 /* A repeat of a stored event: the first hook's id, and nothing stored. */
@@ -267,8 +274,7 @@ static char *query_string(struct MHD_Connection *mc, const char *skip, size_t *l
 static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, const char *url,
                               const char *method) {
   ak_instance_t *inst = e->inst;
-  size_t si = source_index(e, c->src);
-  const ak_verifier_t *v = inst->verifiers ? inst->verifiers[si] : NULL;
+  const ak_verifier_t *v = c->sv->verifier;
   hdrs_t h = {0};
   MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_header, &h);
 
@@ -293,7 +299,7 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
     };
     vr = ak_verifier_check(v, &in);
     free(q);
-    if (e->m_weak && e->m_weak[si]) ak_counter_add(e->m_weak[si], 1);
+    if (c->es->weak) ak_counter_add(c->es->weak, 1);
     if (vr != AK_VR_OK) {
       ak_counter_add(e->m_verify_fail[vr], 1);
       if (c->src->on_verify_failure == AK_OVF_REJECT) {
@@ -311,7 +317,7 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
         ak_counter_add(e->m_flagged, 1);
       } else {
         int64_t retry_ms = 0;
-        ak_pen_admit_t pa = ak_pen_admit(inst->pen, si, c->len, &retry_ms);
+        ak_pen_admit_t pa = ak_pen_admit(inst->pen, c->es->pen, c->len, &retry_ms);
         if (pa != AK_PEN_OK) {
           free(h.v);
           c->state = ST_ANSWERED;
@@ -414,7 +420,7 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
     c->quota_charged = false;
     if (c->pen_admitted) {
       c->pen_admitted = false;
-      ak_pen_settle(inst->pen, si, c->len, false);
+      ak_pen_settle(inst->pen, c->es->pen, c->len, false);
     }
     c->state = ST_ANSWERED;
     return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
@@ -481,10 +487,24 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
       return ak_http_reply(mc, 413, "application/json", b, (size_t)n, 0);
     }
   }
-  const ak_source_cfg_t *src;
+  /* received_at is read before the lookup: a hook bound to a source that was deleted
+   * meanwhile is then older than any source re-created under the name (born_ms) */
+  int64_t received_at = ak_now_ms();
+  ak_source_t *sv = ak_sources_get(inst->sources, route.source_id, strlen(route.source_id));
+  const ak_source_cfg_t *src = sv ? &sv->cfg : NULL;
   const char *tenant;
-  if (ak_route_bind(inst->cfg, &route, &src, &tenant) != AK_ROUTE_OK)
+  if (!sv || ak_route_bind_source(inst->cfg, &route, src, &tenant) != AK_ROUTE_OK) {
+    ak_source_release(sv);
     return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+  }
+  /* bound to a source born after the clock was read (or the clock stepped back): the
+   * hook is this source's, so it is received no earlier than the source was born */
+  if (received_at < sv->born_ms) received_at = sv->born_ms;
+  edge_src_t *es = sv->ext[AK_SOURCE_EXT_EDGE];
+  if (!es) { /* every version gets one while the edge runs; never seen, but never crash */
+    ak_source_release(sv);
+    return refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, t0);
+  }
 
   const ak_header_t *bad = NULL;
   hdrs_t hs = {0};
@@ -499,6 +519,7 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
     char name[512], b[600];
     ak_json_quote(name, sizeof name, bad->name, bad->name_len > 120 ? 120 : bad->name_len);
     free(hs.v);
+    ak_source_release(sv);
     int n = snprintf(b, sizeof b, "{\"error\":\"invalid_header\",\"header\":%s}", name);
     ak_counter_add(e->m_refused[R_INVALID_HEADER], 1);
     count(e, 400, t0);
@@ -509,25 +530,35 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   /* pre-read limits: the tenant's body cap, then per address, node, source bytes */
   int64_t max_body = max, tmax = ak_quota_max_body(inst->quota, tenant, strlen(tenant));
   if (tmax > 0 && tmax < max_body) max_body = tmax;
-  if (clen > max_body) return too_large(e, mc, max_body, t0);
-  size_t si = source_index(e, src);
-  if (e->adm) {
+  if (clen > max_body) {
+    ak_source_release(sv);
+    return too_large(e, mc, max_body, t0);
+  }
+  if (e->adm_on || es->adm) {
     int64_t retry_ns = 0;
     static const limit_t why[] = {L_RATE_LIMITED, L_IP, L_NODE, L_SOURCE};
-    ak_admit_t ad = ak_admission_check(e->adm, mc, si, clen, ak_mono_ns(), &retry_ns);
-    if (ad != AK_ADMIT_OK) return refuse_limit(e, mc, 429, why[ad], ak_gcra_retry_after_s(retry_ns), t0);
+    ak_admit_t ad = ak_admission_check(e->adm, mc, es->adm, clen, ak_mono_ns(), &retry_ns);
+    if (ad != AK_ADMIT_OK) {
+      ak_source_release(sv);
+      return refuse_limit(e, mc, 429, why[ad], ak_gcra_retry_after_s(retry_ns), t0);
+    }
   }
 
   conn_t *c = calloc(1, sizeof *c);
-  if (!c) return MHD_NO;
+  if (!c) {
+    ak_source_release(sv);
+    return MHD_NO;
+  }
   c->t0_ns = t0;
-  c->received_at_ms = ak_now_ms();
+  c->received_at_ms = received_at;
+  c->sv = sv;
+  c->es = es;
   c->src = src;
   c->tenant = tenant; /* points into config or into route copy below */
   c->mc = mc;
   c->edge = e;
   c->max_body = max_body;
-  c->meter_body = clen < 0 && ak_admission_meters_source(e->adm, si);
+  c->meter_body = clen < 0 && ak_admission_meters_source(es->adm);
   if (tenant != src->tenant) {
     /* URL tenant of a shared source: keep our own copy */
     char *t = strdup(tenant);
@@ -557,7 +588,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
     *upload_data_size = 0;
     if (c->too_large || c->late_retry) return MHD_YES;
     int64_t retry_ns = 0;
-    if (c->meter_body && !ak_admission_charge_body(e->adm, source_index(e, c->src), n, ak_mono_ns(), &retry_ns)) {
+    if (c->meter_body && !ak_admission_charge_body(c->es->adm, n, ak_mono_ns(), &retry_ns)) {
       c->late_retry = ak_gcra_retry_after_s(retry_ns); /* swallow the rest; 429 at the end */
       free(c->body);
       c->body = NULL;
@@ -617,6 +648,7 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
   free(c->body);
   free(c->req.rec);
   ak_dedupe_claim_free(c->req.dedupe);
+  ak_source_release(c->sv); /* last: c->src and c->es point into it */
   free(c);
   *con_cls = NULL;
 }
@@ -626,6 +658,39 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s) {
   (void)cls;
   (void)c;
   return strlen(s);
+}
+
+static void edge_src_free(void *state) {
+  edge_src_t *es = state;
+  if (!es) return;
+  ak_pen_bucket_free(es->pen);
+  ak_admission_source_free(es->adm);
+  free(es);
+}
+
+/* Runs for every source version: at boot, and on an admin thread when the API makes
+ * one (the metrics registry and the pen are thread-safe to call from there). */
+static void *edge_src_build(void *ctx, const ak_source_t *s, char *err, size_t errlen) {
+  ak_edge_t *e = ctx;
+  edge_src_t *es = calloc(1, sizeof *es);
+  if (!es) goto oom;
+  if (s->cfg.on_verify_failure == AK_OVF_QUARANTINE) {
+    if (!e->inst->pen || !(es->pen = ak_pen_bucket_new(e->inst->pen))) goto oom;
+  }
+  es->adm = ak_admission_source_new(e->adm, s->spec);
+  if (s->verifier && ak_verifier_weak_hash(s->verifier)) {
+    const char *const wl[] = {"instance", "source_id", "scheme", NULL};
+    ak_family_t *wf = ak_metrics_family(e->inst->metrics, "ankusa_verifier_weak_hash_total",
+                                        "Requests verified with a weak hash (SHA-1), matched or not.",
+                                        AK_METRIC_COUNTER, wl, NULL, 0);
+    const char *v[] = {e->inst->name, s->cfg.id, ak_verifier_type(s->verifier)};
+    es->weak = ak_metrics_series(wf, v);
+  }
+  return es;
+oom:
+  edge_src_free(es);
+  snprintf(err, errlen, "sources.%s: out of memory", s->cfg.id);
+  return NULL;
 }
 
 ak_edge_t *ak_edge_new(ak_instance_t *inst) {
@@ -659,9 +724,8 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   e->m_bodies_read = ak_metrics_instance_series(m, inst->name, "ankusa_ingest_bodies_read_total",
                                                 "Request bodies the edge read to the end (admitted past the "
                                                 "pre-read limits).", AK_METRIC_COUNTER);
-  ak_admission_t *adm = ak_admission_new(inst->cfg);
-  if (ak_admission_enabled(adm)) e->adm = adm;
-  else ak_admission_free(adm);
+  e->adm = ak_admission_new(inst->cfg);
+  e->adm_on = ak_admission_enabled(e->adm);
   const char *const il[] = {"instance", NULL};
   const char *iv[] = {inst->name};
   e->m_duration = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_duration_seconds",
@@ -688,23 +752,16 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   const char *fv[] = {inst->name, "accept_flag"}, *qv[] = {inst->name, "quarantine"};
   e->m_flagged = ak_metrics_series(of, fv);
   e->m_quarantined = ak_metrics_series(of, qv);
-  if (inst->verifiers && inst->cfg->nsources) {
-    const char *const wl[] = {"instance", "source_id", "scheme", NULL};
-    ak_family_t *wf = NULL;
-    for (size_t i = 0; i < inst->cfg->nsources; i++) {
-      if (!inst->verifiers[i] || !ak_verifier_weak_hash(inst->verifiers[i])) continue;
-      if (!wf) {
-        wf = ak_metrics_family(m, "ankusa_verifier_weak_hash_total",
-                               "Requests verified with a weak hash (SHA-1), matched or not.", AK_METRIC_COUNTER,
-                               wl, NULL, 0);
-        e->m_weak = calloc(inst->cfg->nsources, sizeof *e->m_weak);
-      }
-      const char *v[] = {inst->name, inst->cfg->sources[i].id, ak_verifier_type(inst->verifiers[i])};
-      e->m_weak[i] = ak_metrics_series(wf, v);
-    }
-  }
   e->m_abandoned = ak_metrics_instance_series(m, inst->name, "ankusa_ingest_abandoned_total", "Requests whose client left before its answer was sent "
                                                        "(the hook may be stored).", AK_METRIC_COUNTER);
+  char err[256] = "";
+  if (!e->adm || !e->hpol ||
+      ak_sources_attach(inst->sources, AK_SOURCE_EXT_EDGE, edge_src_build, edge_src_free, e, err, sizeof err) != 0) {
+    ak_log(AK_LOG_ERROR, "edge", "cannot build the edge's per-source state", "reason=\"%s\"",
+           err[0] ? err : "out of memory");
+    ak_edge_free(e);
+    return NULL;
+  }
   return e;
 }
 
@@ -782,8 +839,8 @@ void ak_edge_stop(ak_edge_t *e) {
 void ak_edge_free(ak_edge_t *e) {
   if (!e) return;
   ak_edge_stop(e);
+  ak_sources_detach(e->inst->sources, AK_SOURCE_EXT_EDGE);
   ak_header_policy_free(e->hpol);
   ak_admission_free(e->adm);
-  free(e->m_weak);
   free(e);
 }

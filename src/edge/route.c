@@ -75,16 +75,22 @@ ak_route_status_t ak_route_parse(const ak_config_t *cfg, const char *path, ak_ro
   return AK_ROUTE_OK;
 }
 
-ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
-                                const ak_source_cfg_t **src_out, const char **tenant_out) {
-  const ak_source_cfg_t *src = ak_config_source(cfg, r->source_id);
+ak_route_status_t ak_route_bind_source(const ak_config_t *cfg, const ak_route_t *r, const ak_source_cfg_t *src,
+                                       const char **tenant_out) {
   if (!src) return AK_ROUTE_UNKNOWN_SOURCE;
   const char *tenant = src->tenant;
   if (cfg->http_routing == AK_ROUTING_TENANT_PATH) {
     if (strcmp(src->tenant, "default") == 0) tenant = r->url_tenant; /* shared source */
     else if (strcmp(src->tenant, r->url_tenant) != 0) return AK_ROUTE_UNKNOWN_SOURCE;
   }
-  *src_out = src;
   *tenant_out = tenant;
   return AK_ROUTE_OK;
+}
+
+ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
+                                const ak_source_cfg_t **src_out, const char **tenant_out) {
+  const ak_source_cfg_t *src = ak_config_source(cfg, r->source_id);
+  ak_route_status_t st = ak_route_bind_source(cfg, r, src, tenant_out);
+  if (st == AK_ROUTE_OK) *src_out = src;
+  return st;
 }

@@ -1,5 +1,6 @@
 /* Route resolution: catch URL -> (tenant, source) under http.routing and http.prefix, the
- * tenant-binding rule, and the header byte check. Pure functions over the config, so
+ * tenant-binding rule, and the header byte check. Pure functions over the config (and a
+ * source already looked up), so
  * they are unit tested and fuzzed directly. Never reads a body. */
 #ifndef AK_EDGE_ROUTE_H
 #define AK_EDGE_ROUTE_H
@@ -21,7 +22,13 @@ typedef struct ak_route {
 
 /* Shape only: split the path (without query) into prefix + segments. */
 ak_route_status_t ak_route_parse(const ak_config_t *cfg, const char *path, ak_route_t *out);
-/* Source lookup + tenant binding. *tenant_out gets the tenant the hook is filed under. */
+/* The tenant binding of a source already looked up (src NULL: unknown): an owned source
+ * answers only under its tenant, a shared one ("default") files the hook under the URL's
+ * tenant with tenant_path. *tenant_out gets the tenant the hook is filed under. */
+ak_route_status_t ak_route_bind_source(const ak_config_t *cfg, const ak_route_t *r, const ak_source_cfg_t *src,
+                                       const char **tenant_out);
+/* The same with the lookup in the config file's sources (tests, tools; the edge looks
+ * sources up in core/sources.h). */
 ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
                                 const ak_source_cfg_t **src_out, const char **tenant_out);
 

@@ -57,7 +57,7 @@ struct ak_dedupe {
   int64_t max_entries, max_per_tenant;
   int64_t sweep_from;          /* every 'e' key before this expiry is swept */
   const char *clock_file;      /* test builds: ANKUSA_TEST_DEDUPE_CLOCK_FILE */
-  ak_series_t *m_keys, *m_dups, *m_swept, *m_without;
+  ak_series_t *m_keys, *m_dups, *m_swept;
 };
 
 /* ------------------------------------------------------------------- helpers ---- */
@@ -515,18 +515,14 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
                                           "dedupe key (nothing stored).", AK_METRIC_COUNTER);
   dx->m_swept = ak_metrics_instance_series(m, inst->name, "ankusa_dedupe_swept_total",
                                            "Expired dedupe keys removed by the sweeper.", AK_METRIC_COUNTER);
-  dx->m_without = ak_metrics_instance_series(m, inst->name, "ankusa_sources_without_dedupe",
-                                             "Configured sources with no dedupe: a provider's retry is a new "
-                                             "hook.", AK_METRIC_GAUGE);
-  size_t without = 0;
+  /* ankusa_sources_without_dedupe is the source table's (core/sources.c): it follows
+   * sources the admin API creates and changes */
   for (size_t i = 0; i < cfg->nsources; i++) {
     if (cfg->sources[i].dedupe_from != AK_DEDUPE_NONE) continue;
-    without++;
     ak_log(AK_LOG_WARNING, "config",
            "source has no dedupe: a provider's retry of an event already stored is a new hook, stored and "
            "delivered again", "source=%s", cfg->sources[i].id);
   }
-  ak_gauge_set(dx->m_without, (double)without);
 
   int64_t t0 = ak_mono_ns();
   load_t ld = {.dx = dx};

@@ -16,22 +16,22 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "admin/audit.h"
+#include "core/sources.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
 
-typedef struct pen_bucket {
+struct ak_pen_bucket {
   pthread_mutex_t mu;
+  double burst, rate;       /* copied from the pen: the bucket may outlive it */
   double tokens;
   int64_t last_ns;
-} pen_bucket_t;
+};
 
 enum { RES_HELD, RES_RATE_LIMITED, RES_FULL, RES_OVERLOAD, RES_RELEASED, RES_PURGED, RES_COUNT };
 static const char *const res_names[RES_COUNT] = {"held", "rate_limited", "full", "overload", "released", "purged"};
 
 struct ak_pen {
-  size_t nbuckets;
-  pen_bucket_t *buckets;
   double burst;
   double rate;              /* tokens per second */
   int64_t max_bytes;
@@ -52,26 +52,32 @@ void ak_pen_sample(ak_pen_t *pen) {
   ak_gauge_set(pen->m_pending, (double)atomic_load(&pen->waiting));
 }
 
-ak_pen_t *ak_pen_new_raw(size_t nsources, int64_t burst, double rate, int64_t max_bytes, int64_t bytes_now) {
+ak_pen_t *ak_pen_new_raw(int64_t burst, double rate, int64_t max_bytes, int64_t bytes_now) {
   ak_pen_t *pen = calloc(1, sizeof *pen);
   if (!pen) return NULL;
-  pen->nbuckets = nsources;
-  pen->buckets = calloc(nsources ? nsources : 1, sizeof *pen->buckets);
-  if (!pen->buckets) {
-    free(pen);
-    return NULL;
-  }
   pen->burst = (double)(burst > 0 ? burst : 1);
   pen->rate = rate > 0 ? rate : 1e-9;
   pen->max_bytes = max_bytes;
   atomic_store(&pen->bytes, bytes_now);
   pthread_mutex_init(&pen->admin_mu, NULL);
-  for (size_t i = 0; i < nsources; i++) {
-    pthread_mutex_init(&pen->buckets[i].mu, NULL);
-    pen->buckets[i].tokens = pen->burst; /* full at creation */
-    pen->buckets[i].last_ns = 0; /* full already: refilling from 0 only caps at burst */
-  }
   return pen;
+}
+
+ak_pen_bucket_t *ak_pen_bucket_new(const ak_pen_t *pen) {
+  ak_pen_bucket_t *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  pthread_mutex_init(&b->mu, NULL);
+  b->burst = pen->burst;
+  b->rate = pen->rate;
+  b->tokens = pen->burst; /* full at creation */
+  b->last_ns = 0;         /* full already: refilling from 0 only caps at burst */
+  return b;
+}
+
+void ak_pen_bucket_free(ak_pen_bucket_t *b) {
+  if (!b) return;
+  pthread_mutex_destroy(&b->mu);
+  free(b);
 }
 
 static int sum_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
@@ -102,7 +108,7 @@ ak_pen_t *ak_pen_new(ak_instance_t *inst) {
            ak_store_path(inst->store));
     return NULL;
   }
-  ak_pen_t *pen = ak_pen_new_raw(c->nsources, c->quarantine_burst, c->quarantine_rate, c->quarantine_max_bytes,
+  ak_pen_t *pen = ak_pen_new_raw(c->quarantine_burst, c->quarantine_rate, c->quarantine_max_bytes,
                                  bytes);
   if (!pen) return NULL;
   pen->audit = inst->audit;
@@ -124,48 +130,44 @@ ak_pen_t *ak_pen_new(ak_instance_t *inst) {
 
 void ak_pen_free(ak_pen_t *pen) {
   if (!pen) return;
-  for (size_t i = 0; i < pen->nbuckets; i++) pthread_mutex_destroy(&pen->buckets[i].mu);
   pthread_mutex_destroy(&pen->admin_mu);
-  free(pen->buckets);
   free(pen);
 }
 
 /* ------------------------------------------------------------------- admission ---- */
 
-static void refill(ak_pen_t *pen, pen_bucket_t *b, int64_t now_ns) {
+static void refill(ak_pen_bucket_t *b, int64_t now_ns) {
   if (now_ns > b->last_ns) {
-    b->tokens += (double)(now_ns - b->last_ns) * pen->rate / 1e9;
-    if (b->tokens > pen->burst) b->tokens = pen->burst;
+    b->tokens += (double)(now_ns - b->last_ns) * b->rate / 1e9;
+    if (b->tokens > b->burst) b->tokens = b->burst;
     b->last_ns = now_ns;
   }
 }
 
-static void refund_token(ak_pen_t *pen, size_t idx) {
-  if (idx >= pen->nbuckets) return;
-  pen_bucket_t *b = &pen->buckets[idx];
+static void refund_token(ak_pen_bucket_t *b) {
+  if (!b) return;
   pthread_mutex_lock(&b->mu);
   b->tokens += 1.0;
-  if (b->tokens > pen->burst) b->tokens = pen->burst;
+  if (b->tokens > b->burst) b->tokens = b->burst;
   pthread_mutex_unlock(&b->mu);
 }
 
-ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, size_t source_index, size_t body_len, int64_t now_ns,
+ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, int64_t now_ns,
                                int64_t *retry_after_ms) {
   int64_t dummy;
   if (!retry_after_ms) retry_after_ms = &dummy;
   *retry_after_ms = 0;
-  if (source_index >= pen->nbuckets) {
+  if (!b) {
     *retry_after_ms = 1000;
     count(pen, RES_RATE_LIMITED, 1);
     return AK_PEN_RATE_LIMITED;
   }
-  pen_bucket_t *b = &pen->buckets[source_index];
   pthread_mutex_lock(&b->mu);
-  refill(pen, b, now_ns);
+  refill(b, now_ns);
   bool got = b->tokens >= 1.0;
   if (got) b->tokens -= 1.0;
   else {
-    double ms = ceil((1.0 - b->tokens) / pen->rate * 1000.0);
+    double ms = ceil((1.0 - b->tokens) / b->rate * 1000.0);
     *retry_after_ms = ms < 1 ? 1 : ms > 1e12 ? (int64_t)1e12 : (int64_t)ms;
   }
   pthread_mutex_unlock(&b->mu);
@@ -177,7 +179,7 @@ ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, size_t source_index, size_t body_l
   int64_t len = (int64_t)body_len, cur = atomic_load(&pen->bytes);
   do {
     if (cur + len > pen->max_bytes) {
-      refund_token(pen, source_index);
+      refund_token(b);
       *retry_after_ms = AK_PEN_FULL_RETRY_MS;
       count(pen, RES_FULL, 1);
       return AK_PEN_FULL;
@@ -187,7 +189,7 @@ ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, size_t source_index, size_t body_l
   if (atomic_fetch_add(&pen->waiting, 1) >= AK_PEN_MAX_WAITING) {
     atomic_fetch_sub(&pen->waiting, 1);
     atomic_fetch_sub(&pen->bytes, len);
-    refund_token(pen, source_index);
+    refund_token(b);
     *retry_after_ms = 1000;
     count(pen, RES_OVERLOAD, 1);
     return AK_PEN_OVERLOAD;
@@ -196,17 +198,17 @@ ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, size_t source_index, size_t body_l
   return AK_PEN_OK;
 }
 
-ak_pen_admit_t ak_pen_admit(ak_pen_t *pen, size_t source_index, size_t body_len, int64_t *retry_after_ms) {
-  return ak_pen_admit_at(pen, source_index, body_len, ak_mono_ns(), retry_after_ms);
+ak_pen_admit_t ak_pen_admit(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, int64_t *retry_after_ms) {
+  return ak_pen_admit_at(pen, b, body_len, ak_mono_ns(), retry_after_ms);
 }
 
-void ak_pen_settle(ak_pen_t *pen, size_t source_index, size_t body_len, bool committed) {
+void ak_pen_settle(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, bool committed) {
   atomic_fetch_sub(&pen->waiting, 1);
   if (committed) {
     count(pen, RES_HELD, 1);
   } else {
     atomic_fetch_sub(&pen->bytes, (int64_t)body_len);
-    refund_token(pen, source_index);
+    refund_token(b);
   }
   ak_pen_sample(pen);
 }
@@ -424,6 +426,7 @@ typedef struct {
   waiter_t *w;
   char *rec;                  /* the stored record (malloc'd by the store read) */
   size_t idx;                 /* the entry's index in the listing */
+  ak_source_t *src;           /* req.source points into it: held until the writer answered */
 } release_req_t;
 
 static void release_done(ak_write_req_t *req, void *ctx) {
@@ -455,16 +458,23 @@ static void drain_chunk(ak_pen_t *pen, waiter_t *w, release_req_t *rs, size_t nr
     }
     free(rs[i].rec);
     rs[i].rec = NULL;
+    ak_source_release(rs[i].src);
+    rs[i].src = NULL;
   }
 }
 
 /* Read, re-verify (unless check is NULL) and prepare one entry. true: r is ready to
- * submit (r NULL: it would be, and nothing is kept). */
+ * submit (it holds the source version until drain_chunk); with r NULL: it would be, and
+ * nothing is kept. */
 static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_fn check, void *check_ctx,
                     release_req_t *r) {
-  const ak_source_cfg_t *src = ak_config_source(inst->cfg, e->source_id);
-  if (!src) return false; /* the source is gone from the config */
-  size_t idx = (size_t)(src - inst->cfg->sources);
+  ak_source_t *src = ak_sources_get(inst->sources, e->source_id, strlen(e->source_id));
+  /* gone, or a source re-created under the name after this hook was received */
+  if (!src || e->received_at_ms < src->born_ms) {
+    ak_source_release(src);
+    return false;
+  }
+  bool ok = false;
   /* already a hook (a release that committed before): a duplicate, left alone */
   uint8_t ik[AK_ID_KEY_LEN];
   ak_key_id(ik, e->id);
@@ -472,40 +482,39 @@ static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_f
   size_t vl = 0;
   int rc = ak_store_get(inst->store, AK_CF_INDEX, ik, sizeof ik, &v, &vl);
   free(v);
-  if (rc != 1) return false;
+  v = NULL;
+  if (rc != 1) goto out;
   uint8_t bk[AK_PEN_KEY_LEN];
   ak_key_pen(bk, AK_PEN_BODY, e->received_at_ms, e->id);
-  v = NULL;
-  if (ak_store_get(inst->store, AK_CF_QUARANTINE, bk, sizeof bk, &v, &vl) != 0) {
-    free(v);
-    return false;
-  }
+  if (ak_store_get(inst->store, AK_CF_QUARANTINE, bk, sizeof bk, &v, &vl) != 0) goto out;
   ak_envelope_t env;
   if (ak_envelope_decode((const uint8_t *)v, vl, &env) != 0) {
     char idt[AK_UUID_STR_LEN];
     ak_uuid_format(e->id, idt);
     ak_log(AK_LOG_ERROR, "quarantine", "held record is damaged; not released", "id=%s", idt);
-    free(v);
-    return false;
+    goto out;
   }
-  bool ok = !check || check(check_ctx, idx, &env, e->received_at_ms / 1000) == 0;
+  ok = !check || check(check_ctx, src, &env, e->received_at_ms / 1000) == 0;
   size_t body_len = env.body_len;
   const char *tenant = env.tenant; /* points into v, which the request keeps */
   size_t tenant_len = env.tenant_len;
   ak_envelope_clear(&env);
-  if (!ok || !r) {
+  if (!ok) goto out;
+  if (!r) { /* a dry run: it would go */
     free(v);
-    return ok;
+    ak_source_release(src);
+    return true;
   }
   memset(&r->req, 0, sizeof r->req);
   r->rec = v;
+  r->src = src;
   r->req.kind = AK_WRITE_HOOK;
   r->req.rec = (uint8_t *)v;
   r->req.rec_len = vl;
   r->req.body_len = body_len;
   memcpy(r->req.id, e->id, 16);
   r->req.received_at_ms = e->received_at_ms;
-  r->req.source = src;
+  r->req.source = &src->cfg;
   r->req.tenant = tenant;
   r->req.tenant_len = tenant_len;
   r->req.unpen = true;
@@ -513,6 +522,10 @@ static bool prepare(ak_instance_t *inst, const ak_pen_entry_t *e, ak_pen_check_f
   r->req.done = release_done;
   r->req.ctx = r;
   return true;
+out:
+  free(v);
+  ak_source_release(src);
+  return false;
 }
 
 int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f, ak_pen_check_fn check,
@@ -590,6 +603,8 @@ int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f,
       pthread_mutex_unlock(&w.mu);
       free(r->rec);
       r->rec = NULL;
+      ak_source_release(r->src);
+      r->src = NULL;
       out->skipped++;
       continue;
     }

@@ -5,15 +5,15 @@
  * release by re-verification). The writer stores the entries (AK_WRITE_QUARANTINE);
  * this module never writes a hook itself. No I/O under a bucket lock.
  *
- * Edge usage:
+ * Edge usage (each source version holds its bucket, made by ak_pen_bucket_new):
  *   int64_t retry_ms;
- *   ak_pen_admit_t a = ak_pen_admit(pen, source_index, body_len, &retry_ms);
+ *   ak_pen_admit_t a = ak_pen_admit(pen, bucket, body_len, &retry_ms);
  *     AK_PEN_RATE_LIMITED -> 429 quarantine_rate_limited, Retry-After ceil(retry_ms/1000)
  *     AK_PEN_FULL         -> 503 quarantine_full, Retry-After 60 (retry_ms = 60000)
  *     AK_PEN_OVERLOAD     -> 503 overload (AK_PEN_MAX_WAITING writes already waiting)
  *   on AK_PEN_OK: submit req.kind = AK_WRITE_QUARANTINE, req.reason = <ak_verify_reason_t>
  *   through ak_writer_submit; once it is answered (or refused by submit):
- *   ak_pen_settle(pen, source_index, body_len, status == AK_WR_COMMITTED);
+ *   ak_pen_settle(pen, bucket, body_len, status == AK_WR_COMMITTED);
  *   committed -> 202 {"status":"quarantined","reason":...}; else the writer's status. */
 #ifndef AK_QUEUE_QUARANTINE_H
 #define AK_QUEUE_QUARANTINE_H
@@ -39,27 +39,30 @@ typedef enum {
 #define AK_PEN_FULL_RETRY_MS 60000
 
 typedef struct ak_pen ak_pen_t;
+typedef struct ak_pen_bucket ak_pen_bucket_t;
 
-/* Build from inst->cfg (quarantine.burst/rate/max_bytes, nsources buckets, full at
- * creation) with the byte total read from the open store (sum of the per-writer
- * m:quarantine_bytes:* keys) and register the metrics. NULL on failure (store
- * unreadable). Does not set inst->pen. */
+/* Build from inst->cfg (quarantine.burst/rate/max_bytes) with the byte total read from
+ * the open store (sum of the per-writer m:quarantine_bytes:* keys) and register the
+ * metrics. NULL on failure (store unreadable). Does not set inst->pen. */
 ak_pen_t *ak_pen_new(struct ak_instance *inst);
 /* Bare pen (tests, tools): no metrics, no store. rate in tokens per second. */
-ak_pen_t *ak_pen_new_raw(size_t nsources, int64_t burst, double rate, int64_t max_bytes,
-                         int64_t bytes_now);
+ak_pen_t *ak_pen_new_raw(int64_t burst, double rate, int64_t max_bytes, int64_t bytes_now);
 void ak_pen_free(ak_pen_t *pen);
 
-/* Admission (thread-safe). retry_after_ms may be NULL. Unknown source_index counts as
- * rate limited with retry 1000. */
-ak_pen_admit_t ak_pen_admit(ak_pen_t *pen, size_t source_index, size_t body_len,
-                            int64_t *retry_after_ms);
+/* One source's token bucket, full at creation. It does not point at the pen: it may
+ * outlive it (a source version freed at shutdown). */
+ak_pen_bucket_t *ak_pen_bucket_new(const ak_pen_t *pen);
+void ak_pen_bucket_free(ak_pen_bucket_t *b);
+
+/* Admission (thread-safe). retry_after_ms may be NULL. A NULL bucket counts as rate
+ * limited with retry 1000. */
+ak_pen_admit_t ak_pen_admit(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, int64_t *retry_after_ms);
 /* Same, with an explicit monotonic clock (nanoseconds) for tests. */
-ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, size_t source_index, size_t body_len,
-                               int64_t now_ns, int64_t *retry_after_ms);
+ak_pen_admit_t ak_pen_admit_at(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, int64_t now_ns,
+                               int64_t *retry_after_ms);
 /* After the writer answered an admitted request: frees the waiting slot; when not
  * committed, refunds the token and the bytes. */
-void ak_pen_settle(ak_pen_t *pen, size_t source_index, size_t body_len, bool committed);
+void ak_pen_settle(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, bool committed);
 
 /* Current totals. */
 int64_t ak_pen_bytes(const ak_pen_t *pen);
@@ -112,11 +115,13 @@ int ak_pen_list(struct ak_store *st, const ak_pen_filter_t *f, bool oldest_first
 int ak_pen_purge(ak_pen_t *pen, struct ak_store *st, const ak_pen_filter_t *f, int64_t *deleted,
                  int64_t *bytes);
 
-/* Re-verification of a held hook against its source's CURRENT verifier: source_index into
- * inst->cfg->sources, env the held hook as received, now_s its received_at in seconds (the
- * timestamp window is judged at receive time). 0 (AK_VR_OK) when it passes. */
+/* Re-verification of a held hook against its source's CURRENT version (its verifier),
+ * env the held hook as received, now_s its received_at in seconds (the timestamp window
+ * is judged at receive time). 0 (AK_VR_OK) when it passes. */
 struct ak_envelope;
-typedef int (*ak_pen_check_fn)(void *ctx, size_t source_index, const struct ak_envelope *env, int64_t now_s);
+struct ak_source;
+typedef int (*ak_pen_check_fn)(void *ctx, const struct ak_source *src, const struct ak_envelope *env,
+                               int64_t now_s);
 
 typedef struct ak_pen_release_result {
   int64_t scanned;            /* entries matching the filter */
@@ -124,7 +129,8 @@ typedef struct ak_pen_release_result {
   int64_t skipped;            /* source gone, failed re-verification, duplicate id, refused */
 } ak_pen_release_result_t;
 
-/* Release (oldest first, at most f->limit): each entry whose source still exists and
+/* Release (oldest first, at most f->limit): each entry whose source still exists (the
+ * same source: not one re-created under its name after the entry was received) and
  * whose check returns 0 (AK_VR_OK) is committed through inst->writer as a hook with its
  * original id and received_at, in the same batch that deletes its pen rows and bytes.
  * Blocks until the writer answered. The writer's batches are not one batch, so the

@@ -27,6 +27,8 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_KEY_REPLAY "r:"
 /* rl:<tenant> -> a runtime rate-limit override (JSON, core/ratelimit.h; edge/quota.c) */
 #define AK_KEY_RATE_LIMIT "rl:"
+/* s:<tenant>\0<name> -> a source created over the admin API (JSON, admin/sources_api.c) */
+#define AK_KEY_SOURCE "s:"
 
 /* index CF tags */
 #define AK_IDX_DUE 'd'     /* 'd' tlen:8 tenant at:64 seq:64 sink:16 -> due value v1 */

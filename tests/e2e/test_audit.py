@@ -321,3 +321,34 @@ def test_the_store_holds_no_token_and_no_secret(ankusa):
     for n in needles:
         assert n.decode() not in s.log_text(), f"{n!r} in the log"
     s.start()
+
+
+def test_source_changes_are_audited_in_their_batch(ankusa, tmp_path):
+    """A source created, updated and deleted over the API leaves one row each (the
+    principal, the subject, hashes that change with the spec, never the spec); with the
+    trail failing, the change is not made."""
+    flag = tmp_path / "audit-fails"
+    scopes = ["sources:read", "sources:write", "audit:read"]
+    cfg = {"admin": {"principals": [{"name": "root", "token_sha256": sha256_hex(TOKENS["root"].encode()),
+                                     "scopes": scopes, "tenants": "*"}]},
+           "source_store": {"type": "persistent"}}
+    s = ankusa(config=cfg, env={"ANKUSA_TEST_AUDIT_FAIL": str(flag)})
+    spec = {"verify": {"type": "github", "secret": "src-secret-Xy81Kq"}, "sinks": LOG}
+    r = adm(s, "POST", "/v1/tenants/acme/sources", dict(spec, name="gh"))
+    assert r.status == 201, r
+    assert adm(s, "PUT", "/v1/tenants/acme/sources/gh",
+               {"verify": {"type": "github", "secret": "src-secret-2-Pw55Ja"}, "sinks": LOG}).status == 200
+    got = [x for x in rows(s) if x["action"].startswith("source.")]
+    assert [x["action"] for x in got] == ["source.create", "source.update"], got
+    assert all(x["actor"] == "root" and x["tenant"] == "acme" for x in got), got
+    assert "src-secret" not in json.dumps(got), "a row never holds the spec or its secret"
+    flag.write_text("1")
+    r = adm(s, "DELETE", "/v1/tenants/acme/sources/gh")
+    assert r.status == 503, r
+    assert adm(s, "GET", "/v1/tenants/acme/sources/gh").status == 200, "the source was not deleted"
+    r = adm(s, "POST", "/v1/tenants/acme/sources", dict(spec, name="gh2"))
+    assert r.status == 503, r
+    assert adm(s, "GET", "/v1/tenants/acme/sources/gh2").status == 404, "the source was not created"
+    flag.unlink()
+    assert adm(s, "DELETE", "/v1/tenants/acme/sources/gh").status in (200, 204)
+    assert [x["action"] for x in rows(s) if x["action"].startswith("source.")][-1] == "source.delete"

@@ -160,6 +160,11 @@ static const want_t table[] = {
     {"PUT", "/v1/tenants/acme/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "acme", NULL},
     {"DELETE", "/v1/tenants/t-2/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "t-2", NULL},
     {"GET", "/v1/audit", AK_SCOPE_AUDIT_READ, false, NULL, NULL},
+    {"GET", "/v1/tenants/acme/sources", AK_SCOPE_SOURCES_READ, false, "acme", NULL},
+    {"POST", "/v1/tenants/acme/sources", AK_SCOPE_SOURCES_WRITE, false, "acme", NULL},
+    {"GET", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_READ, false, "acme", NULL},
+    {"PUT", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_WRITE, false, "acme", NULL},
+    {"DELETE", "/v1/tenants/t-2/sources/github", AK_SCOPE_SOURCES_WRITE, false, "t-2", NULL},
 };
 
 Test(routes, every_endpoint_names_its_scope) {

@@ -124,7 +124,9 @@ Test(config, defaults_from_empty_document) {
               "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false},"
               "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
               "\"dedupe\":{\"max_entries\":10000000,\"max_entries_per_tenant\":1000000,\"sweep_interval_ms\":10000},"
-              "\"sources\":{}}");
+              "\"sources\":{},"
+              "\"source_store\":{\"type\":\"static\",\"url\":null,\"namespace\":null,\"tick_ms\":null}}");
+  cr_expect_not(cfg->source_store_persistent);
   ak_config_free(cfg);
 }
 
@@ -408,7 +410,7 @@ Test(config, admin_without_principals_is_loopback_only) {
 
 Test(config, not_supported_sections) {
   const char *sections[] = {"routes", "storage",
-                            "claim_check", "backup", "source_store", "lifecycle"};
+                            "claim_check", "backup", "lifecycle"};
   for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
     char yaml[128], want[160];
     snprintf(yaml, sizeof yaml, "%s:\n  enabled: true\n", sections[i]);

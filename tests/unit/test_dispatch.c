@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/envelope.h"
 #include "core/instance.h"
+#include "core/sources.h"
 #include "dispatch/dispatch.h"
 #include "store/store.h"
 
@@ -39,10 +40,14 @@ static void fx_open(fx_t *f, const char *dispatch_yaml) {
   snprintf(sp, sizeof sp, "%s/store", f->dir);
   f->inst.store = ak_store_new(sp, false);
   cr_assert_eq(ak_store_open(f->inst.store, &err), 0, "open: %s", err);
+  char serr[256];
+  f->inst.sources = ak_sources_new(f->inst.cfg, serr, sizeof serr);
+  cr_assert_not_null(f->inst.sources, "%s", serr);
   f->seq = 1;
 }
 
 static void fx_close(fx_t *f) {
+  ak_sources_free(f->inst.sources);
   ak_store_free(f->inst.store);
   ak_metrics_free(f->inst.metrics);
   ak_config_free(f->inst.cfg);
@@ -210,10 +215,13 @@ Test(dispatch, unbuildable_sink_refused_with_its_key) {
   f.inst.name = "default";
   f.inst.metrics = ak_metrics_new();
   char e[256] = "";
+  f.inst.sources = ak_sources_new(f.inst.cfg, e, sizeof e);
+  cr_assert_not_null(f.inst.sources, "%s", e);
   ak_dispatch_t *d = ak_dispatch_new(&f.inst, e, sizeof e);
   cr_assert_null(d);
   cr_expect(strstr(e, "sources.s.sinks[1]") != NULL, "%s", e);
   cr_expect(strstr(e, "whsec_%") == NULL, "the secret is not echoed: %s", e);
+  ak_sources_free(f.inst.sources);
   ak_metrics_free(f.inst.metrics);
   ak_config_free(f.inst.cfg);
 }

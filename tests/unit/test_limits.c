@@ -412,22 +412,28 @@ Test(admission, per_address_then_node_then_source_bytes) {
                           "  b: {sinks: [{type: log}], admission_bytes: {rate: 1000, burst: 1000}}\n");
   ak_admission_t *a = ak_admission_new(cfg);
   cr_assert(ak_admission_enabled(a));
+  const json_t *specs = json_object_get(cfg->effective, "sources");
+  ak_admission_source_t *sa = ak_admission_source_new(a, json_object_get(specs, "a"));
+  ak_admission_source_t *sb = ak_admission_source_new(a, json_object_get(specs, "b"));
+  cr_assert(sa && sb);
   ak_netaddr_t x = addr("192.0.2.1"), y = addr("192.0.2.2"), z = addr("192.0.2.3");
   int64_t now = 10 * S, r = 0;
-  cr_expect_eq(ak_admission_check_addr(a, &x, 0, 10, now, &r), AK_ADMIT_OK);
-  cr_expect_eq(ak_admission_check_addr(a, &x, 0, 10, now, &r), AK_ADMIT_OK);
-  cr_expect_eq(ak_admission_check_addr(a, &x, 0, 10, now, &r), AK_ADMIT_IP);
+  cr_expect_eq(ak_admission_check_addr(a, &x, sa, 10, now, &r), AK_ADMIT_OK);
+  cr_expect_eq(ak_admission_check_addr(a, &x, sa, 10, now, &r), AK_ADMIT_OK);
+  cr_expect_eq(ak_admission_check_addr(a, &x, sa, 10, now, &r), AK_ADMIT_IP);
   cr_expect_eq(r, 1 * S);
-  cr_expect_eq(ak_admission_check_addr(a, &y, 0, 10, now, &r), AK_ADMIT_OK, "another address");
-  cr_expect_eq(ak_admission_check_addr(a, &z, 0, 10, now, &r), AK_ADMIT_NODE, "the node's burst of 3 is spent");
+  cr_expect_eq(ak_admission_check_addr(a, &y, sa, 10, now, &r), AK_ADMIT_OK, "another address");
+  cr_expect_eq(ak_admission_check_addr(a, &z, sa, 10, now, &r), AK_ADMIT_NODE, "the node's burst of 3 is spent");
   /* source bytes by Content-Length: a's 100-byte burst; b has its own 1000 */
-  cr_expect_eq(ak_admission_check_addr(a, &z, 0, 60, now + 2 * S, &r), AK_ADMIT_OK);
-  cr_expect_eq(ak_admission_check_addr(a, &z, 0, 60, now + 2 * S, &r), AK_ADMIT_SOURCE);
+  cr_expect_eq(ak_admission_check_addr(a, &z, sa, 60, now + 2 * S, &r), AK_ADMIT_OK);
+  cr_expect_eq(ak_admission_check_addr(a, &z, sa, 60, now + 2 * S, &r), AK_ADMIT_SOURCE);
   cr_expect_eq(r, 200 * MS);
-  cr_expect(ak_admission_meters_source(a, 1));
-  cr_expect(ak_admission_charge_body(a, 1, 900, now + 2 * S, &r));
-  cr_expect_not(ak_admission_charge_body(a, 1, 200, now + 2 * S, &r));
+  cr_expect(ak_admission_meters_source(sb));
+  cr_expect(ak_admission_charge_body(sb, 900, now + 2 * S, &r));
+  cr_expect_not(ak_admission_charge_body(sb, 200, now + 2 * S, &r));
   cr_expect_eq(r, 100 * MS);
+  ak_admission_source_free(sa);
+  ak_admission_source_free(sb);
   ak_admission_free(a);
   ak_config_free(cfg);
 }
@@ -436,7 +442,9 @@ Test(admission, off_by_default) {
   ak_config_t *cfg = load("sources:\n  a: {sinks: [{type: log}]}\n");
   ak_admission_t *a = ak_admission_new(cfg);
   cr_expect_not(ak_admission_enabled(a));
-  cr_expect_not(ak_admission_meters_source(a, 0));
+  cr_expect_null(ak_admission_source_new(a, json_object_get(json_object_get(cfg->effective, "sources"), "a")),
+                 "no bucket for a source whose bytes are not limited");
+  cr_expect_not(ak_admission_meters_source(NULL));
   cr_expect_eq(ak_admission_table_slots(a), 0, "no address table without per_ip");
   ak_admission_free(a);
   ak_config_free(cfg);

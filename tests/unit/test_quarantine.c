@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/envelope.h"
 #include "core/instance.h"
+#include "core/sources.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
@@ -21,103 +22,119 @@
 /* ------------------------------------------------------------------ bucket math ---- */
 
 Test(pen, burst_then_refill_at_rate) {
-  ak_pen_t *pen = ak_pen_new_raw(2, 3, 2.0, 1 << 20, 0);
+  ak_pen_t *pen = ak_pen_new_raw(3, 2.0, 1 << 20, 0);
+  ak_pen_bucket_t *b0 = ak_pen_bucket_new(pen), *b1 = ak_pen_bucket_new(pen);
   int64_t t0 = 1000 * MS, ra = -1;
   for (int i = 0; i < 3; i++) {
-    cr_assert_eq(ak_pen_admit_at(pen, 0, 10, t0, &ra), AK_PEN_OK, "token %d of the burst", i);
-    ak_pen_settle(pen, 0, 10, true);
+    cr_assert_eq(ak_pen_admit_at(pen, b0, 10, t0, &ra), AK_PEN_OK, "token %d of the burst", i);
+    ak_pen_settle(pen, b0, 10, true);
   }
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 10, t0, &ra), AK_PEN_RATE_LIMITED);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 10, t0, &ra), AK_PEN_RATE_LIMITED);
   cr_expect_eq(ra, 500, "one token at 2/s is 500 ms away, got %lld", (long long)ra);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 10, t0 + 250 * MS, &ra), AK_PEN_RATE_LIMITED);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 10, t0 + 250 * MS, &ra), AK_PEN_RATE_LIMITED);
   cr_expect_eq(ra, 250, "half a token refilled: 250 ms left, got %lld", (long long)ra);
   /* another source has its own bucket */
-  cr_assert_eq(ak_pen_admit_at(pen, 1, 10, t0 + 250 * MS, &ra), AK_PEN_OK);
-  ak_pen_settle(pen, 1, 10, true);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 10, t0 + 500 * MS, &ra), AK_PEN_OK, "refilled at rate");
-  ak_pen_settle(pen, 0, 10, true);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 10, t0 + 500 * MS, &ra), AK_PEN_RATE_LIMITED);
+  cr_assert_eq(ak_pen_admit_at(pen, b1, 10, t0 + 250 * MS, &ra), AK_PEN_OK);
+  ak_pen_settle(pen, b1, 10, true);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 10, t0 + 500 * MS, &ra), AK_PEN_OK, "refilled at rate");
+  ak_pen_settle(pen, b0, 10, true);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 10, t0 + 500 * MS, &ra), AK_PEN_RATE_LIMITED);
   /* a long pause refills up to burst, never beyond */
   int64_t t1 = t0 + 60000 * MS;
   for (int i = 0; i < 3; i++) {
-    cr_assert_eq(ak_pen_admit_at(pen, 0, 10, t1, &ra), AK_PEN_OK);
-    ak_pen_settle(pen, 0, 10, true);
+    cr_assert_eq(ak_pen_admit_at(pen, b0, 10, t1, &ra), AK_PEN_OK);
+    ak_pen_settle(pen, b0, 10, true);
   }
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 10, t1, &ra), AK_PEN_RATE_LIMITED, "capped at burst");
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 10, t1, &ra), AK_PEN_RATE_LIMITED, "capped at burst");
   cr_expect_eq(ak_pen_bytes(pen), 80);
   cr_expect_eq(ak_pen_waiting(pen), 0);
+  ak_pen_bucket_free(b0);
+  ak_pen_bucket_free(b1);
   ak_pen_free(pen);
 }
 
 Test(pen, slow_rate_retry_after_and_unknown_source) {
-  ak_pen_t *pen = ak_pen_new_raw(1, 1, 0.001, 1 << 20, 0);
+  ak_pen_t *pen = ak_pen_new_raw(1, 0.001, 1 << 20, 0);
+  ak_pen_bucket_t *b0 = ak_pen_bucket_new(pen), *b1 = ak_pen_bucket_new(pen);
   int64_t ra = 0;
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 1, 0, &ra), AK_PEN_OK);
-  ak_pen_settle(pen, 0, 1, true);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 1, 0, &ra), AK_PEN_RATE_LIMITED);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 1, 0, &ra), AK_PEN_OK);
+  ak_pen_settle(pen, b0, 1, true);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 1, 0, &ra), AK_PEN_RATE_LIMITED);
   cr_expect_eq(ra, 1000000, "0.001/s: 1000 s for one token, got %lld", (long long)ra);
-  cr_assert_eq(ak_pen_admit_at(pen, 7, 1, 0, &ra), AK_PEN_RATE_LIMITED, "no bucket, no admission");
+  cr_assert_eq(ak_pen_admit_at(pen, NULL, 1, 0, &ra), AK_PEN_RATE_LIMITED, "no bucket, no admission");
   cr_expect_eq(ak_pen_bytes(pen), 1);
+  ak_pen_bucket_free(b0);
+  ak_pen_bucket_free(b1);
   ak_pen_free(pen);
 }
 
 Test(pen, byte_cap_refuses_without_spending_a_token) {
-  ak_pen_t *pen = ak_pen_new_raw(1, 2, 0.001, 1000, 0);
+  ak_pen_t *pen = ak_pen_new_raw(2, 0.001, 1000, 0);
+  ak_pen_bucket_t *b0 = ak_pen_bucket_new(pen), *b1 = ak_pen_bucket_new(pen);
   int64_t ra = 0;
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 600, 0, &ra), AK_PEN_OK);
-  ak_pen_settle(pen, 0, 600, true);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 600, 0, &ra), AK_PEN_FULL);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 600, 0, &ra), AK_PEN_OK);
+  ak_pen_settle(pen, b0, 600, true);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 600, 0, &ra), AK_PEN_FULL);
   cr_expect_eq(ra, AK_PEN_FULL_RETRY_MS);
   cr_expect_eq(ak_pen_bytes(pen), 600, "a refusal reserves nothing");
   /* the token the full pen refused was refunded: exactly 400 more bytes fit */
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 400, 0, &ra), AK_PEN_OK);
-  ak_pen_settle(pen, 0, 400, true);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 400, 0, &ra), AK_PEN_OK);
+  ak_pen_settle(pen, b0, 400, true);
   cr_expect_eq(ak_pen_bytes(pen), 1000);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 0, 0, &ra), AK_PEN_RATE_LIMITED, "both tokens spent");
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 0, 0, &ra), AK_PEN_RATE_LIMITED, "both tokens spent");
   /* a purge frees bytes: admission resumes (bucket permitting) */
   ak_pen_release_bytes(pen, 1000);
   cr_expect_eq(ak_pen_bytes(pen), 0);
+  ak_pen_bucket_free(b0);
+  ak_pen_bucket_free(b1);
   ak_pen_free(pen);
 }
 
 Test(pen, failed_write_refunds_token_and_bytes) {
-  ak_pen_t *pen = ak_pen_new_raw(1, 1, 0.001, 1000, 0);
+  ak_pen_t *pen = ak_pen_new_raw(1, 0.001, 1000, 0);
+  ak_pen_bucket_t *b0 = ak_pen_bucket_new(pen), *b1 = ak_pen_bucket_new(pen);
   int64_t ra = 0;
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 700, 0, &ra), AK_PEN_OK);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 700, 0, &ra), AK_PEN_OK);
   cr_expect_eq(ak_pen_bytes(pen), 700, "bytes reserved before the write");
   cr_expect_eq(ak_pen_waiting(pen), 1);
-  ak_pen_settle(pen, 0, 700, false);
+  ak_pen_settle(pen, b0, 700, false);
   cr_expect_eq(ak_pen_bytes(pen), 0);
   cr_expect_eq(ak_pen_waiting(pen), 0);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 700, 0, &ra), AK_PEN_OK, "the token came back");
-  ak_pen_settle(pen, 0, 700, true);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 700, 0, &ra), AK_PEN_OK, "the token came back");
+  ak_pen_settle(pen, b0, 700, true);
   cr_expect_eq(ak_pen_bytes(pen), 700);
+  ak_pen_bucket_free(b0);
+  ak_pen_bucket_free(b1);
   ak_pen_free(pen);
 }
 
 Test(pen, waiting_cap) {
-  ak_pen_t *pen = ak_pen_new_raw(1, 5000, 1.0, 1 << 30, 0);
+  ak_pen_t *pen = ak_pen_new_raw(5000, 1.0, 1 << 30, 0);
+  ak_pen_bucket_t *b0 = ak_pen_bucket_new(pen), *b1 = ak_pen_bucket_new(pen);
   int64_t ra = 0;
-  for (int i = 0; i < AK_PEN_MAX_WAITING; i++) cr_assert_eq(ak_pen_admit_at(pen, 0, 10, 0, &ra), AK_PEN_OK);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 10, 0, &ra), AK_PEN_OVERLOAD);
+  for (int i = 0; i < AK_PEN_MAX_WAITING; i++) cr_assert_eq(ak_pen_admit_at(pen, b0, 10, 0, &ra), AK_PEN_OK);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 10, 0, &ra), AK_PEN_OVERLOAD);
   cr_expect_eq(ak_pen_waiting(pen), AK_PEN_MAX_WAITING);
   cr_expect_eq(ak_pen_bytes(pen), 10 * AK_PEN_MAX_WAITING, "an overload reserves no bytes");
-  ak_pen_settle(pen, 0, 10, true);
-  cr_assert_eq(ak_pen_admit_at(pen, 0, 10, 0, &ra), AK_PEN_OK, "a settled write frees its slot");
-  for (int i = 0; i < AK_PEN_MAX_WAITING; i++) ak_pen_settle(pen, 0, 10, true);
+  ak_pen_settle(pen, b0, 10, true);
+  cr_assert_eq(ak_pen_admit_at(pen, b0, 10, 0, &ra), AK_PEN_OK, "a settled write frees its slot");
+  for (int i = 0; i < AK_PEN_MAX_WAITING; i++) ak_pen_settle(pen, b0, 10, true);
   cr_expect_eq(ak_pen_waiting(pen), 0);
   /* tokens: 1000 + 1 + 1 admitted, the overload's token refunded */
   int ok = 0;
-  while (ak_pen_admit_at(pen, 0, 0, 0, &ra) == AK_PEN_OK) {
-    ak_pen_settle(pen, 0, 0, true);
+  while (ak_pen_admit_at(pen, b0, 0, 0, &ra) == AK_PEN_OK) {
+    ak_pen_settle(pen, b0, 0, true);
     ok++;
   }
   cr_expect_eq(ok, 5000 - AK_PEN_MAX_WAITING - 1);
+  ak_pen_bucket_free(b0);
+  ak_pen_bucket_free(b1);
   ak_pen_free(pen);
 }
 
 typedef struct {
   ak_pen_t *pen;
+  ak_pen_bucket_t *b;
   int n;
 } race_arg_t;
 
@@ -125,20 +142,23 @@ static void *race(void *p) {
   race_arg_t *a = p;
   for (int i = 0; i < a->n; i++) {
     int64_t ra;
-    if (ak_pen_admit(a->pen, 0, 3, &ra) == AK_PEN_OK) ak_pen_settle(a->pen, 0, 3, i % 2 == 0);
+    if (ak_pen_admit(a->pen, a->b, 3, &ra) == AK_PEN_OK) ak_pen_settle(a->pen, a->b, 3, i % 2 == 0);
   }
   return NULL;
 }
 
 /* concurrent admits and settles never lose a byte or a slot */
 Test(pen, concurrent_accounting) {
-  ak_pen_t *pen = ak_pen_new_raw(1, 1000000, 1.0, 1 << 30, 0);
+  ak_pen_t *pen = ak_pen_new_raw(1000000, 1.0, 1 << 30, 0);
+  ak_pen_bucket_t *b0 = ak_pen_bucket_new(pen), *b1 = ak_pen_bucket_new(pen);
   pthread_t t[4];
-  race_arg_t a = {pen, 20000};
+  race_arg_t a = {pen, b0, 20000};
   for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, race, &a);
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
   cr_expect_eq(ak_pen_waiting(pen), 0);
   cr_expect_eq(ak_pen_bytes(pen), 4 * 10000 * 3, "only committed bytes stay");
+  ak_pen_bucket_free(b0);
+  ak_pen_bucket_free(b1);
   ak_pen_free(pen);
 }
 
@@ -224,6 +244,7 @@ static void wait_for(waiter_t *w, int n) {
 typedef struct {
   ak_instance_t inst;
   char path[300];
+  ak_pen_bucket_t *b[2]; /* the buckets of sources 0 and 1, as the edge holds them */
 } node_t;
 
 static void node_open(node_t *n, const char *batcher) {
@@ -245,12 +266,18 @@ static void node_open(node_t *n, const char *batcher) {
   cr_assert_eq(ak_store_open(n->inst.store, &err), 0, "%s", err ? err : "");
   n->inst.pen = ak_pen_new(&n->inst);
   cr_assert_not_null(n->inst.pen);
+  char serr[256];
+  n->inst.sources = ak_sources_new(n->inst.cfg, serr, sizeof serr);
+  cr_assert_not_null(n->inst.sources, "%s", serr);
+  for (int i = 0; i < 2; i++) n->b[i] = ak_pen_bucket_new(n->inst.pen);
   n->inst.writer = ak_writer_new(&n->inst);
   cr_assert_eq(ak_writer_start(n->inst.writer), 0);
 }
 
 static void node_close(node_t *n) {
   ak_writer_free(n->inst.writer);
+  for (int i = 0; i < 2; i++) ak_pen_bucket_free(n->b[i]);
+  ak_sources_free(n->inst.sources);
   ak_pen_free(n->inst.pen);
   ak_store_free(n->inst.store);
   ak_metrics_free(n->inst.metrics);
@@ -285,7 +312,7 @@ static ak_wr_status_t hold(node_t *n, size_t src, int64_t at, const char *body, 
   memset(&r, 0, sizeof r);
   waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   int64_t ra;
-  cr_assert_eq(ak_pen_admit(n->inst.pen, src, strlen(body), &ra), AK_PEN_OK);
+  cr_assert_eq(ak_pen_admit(n->inst.pen, n->b[src], strlen(body), &ra), AK_PEN_OK);
   const ak_source_cfg_t *s = &n->inst.cfg->sources[src];
   r.rec = make_rec(&n->inst, at, r.id, &r.rec_len, s->id, s->tenant, body);
   memcpy(id, r.id, 16);
@@ -301,7 +328,7 @@ static ak_wr_status_t hold(node_t *n, size_t src, int64_t at, const char *body, 
     wait_for(&wt, 1);
     st = r.status;
   }
-  ak_pen_settle(n->inst.pen, src, r.body_len, st == AK_WR_COMMITTED);
+  ak_pen_settle(n->inst.pen, n->b[src], r.body_len, st == AK_WR_COMMITTED);
   free(r.rec);
   return st;
 }
@@ -428,7 +455,7 @@ Test(penstore, pen_entries_share_the_batch_and_take_no_seq) {
     r[i].ctx = &wt;
     if (r[i].kind == AK_WRITE_QUARANTINE) {
       int64_t ra;
-      cr_assert_eq(ak_pen_admit(n.inst.pen, 1, 4, &ra), AK_PEN_OK);
+      cr_assert_eq(ak_pen_admit(n.inst.pen, n.b[1], 4, &ra), AK_PEN_OK);
     }
     cr_assert_eq(ak_writer_submit(n.inst.writer, &r[i]), AK_WR_QUEUED);
   }
@@ -437,7 +464,7 @@ Test(penstore, pen_entries_share_the_batch_and_take_no_seq) {
   for (int i = 0; i < N; i++) {
     cr_assert_eq(r[i].status, AK_WR_COMMITTED);
     if (r[i].kind == AK_WRITE_HOOK) cr_expect_eq(r[i].seq, want++, "hook seqs stay dense");
-    else ak_pen_settle(n.inst.pen, 1, 4, true);
+    else ak_pen_settle(n.inst.pen, n.b[1], 4, true);
     free(r[i].rec);
   }
   cr_expect_eq(count_cf(n.inst.store, AK_CF_HOOKS, NULL), 3);
@@ -452,12 +479,12 @@ Test(penstore, pen_entries_share_the_batch_and_take_no_seq) {
 }
 
 /* release: re-verification decides; passes become hooks under their original id */
-static int check_body(void *ctx, size_t idx, const ak_envelope_t *env, int64_t now_s) {
+static int check_body(void *ctx, const ak_source_t *src, const ak_envelope_t *env, int64_t now_s) {
   int *calls = ctx;
   calls[0]++;
   cr_expect_eq(now_s, 5, "judged at receive time (received_at 5000 ms)");
   cr_expect_eq(env->nheaders, 1);
-  cr_expect_eq(idx, 0);
+  cr_expect_str_eq(src->cfg.id, "q_src");
   return env->body_len >= 4 && memcmp(env->body, "good", 4) == 0 ? 0 : AK_VR_NO_MATCH;
 }
 
@@ -476,8 +503,12 @@ Test(penstore, release_commits_passes_under_their_original_id) {
                           &err);
   cr_assert_not_null(cfg, "%s", err ? err : "");
   node_open(&n, "");
+  ak_sources_free(n.inst.sources);
   ak_config_free(n.inst.cfg);
   n.inst.cfg = cfg; /* the writer reads sources through the request, not its own copy */
+  char serr[256];
+  n.inst.sources = ak_sources_new(cfg, serr, sizeof serr);
+  cr_assert_not_null(n.inst.sources, "%s", serr);
   int calls[1] = {0};
   ak_pen_filter_t f;
   ak_pen_filter_init(&f, 10000);

@@ -734,8 +734,7 @@ static enum MHD_Result put_log_level(ak_admin_call_t *call) {
  * the handler runs. */
 /* API-managed sources: the router checked the scope and the path tenant. */
 static enum MHD_Result sources_route(ak_admin_call_t *call) {
-  return ak_sources_api_handle(call->inst, call->conn, call->url, call->method, call->body, call->body_len,
-                               call->who);
+  return ak_sources_api_handle(call);
 }
 
 static const ak_admin_route_t routes[] = {

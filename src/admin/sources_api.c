@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "admin/sources_api.h"
+#include "admin/api.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/httpx.h"
@@ -227,15 +228,15 @@ static json_t *view(const ak_instance_t *inst, const ak_source_t *s) {
   return j;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *code, const char *msg) {
-  return ak_http_json(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg), 0);
+static enum MHD_Result reply_error(ak_admin_call_t *c, unsigned status, const char *code, const char *msg) {
+  return ak_admin_json(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg));
 }
 
-static enum MHD_Result invalid_source(struct MHD_Connection *c, const char *msg) {
+static enum MHD_Result invalid_source(ak_admin_call_t *c, const char *msg) {
   return reply_error(c, 400, "invalid_source", msg);
 }
 
-static enum MHD_Result read_only(struct MHD_Connection *c, const ak_source_t *s) {
+static enum MHD_Result read_only(ak_admin_call_t *c, const ak_source_t *s) {
   char msg[200];
   if (s)
     snprintf(msg, sizeof msg, "sources.%s is defined in the config file; change it there", s->cfg.id);
@@ -244,7 +245,7 @@ static enum MHD_Result read_only(struct MHD_Connection *c, const ak_source_t *s)
   return reply_error(c, 409, "source_store_read_only", msg);
 }
 
-static enum MHD_Result exists(struct MHD_Connection *c, const char *name) {
+static enum MHD_Result exists(ak_admin_call_t *c, const char *name) {
   char msg[160];
   snprintf(msg, sizeof msg, "a source named %s already exists on this node (names are unique across tenants)",
            name);
@@ -296,7 +297,7 @@ static json_t *spec_of(const char *body, size_t len, const char *tenant, const c
 }
 
 /* POST (create only) and PUT (create or update) of tenant/name. */
-static enum MHD_Result write_source(ak_instance_t *inst, struct MHD_Connection *c, const ak_audit_who_t *who,
+static enum MHD_Result write_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who,
                                     const char *tenant, const char *url_name, bool create_only, const char *body,
                                     size_t len) {
   char msg[512];
@@ -327,7 +328,7 @@ static enum MHD_Result write_source(ak_instance_t *inst, struct MHD_Connection *
     goto out;
   }
   if (old && json_equal(old->spec, checked)) { /* changes nothing: nothing stored, no audit row */
-    res = ak_http_json(c, 200, view(inst, old), 0);
+    res = ak_admin_json(c, 200, view(inst, old));
     goto out;
   }
   int64_t now = ak_now_ms();
@@ -343,12 +344,12 @@ static enum MHD_Result write_source(ak_instance_t *inst, struct MHD_Connection *
     goto out;
   }
   if (ak_sources_reserve(inst->sources) != 0) {
-    res = ak_http_error(c, 503, "store_unavailable", 1);
+    res = ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
   rec = record(tenant, name, spec, s->born_ms, s->updated_ms, s->revision);
   if (!rec || store_change(inst, who, old ? "source.update" : "source.create", tenant, name, rec, s->revision) != 0) {
-    res = ak_http_error(c, 503, "store_unavailable", 1);
+    res = ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
   ak_source_t *replaced = ak_sources_put(inst->sources, ak_source_ref(s));
@@ -359,7 +360,7 @@ static enum MHD_Result write_source(ak_instance_t *inst, struct MHD_Connection *
     ak_log(AK_LOG_WARNING, "sources",
            "source has no dedupe: a provider's retry of an event already stored is a new hook, stored and "
            "delivered again", "source=%s", name);
-  res = ak_http_json(c, old ? 200 : 201, view(inst, s), 0);
+  res = ak_admin_json(c, old ? 200 : 201, view(inst, s));
 out:
   ak_sources_write_unlock(inst->sources);
   ak_source_release(s);
@@ -417,16 +418,16 @@ static int count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ct
   return 0;
 }
 
-static enum MHD_Result delete_source(ak_instance_t *inst, struct MHD_Connection *c, const ak_audit_who_t *who,
+static enum MHD_Result delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who,
                                      const char *tenant, const char *name) {
-  const char *dl = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "deliveries");
+  const char *dl = MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, "deliveries");
   if (dl && strcmp(dl, "dead_letter") != 0)
-    return ak_http_json(c, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", "deliveries"), 0);
+    return ak_admin_json(c, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", "deliveries"));
   enum MHD_Result res;
   ak_sources_write_lock(inst->sources);
   ak_source_t *s = ak_sources_get(inst->sources, name, strlen(name));
   if (!s || strcmp(s->cfg.tenant, tenant) != 0) {
-    res = ak_http_error(c, 404, "source_not_found", 0);
+    res = ak_admin_error(c, 404, "source_not_found");
     goto out;
   }
   if (s->origin == AK_SOURCE_CONFIG) {
@@ -441,28 +442,27 @@ static enum MHD_Result delete_source(ak_instance_t *inst, struct MHD_Connection 
     pfx[0] = AK_IDX_DUE;
     if (strcmp(s->cfg.tenant, "default") != 0) pl = ak_key_due_prefix(pfx, s->cfg.tenant, strlen(s->cfg.tenant));
     if (ak_store_scan(inst->store, AK_CF_INDEX, pfx, pl, count_cb, &cc) != 0 || cc.failed) {
-      res = ak_http_error(c, 503, "store_unavailable", 1);
+      res = ak_admin_error(c, 503, "store_unavailable");
       goto out;
     }
     int64_t inflight = atomic_load(s->inflight);
     if (cc.rows > 0 || inflight > 0) {
       int64_t pending = cc.rows > inflight ? cc.rows - inflight : 0;
-      res = ak_http_json(c, 409, json_pack("{s:s,s:I,s:I,s:s}", "error", "source_has_deliveries", "pending",
-                                           (json_int_t)pending, "inflight", (json_int_t)inflight, "message",
-                                           "the source has deliveries waiting; ?deliveries=dead_letter deletes it "
-                                           "and dead-letters them (reason source_gone)"),
-                         0);
+      res = ak_admin_json(c, 409, json_pack("{s:s,s:I,s:I,s:s}", "error", "source_has_deliveries", "pending",
+                                            (json_int_t)pending, "inflight", (json_int_t)inflight, "message",
+                                            "the source has deliveries waiting; ?deliveries=dead_letter deletes it "
+                                            "and dead-letters them (reason source_gone)"));
       goto out;
     }
   }
   if (store_change(inst, who, "source.delete", tenant, name, NULL, s->revision + 1) != 0) {
-    res = ak_http_error(c, 503, "store_unavailable", 1);
+    res = ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
   ak_source_release(ak_sources_remove(inst->sources, name));
   ak_log(AK_LOG_INFO, "sources", "source deleted", "tenant=%s name=%s deliveries=%s", tenant, name,
          dl ? "dead_letter" : "none");
-  res = ak_http_reply(c, 204, "application/json", "", 0, 0);
+  res = ak_admin_reply(c, 204, "application/json", "", 0);
 out:
   ak_sources_write_unlock(inst->sources);
   ak_source_release(s);
@@ -497,23 +497,26 @@ bool ak_sources_api_match(const char *url) {
   return parse_url(url, t, sizeof t, n, sizeof n, &hn);
 }
 
-enum MHD_Result ak_sources_api_handle(ak_instance_t *inst, struct MHD_Connection *c, const char *url,
-                                      const char *method, const char *body, size_t len, const ak_audit_who_t *who) {
+enum MHD_Result ak_sources_api_handle(ak_admin_call_t *c) {
+  ak_instance_t *inst = c->inst;
+  const char *url = c->url, *method = c->method, *body = c->body;
+  size_t len = c->body_len;
+  const ak_audit_who_t *who = c->who;
   char tenant[80], name[80];
   bool has_name;
   if (!parse_url(url, tenant, sizeof tenant, name, sizeof name, &has_name) || !inst->sources)
-    return ak_http_error(c, 404, "not_found", 0);
+    return ak_admin_error(c, 404, "not_found");
   bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
   bool write = !strcmp(method, has_name ? "PUT" : "POST") || (has_name && !strcmp(method, "DELETE"));
-  if (!get && !write) return ak_http_error(c, 404, "not_found", 0);
-  if (!ak_tenant_valid(tenant, strlen(tenant))) return ak_http_error(c, 400, "invalid_tenant", 0);
+  if (!get && !write) return ak_admin_error(c, 404, "not_found");
+  if (!ak_tenant_valid(tenant, strlen(tenant))) return ak_admin_error(c, 400, "invalid_tenant");
   if (has_name && get) {
     ak_source_t *s = ak_sources_get(inst->sources, name, strlen(name));
     if (!s || strcmp(s->cfg.tenant, tenant) != 0) {
       ak_source_release(s);
-      return ak_http_error(c, 404, "source_not_found", 0);
+      return ak_admin_error(c, 404, "source_not_found");
     }
-    enum MHD_Result r = ak_http_json(c, 200, view(inst, s), 0);
+    enum MHD_Result r = ak_admin_json(c, 200, view(inst, s));
     ak_source_release(s);
     return r;
   }
@@ -523,7 +526,7 @@ enum MHD_Result ak_sources_api_handle(ak_instance_t *inst, struct MHD_Connection
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(arr, view(inst, v[i]));
     ak_sources_list_free(v, n);
-    return ak_http_json(c, 200, json_pack("{s:s,s:o}", "tenant", tenant, "entries", arr), 0);
+    return ak_admin_json(c, 200, json_pack("{s:s,s:o}", "tenant", tenant, "entries", arr));
   }
   if (!inst->cfg->source_store_persistent) return read_only(c, NULL);
   if (!strcmp(method, "DELETE")) return delete_source(inst, c, who, tenant, name);

@@ -23,9 +23,10 @@ int ak_sources_api_load(ak_instance_t *inst, char **err);
 
 /* True for /v1/tenants/{t}/sources and /v1/tenants/{t}/sources/{name}. */
 bool ak_sources_api_match(const char *url);
-/* Serve one request on such a URL (body: the request body, may be NULL; who: the caller,
- * for the audit row of a change). */
-enum MHD_Result ak_sources_api_handle(ak_instance_t *inst, struct MHD_Connection *c, const char *url,
-                                      const char *method, const char *body, size_t len, const ak_audit_who_t *who);
+struct ak_admin_call;
+/* Serve one request on such a URL, after the router checked its scope and tenant (the
+ * call carries the body, the caller for the audit row, and the request id its answers
+ * carry). */
+enum MHD_Result ak_sources_api_handle(struct ak_admin_call *call);
 
 #endif

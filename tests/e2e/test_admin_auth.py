@@ -50,7 +50,7 @@ def forge(s, source, body):
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     s = Server(tmp_path_factory.mktemp("auth"), name="auth", sources=SOURCES,
-               config={"admin": {"principals": principals()}})
+               config={"admin": {"principals": principals()}, "source_store": {"type": "persistent"}})
     s.start()
     st = {}
     for src in ("acme_src", "beta_src"):
@@ -99,6 +99,11 @@ def put_acme_override(s):
     assert r.status == 200, r
 
 
+def create_acme_api_source(s):
+    r = s.admin("/v1/tenants/acme/sources", "POST", body={"name": "api_del", "sinks": LOG}, token=TOKENS["root"])
+    assert r.status == 201, r
+
+
 ENDPOINTS = [
     E("GET", "/metrics", "metrics:read", {200}, node_wide=True),
     E("GET", "/v1/config", "config:read", {200}, node_wide=True),
@@ -129,6 +134,16 @@ ENDPOINTS = [
       other=("/v1/tenants/beta/rate-limit", None, 403, forbidden_tenant("beta"))),
     E("GET", "/v1/audit", "audit:read", {200},
       other=("/v1/audit?tenant=beta", None, 403, forbidden_tenant("beta"))),
+    E("GET", "/v1/tenants/acme/sources", "sources:read", {200},
+      other=("/v1/tenants/beta/sources", None, 403, forbidden_tenant("beta"))),
+    E("POST", "/v1/tenants/acme/sources", "sources:write", {201}, body={"name": "api_post", "sinks": LOG},
+      other=("/v1/tenants/beta/sources", {"name": "api_beta", "sinks": LOG}, 403, forbidden_tenant("beta"))),
+    E("GET", "/v1/tenants/acme/sources/acme_src", "sources:read", {200},
+      other=("/v1/tenants/beta/sources/beta_src", None, 403, forbidden_tenant("beta"))),
+    E("PUT", "/v1/tenants/acme/sources/api_put", "sources:write", {200, 201}, body={"sinks": LOG},
+      other=("/v1/tenants/beta/sources/api_put", {"sinks": LOG}, 403, forbidden_tenant("beta"))),
+    E("DELETE", "/v1/tenants/acme/sources/api_del", "sources:write", {200, 204}, pre=create_acme_api_source,
+      other=("/v1/tenants/beta/sources/beta_src", None, 403, forbidden_tenant("beta"))),
 ]
 
 

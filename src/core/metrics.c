@@ -37,19 +37,22 @@ ak_metrics_t *ak_metrics_new(void) {
   return m;
 }
 
+static void series_free_all(ak_series_t *s) {
+  while (s) {
+    ak_series_t *sn = s->next;
+    free(s->labels);
+    free((void *)s->buckets);
+    free(s);
+    s = sn;
+  }
+}
+
 void ak_metrics_free(ak_metrics_t *m) {
   if (!m) return;
   ak_family_t *f = m->families;
   while (f) {
     ak_family_t *fn = f->next;
-    ak_series_t *s = f->series;
-    while (s) {
-      ak_series_t *sn = s->next;
-      free(s->labels);
-      free((void *)s->buckets);
-      free(s);
-      s = sn;
-    }
+    series_free_all(f->series);
     for (size_t i = 0; i < f->nlabels; i++) free(f->labels[i]);
     free(f->name);
     free(f->help);
@@ -66,13 +69,7 @@ void ak_metrics_family_clear(ak_family_t *f) {
   ak_series_t *s = f->series;
   f->series = NULL;
   pthread_mutex_unlock(&f->owner->mu);
-  while (s) {
-    ak_series_t *sn = s->next;
-    free(s->labels);
-    free((void *)s->buckets);
-    free(s);
-    s = sn;
-  }
+  series_free_all(s);
 }
 
 ak_family_t *ak_metrics_family(ak_metrics_t *m, const char *name, const char *help,

@@ -402,7 +402,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   pthread_mutex_unlock(&dx->mu);
   ak_put_u64(from + 1, (uint64_t)from_at);
   const char prefix = AK_IDX_DEDUPE;
-  int rc = ak_store_scan_from(dx->inst->store, AK_CF_INDEX, &prefix, 1, from, sizeof from, false, collect, &sw);
+  int rc = ak_store_scan_from(dx->inst->store, AK_CF_DEDUPE, &prefix, 1, from, sizeof from, false, collect, &sw);
   long out = (long)sw.n;
   if (rc != 0 || sw.bad) {
     if (sw.bad) ak_log(AK_LOG_ERROR, "dedupe", "damaged dedupe key in the store: sweep stopped", NULL);
@@ -417,7 +417,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
     out = -1;
     goto done;
   }
-  rocksdb_column_family_handle_t *cf = ak_store_cf(dx->inst->store, AK_CF_INDEX);
+  rocksdb_column_family_handle_t *cf = ak_store_cf(dx->inst->store, AK_CF_DEDUPE);
   for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.keys[i], sw.lens[i]);
   ak_wf_class_t cls;
   char *err = NULL;
@@ -527,7 +527,7 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
   int64_t t0 = ak_mono_ns();
   load_t ld = {.dx = dx};
   const char prefix = AK_IDX_DEDUPE;
-  int rc = ak_store_scan(inst->store, AK_CF_INDEX, &prefix, 1, load_one, &ld);
+  int rc = ak_store_scan(inst->store, AK_CF_DEDUPE, &prefix, 1, load_one, &ld);
   if (rc != 0 || ld.bad) {
     *err = strdup(rc != 0 ? "the dedupe keys cannot be read from the store"
                   : ld.bad == 1 ? "a dedupe key in the store is damaged"

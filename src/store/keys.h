@@ -10,7 +10,8 @@
 /* column families, in open order */
 /* a family added later is created at open (create_missing_column_families): an older store
  * opens fine and starts it empty */
-enum { AK_CF_DEFAULT = 0, AK_CF_HOOKS, AK_CF_DELIVERIES, AK_CF_INDEX, AK_CF_QUARANTINE, AK_CF_AUDIT, AK_CF_COUNT };
+enum { AK_CF_DEFAULT = 0, AK_CF_HOOKS, AK_CF_DELIVERIES, AK_CF_INDEX, AK_CF_QUARANTINE, AK_CF_AUDIT, AK_CF_DEDUPE,
+       AK_CF_COUNT };
 extern const char *const ak_cf_names[AK_CF_COUNT];
 
 /* default CF meta keys */
@@ -35,7 +36,7 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_DEAD 'x'    /* 'x' dead_at:64 seq:64 sink:16 -> dead entry v1 */
 #define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32 */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64 */
-#define AK_IDX_DEDUPE 'e'  /* 'e' expires_at:64 scope -> u8 version, id:128 (queue/dedupe.c) */
+#define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 scope -> u8 version, id:128 (queue/dedupe.c) */
 
 /* audit CF (admin/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is
  * pending (a dual write not settled yet); 'v' subject -> u64 revision; 'k' -> the HMAC

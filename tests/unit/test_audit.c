@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "admin/audit.h"
 #include "core/clock.h"
@@ -381,7 +382,13 @@ Test(audit, concurrent_changes_keep_commit_order) {
     pthread_create(&th[i], NULL, writer_main, &ws[i]);
   }
   uint64_t cursor = 0, seen = 0;
-  for (int rounds = 0; seen < 200 && rounds < 100000; rounds++) {
+  /* bounded by time, not by rounds: on a loaded machine 200 synced commits can take
+   * longer than any fixed number of quick polls */
+  struct timespec t0, tn;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &tn);
+    if (seen >= 200 || tn.tv_sec - t0.tv_sec > 60) break;
     json_t *out = query(&n, (ak_audit_query_t){.has_after = true, .after_seq = cursor, .limit = 7});
     for (size_t i = 0; i < count(out); i++) {
       cr_assert_eq((uint64_t)num(entry(out, i), "seq"), cursor + 1 + i, "dense and in order");

@@ -470,7 +470,7 @@ Test(dedupe_index, first_occurrence_wins_inside_one_batch, .init = mk_tmp, .fini
   cr_expect_eq(r[4].status, AK_WR_COMMITTED);
   cr_expect_eq(r[4].seq, 4);
   cr_expect_eq(count_cf(&n, AK_CF_HOOKS, 0), 4);
-  cr_expect_eq(count_cf(&n, AK_CF_INDEX, 'e'), 3, "one 'e' key per stored key");
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 3, "one 'e' key per stored key");
   cr_expect_eq(ak_dedupe_count(n.inst.dedupe), 3);
   /* across batches: a repeat after the commit */
   ak_write_req_t again;
@@ -567,7 +567,7 @@ Test(dedupe_index, a_key_refreshed_after_the_sweeper_read_it_survives, .init = m
   cr_expect_eq(g.calls, 1);
   cr_expect_eq(refresh.status, AK_WR_COMMITTED, "an expired key is a new hook");
   cr_expect_eq(ak_dedupe_count(n.inst.dedupe), 1, "the stale key is gone, the refreshed one counts");
-  cr_expect_eq(count_cf(&n, AK_CF_INDEX, 'e'), 1, "the refreshed key survived the stale delete");
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 1, "the refreshed key survived the stale delete");
   uint8_t id[16];
   cr_expect(ak_dedupe_seen(n.inst.dedupe, refresh.dedupe, id));
   cr_expect_eq(memcmp(id, refresh.id, 16), 0);
@@ -582,7 +582,7 @@ Test(dedupe_index, a_key_refreshed_after_the_sweeper_read_it_survives, .init = m
   cr_expect(!ak_dedupe_seen(n.inst.dedupe, probe.dedupe, id), "expired");
   cr_expect_eq(ak_dedupe_sweep(n.inst.dedupe, 100, NULL, NULL), 1);
   cr_expect_eq(ak_dedupe_count(n.inst.dedupe), 0);
-  cr_expect_eq(count_cf(&n, AK_CF_INDEX, 'e'), 0);
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 0);
   free_req(&first);
   free_req(&refresh);
   free_req(&probe);

@@ -39,7 +39,9 @@ LUA=$REPO/bench/post1k.lua
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 
-die() { echo "ingest.sh: $*" >&2; exit 1; }
+BENCH_NAME=ingest.sh
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
 
 for v in DURATION CONNECTIONS THREADS RUNS; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
@@ -50,57 +52,7 @@ command -v "$WRK" >/dev/null || die "wrk not found: install wrk (scripts/deps.sh
 command -v curl >/dev/null || die "curl not found"
 [ -f "$LUA" ] || die "$LUA missing"
 
-# ---------------------------------------------------------------- temp dir and cleanup
-BENCH_TMP=${BENCH_TMP:-$REPO/bench/out}
-mkdir -p "$BENCH_TMP"
-TMP=$(mktemp -d "$BENCH_TMP/ingest.XXXXXX")
-PIDS=() # every process this script started; stopped by PID, never by name
-
-alive() { kill -0 "$1" 2>/dev/null; }
-
-# stop_pid PID [SECONDS]: SIGTERM, wait up to SECONDS (10), then SIGKILL. Returns the
-# process's exit status when it is our child, else 0.
-stop_pid() {
-  local pid=$1 limit=${2:-10} i rc=0
-  alive "$pid" || { wait "$pid" 2>/dev/null || rc=$?; return $rc; }
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < limit * 10; i++)); do
-    alive "$pid" || break
-    sleep 0.1
-  done
-  if alive "$pid"; then
-    echo "ingest.sh: PID $pid did not stop within ${limit}s after SIGTERM; sending SIGKILL" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || rc=$?
-  return $rc
-}
-
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do stop_pid "$pid" 10 || true; done
-  if [ "${KEEP_TMP:-0}" = 1 ]; then echo "ingest.sh: kept $TMP" >&2; else rm -rf "$TMP"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-forget_pid() { # drop a stopped PID from PIDS
-  local keep=() p
-  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
-
-# ---------------------------------------------------------------- free loopback ports
-# Bind three sockets to port 0 at once (so they differ), print the ports, release them.
-read -r NGINX_PORT HTTP_PORT ADMIN_PORT < <("$PY" -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-for s in ss: s.close()
-')
+bench_setup ingest
 
 # ---------------------------------------------------------------- helpers
 # to_ms VALUE: wrk's latency ("850.00us", "1.23ms", "1.02s", "1.50m") in milliseconds.
@@ -111,11 +63,6 @@ to_ms() {
     printf "%.3f", n }'
 }
 
-median() { # median of the arguments (mean of the middle two for an even count)
-  printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
-    if (NR == 0) { print "nan"; exit }
-    if (NR % 2) printf "%.3f", a[(NR + 1) / 2]; else printf "%.3f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
 
 # run_wrk URL OUT: the same load for both servers; parses into W_RPS W_P50 W_P99 W_REQS
 # W_NON2XX W_SOCKERR W_SOCKLINE.
@@ -148,26 +95,7 @@ report_wrk_errors() { # NAME: print non-2xx and socket errors of the last wrk ru
   fi
 }
 
-wait_http() { # URL EXPECTED_CODE PID SECONDS [curl args...]
-  local url=$1 want=$2 pid=$3 limit=$4 i code
-  shift 4
-  for ((i = 0; i < limit * 20; i++)); do
-    alive "$pid" || return 1
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$@" "$url" || true)
-    [ "$code" = "$want" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
 
-cpu_ticks() { # PID...: user+system clock ticks used so far by these processes
-  local p t=0 u
-  for p in "$@"; do
-    u=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
-    t=$((t + u))
-  done
-  echo "$t"
-}
 
 cpu_pct() { # TICKS_BEFORE TICKS_AFTER: share of one core over the wrk run, in percent
   awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" -v d="$DURATION" 'BEGIN { printf "%.0f", 100 * (b - a) / hz / d }'

@@ -1,0 +1,85 @@
+# Shared by bench/ingest.sh and bench/deliver.sh: process bookkeeping by PID (never by
+# name), the temp dir and its cleanup, free loopback ports, and small helpers. Sourced
+# after the caller set BENCH_NAME (for messages), REPO and PY. Never starts a server.
+
+die() { echo "$BENCH_NAME: $*" >&2; exit 1; }
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# stop_pid PID [SECONDS]: SIGTERM, wait up to SECONDS (10), then SIGKILL. Returns the
+# process's exit status when it is our child, else 0.
+stop_pid() {
+  local pid=$1 limit=${2:-10} i rc=0
+  alive "$pid" || { wait "$pid" 2>/dev/null || rc=$?; return $rc; }
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < limit * 10; i++)); do
+    alive "$pid" || break
+    sleep 0.1
+  done
+  if alive "$pid"; then
+    echo "$BENCH_NAME: PID $pid did not stop within ${limit}s after SIGTERM; sending SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || rc=$?
+  return $rc
+}
+
+forget_pid() { # drop a stopped PID from PIDS
+  local keep=() p
+  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+bench_cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do stop_pid "$pid" 10 || true; done
+  if [ "${KEEP_TMP:-0}" = 1 ]; then echo "$BENCH_NAME: kept $TMP" >&2; else rm -rf "$TMP"; fi
+}
+
+# bench_setup PREFIX: TMP (a fresh dir under BENCH_TMP), PIDS, the cleanup traps, and
+# NGINX_PORT HTTP_PORT ADMIN_PORT: three sockets bound to port 0 at once (so they
+# differ), their ports printed, then released.
+bench_setup() {
+  BENCH_TMP=${BENCH_TMP:-$REPO/bench/out}
+  mkdir -p "$BENCH_TMP"
+  TMP=$(mktemp -d "$BENCH_TMP/$1.XXXXXX")
+  PIDS=() # every process this script started; stopped by PID, never by name
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  read -r NGINX_PORT HTTP_PORT ADMIN_PORT < <("$PY" -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+for s in ss: s.close()
+')
+}
+
+median() { # median of the arguments (mean of the middle two for an even count)
+  printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
+    if (NR == 0) { print "nan"; exit }
+    if (NR % 2) printf "%.3f", a[(NR + 1) / 2]; else printf "%.3f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+wait_http() { # URL EXPECTED_CODE PID SECONDS [curl args...]
+  local url=$1 want=$2 pid=$3 limit=$4 i code
+  shift 4
+  for ((i = 0; i < limit * 20; i++)); do
+    alive "$pid" || return 1
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$@" "$url" || true)
+    [ "$code" = "$want" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+cpu_ticks() { # PID...: user+system clock ticks used so far by these processes
+  local p t=0 u
+  for p in "$@"; do
+    u=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+    t=$((t + u))
+  done
+  echo "$t"
+}

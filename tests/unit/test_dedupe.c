@@ -17,6 +17,7 @@
 #include "queue/dedupe.h"
 #include "queue/writer.h"
 #include "store/store.h"
+#include "writer_waiter.h"
 
 static const char *const NOENV[] = {NULL};
 
@@ -361,26 +362,6 @@ static void node_close(node_t *n) {
   ak_config_free(n->inst.cfg);
 }
 
-typedef struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int done;
-} waiter_t;
-
-static void on_done(ak_write_req_t *r, void *ctx) {
-  (void)r;
-  waiter_t *w = ctx;
-  pthread_mutex_lock(&w->mu);
-  w->done++;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-static void wait_for(waiter_t *w, int n) {
-  pthread_mutex_lock(&w->mu);
-  while (w->done < n) pthread_cond_wait(&w->cv, &w->mu);
-  pthread_mutex_unlock(&w->mu);
-}
 
 /* A hook of source si carrying key (or none), ready to submit. */
 static void make_req(node_t *n, ak_write_req_t *r, size_t si, const char *key, waiter_t *wt) {

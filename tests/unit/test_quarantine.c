@@ -16,6 +16,7 @@
 #include "queue/writer.h"
 #include "store/store.h"
 #include "verify/verifier.h"
+#include "writer_waiter.h"
 
 #define MS 1000000LL /* ns */
 
@@ -220,26 +221,6 @@ static void rm_tmp(void) {
 
 TestSuite(penstore, .init = mk_tmp, .fini = rm_tmp);
 
-typedef struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int done;
-} waiter_t;
-
-static void on_done(ak_write_req_t *r, void *ctx) {
-  (void)r;
-  waiter_t *w = ctx;
-  pthread_mutex_lock(&w->mu);
-  w->done++;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-static void wait_for(waiter_t *w, int n) {
-  pthread_mutex_lock(&w->mu);
-  while (w->done < n) pthread_cond_wait(&w->cv, &w->mu);
-  pthread_mutex_unlock(&w->mu);
-}
 
 typedef struct {
   ak_instance_t inst;

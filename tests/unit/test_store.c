@@ -13,6 +13,7 @@
 #include "core/instance.h"
 #include "queue/writer.h"
 #include "store/store.h"
+#include "writer_waiter.h"
 
 static char dir[256];
 
@@ -96,26 +97,6 @@ Test(store, classify) {
 
 /* ---- writer ---- */
 
-typedef struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int done;
-} waiter_t;
-
-static void on_done(ak_write_req_t *r, void *ctx) {
-  (void)r;
-  waiter_t *w = ctx;
-  pthread_mutex_lock(&w->mu);
-  w->done++;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-static void wait_for(waiter_t *w, int n) {
-  pthread_mutex_lock(&w->mu);
-  while (w->done < n) pthread_cond_wait(&w->cv, &w->mu);
-  pthread_mutex_unlock(&w->mu);
-}
 
 static ak_config_t *cfg_with(const char *extra) {
   char yaml[512];

@@ -947,7 +947,8 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const uint8_t *k, siz
   ak_key_hook(hk, seq);
   char *rec = NULL;
   size_t rl = 0;
-  int rc = ak_store_get(d->inst->store, AK_CF_HOOKS, hk, sizeof hk, &rec, &rl);
+  /* scan() holds the store pinned */
+  int rc = ak_store_get_pinned(d->inst->store, AK_CF_HOOKS, hk, sizeof hk, &rec, &rl);
   if (rc < 0) return CLAIM_STOP;
   /* windows: always let a tenant hold one row, however large, or it could never move */
   if (t->inflight > 0 && (t->inflight_bytes + (int64_t)rl > d->cfg->dispatch_tenant_max_inflight_bytes ||

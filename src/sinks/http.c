@@ -1,6 +1,7 @@
 /* The `http` sink: POST/PUT/PATCH of the raw hook body to one URL, on libcurl multi.
- * Owns its option rows, one background thread per instance (a CURLM plus a bounded
- * queue, woken with curl_multi_wakeup), Standard Webhooks delivery signing, the
+ * Owns its option rows, one background thread per instance (a CURLM driven by
+ * curl_multi_socket_action from an epoll set, plus a bounded queue whose first entry
+ * wakes the thread through an eventfd), Standard Webhooks delivery signing, the
  * status -> outcome mapping and the egress check of every address it connects to.
  * Never follows a redirect, never retries on its own (dispatch owns retries), never
  * reads more than max_response_bytes of a response, never puts a secret, a header value
@@ -23,14 +24,18 @@
  * off this thread (curl's threaded resolver) instead of a blocking getaddrinfo here.
  * Proxies are disabled (CURLOPT_PROXY ""): through one, the check would judge the proxy. */
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <curl/curl.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
@@ -104,6 +109,9 @@ struct http_sink {
   char source_id[72];
 
   CURLM *multi;
+  int epfd;           /* the sockets curl asks to watch (on_socket), and evfd */
+  int evfd;           /* deliver/destroy -> worker: work queued, or stop */
+  int64_t deadline_us; /* curl's timer (on_timer), CLOCK_MONOTONIC; -1 = none; worker only */
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
@@ -510,6 +518,67 @@ static void req_complete(http_sink_t *s, http_req_t *r, CURLcode rc) {
   req_finish(r, &out);
 }
 
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* curl's socket callback: mirror what it wants watched into the epoll set. Event-driven
+ * instead of curl_multi_perform + curl_multi_poll, which walk every transfer on every
+ * wake-up: a wake-up here touches only the sockets that have something to say. socketp
+ * (curl_multi_assign) marks a socket already in the set, so a change is one MOD. */
+static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
+  http_sink_t *s = userp;
+  (void)e;
+  if (what == CURL_POLL_REMOVE) {
+    /* fails when curl already closed it (closing left the set): nothing to undo */
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+    return 0;
+  }
+  struct epoll_event ev = {.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
+                           .data.fd = fd};
+  if (socketp && epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+  /* new to the set, or a reused descriptor number the set dropped on close */
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
+    epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev);
+  curl_multi_assign(s->multi, fd, s);
+  return 0;
+}
+
+/* curl's timer callback: only noted here; the worker acts on it when it falls due (curl
+ * must not be re-entered from its own callback). */
+static int on_timer(CURLM *m, long timeout_ms, void *userp) {
+  http_sink_t *s = userp;
+  (void)m;
+  s->deadline_us = timeout_ms < 0 ? -1 : now_us() + (int64_t)timeout_ms * 1000;
+  return 0;
+}
+
+static void run_timer_if_due(http_sink_t *s) {
+  if (s->deadline_us < 0 || s->deadline_us > now_us()) return;
+  s->deadline_us = -1;
+  int running;
+  curl_multi_socket_action(s->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+}
+
+/* Answers every finished transfer; returns how many. */
+static size_t settle(http_sink_t *s) {
+  size_t n = 0;
+  CURLMsg *msg;
+  int left;
+  while ((msg = curl_multi_info_read(s->multi, &left))) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    http_req_t *r = NULL;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+    CURLcode rc = msg->data.result;
+    active_unlink(s, r);
+    req_complete(s, r, rc);
+    n++;
+  }
+  return n;
+}
+
 static void *worker(void *arg) {
   pthread_setname_np(pthread_self(), "ak-http-sink");
   http_sink_t *s = arg;
@@ -527,6 +596,9 @@ static void *worker(void *arg) {
       tail = &r->next;
       nactive++;
     }
+    /* Left in the queue (all slots busy): deliver() did not wake us for these (it wakes
+     * only on the first entry), so this thread must come back for them by itself. */
+    bool backlog = s->q_head != NULL;
     pthread_mutex_unlock(&s->mu);
     if (stop) break;
 
@@ -545,20 +617,34 @@ static void *worker(void *arg) {
       s->active = r;
     }
 
-    int running = 0;
-    curl_multi_perform(s->multi, &running);
-    CURLMsg *msg;
-    int left;
-    while ((msg = curl_multi_info_read(s->multi, &left))) {
-      if (msg->msg != CURLMSG_DONE) continue;
-      http_req_t *r = NULL;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-      CURLcode rc = msg->data.result;
-      active_unlink(s, r);
-      nactive--;
-      req_complete(s, r, rc);
+    /* a handle just added asks for its first run through the timer */
+    run_timer_if_due(s);
+    nactive -= settle(s);
+
+    int wait_ms = -1;
+    if (backlog && nactive < HTTP_MAX_ACTIVE) {
+      wait_ms = 0; /* a slot is free for a queued request: only look, do not sleep */
+    } else if (s->deadline_us >= 0) {
+      int64_t left = s->deadline_us - now_us();
+      wait_ms = left <= 0 ? 0 : (int)((left + 999) / 1000);
     }
-    curl_multi_poll(s->multi, NULL, 0, 1000, NULL);
+    struct epoll_event evs[HTTP_MAX_ACTIVE + 1];
+    int n = epoll_wait(s->epfd, evs, HTTP_MAX_ACTIVE + 1, wait_ms);
+    for (int i = 0; i < n; i++) {
+      int fd = evs[i].data.fd;
+      if (fd == s->evfd) {
+        uint64_t v;
+        if (read(s->evfd, &v, sizeof v) < 0) { /* EAGAIN: already drained */ }
+        continue;
+      }
+      uint32_t ev = evs[i].events;
+      int mask = ((ev & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) | ((ev & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+                 ((ev & EPOLLERR) ? CURL_CSELECT_ERR : 0);
+      int running;
+      curl_multi_socket_action(s->multi, fd, mask, &running);
+    }
+    run_timer_if_due(s);
+    nactive -= settle(s);
   }
 
   /* Stopping: everything still here is answered once, as a retry. */
@@ -680,6 +766,11 @@ static char *collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *at
 
 #define IDENT_LINE(name, val, vlen) (val ? LINE_SIZE(strlen(name), vlen) : 0)
 
+static void wake_worker(http_sink_t *s) {
+  uint64_t one = 1;
+  if (write(s->evfd, &one, sizeof one) < 0) { /* EAGAIN: the counter is already nonzero */ }
+}
+
 static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done) {
   http_sink_t *s = self;
   const ak_envelope_t *env = att->env;
@@ -771,8 +862,14 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
   if (s->q_tail) s->q_tail->next = r;
   else s->q_head = r;
   s->q_tail = r;
+  /* Only the first entry wakes the worker: it takes the whole queue (up to its free
+   * slots) on every turn, so later entries ride on this wake-up or, when the slots are
+   * full, on the worker's own look at the queue after a transfer finishes. The eventfd
+   * stays readable until the worker reads it, so a wake-up sent while it is busy is not
+   * lost either. */
+  bool wake = r == s->q_head;
   pthread_mutex_unlock(&s->mu);
-  curl_multi_wakeup(s->multi);
+  if (wake) wake_worker(s);
   return;
 oom:
   snprintf(out.reason, sizeof out.reason, "out of memory");
@@ -786,11 +883,14 @@ static void http_destroy(void *self) {
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     pthread_mutex_unlock(&s->mu);
-    curl_multi_wakeup(s->multi);
+    wake_worker(s);
     pthread_join(s->thread, NULL);
   }
   for (size_t i = 0; i < s->nspare; i++) curl_easy_cleanup(s->spare[i]);
+  /* the multi's callbacks may still touch epfd while it closes its connections */
   if (s->multi) curl_multi_cleanup(s->multi);
+  if (s->evfd >= 0) close(s->evfd);
+  if (s->epfd >= 0) close(s->epfd);
   pthread_mutex_destroy(&s->mu);
   for (size_t i = 0; i < s->nkeys; i++) {
     OPENSSL_cleanse(s->keys[i], s->keylen[i]);
@@ -922,6 +1022,8 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
     return NULL;
   }
   pthread_mutex_init(&s->mu, NULL);
+  s->epfd = s->evfd = -1;
+  s->deadline_us = -1;
   snprintf(s->source_id, sizeof s->source_id, "%s", source_id ? source_id : "");
   if (parse_opts(s, opts, err, errlen) != 0) goto fail;
   if (!egress) {
@@ -938,6 +1040,18 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
   /* keep a connection per transfer slot: the default cache (4 x handles added) shrinks as
    * handles come and go, and a closed connection means a new TCP (and TLS) handshake */
   curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)HTTP_MAX_ACTIVE);
+  s->epfd = epoll_create1(EPOLL_CLOEXEC);
+  s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN};
+  ev.data.fd = s->evfd;
+  if (s->epfd < 0 || s->evfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0) {
+    snprintf(err, errlen, "cannot set up the http sink's event loop: %s", strerror(errno));
+    goto fail;
+  }
+  curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s);
+  curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+  curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s);
   if (pthread_create(&s->thread, NULL, worker, s) != 0) {
     snprintf(err, errlen, "cannot start the http sink thread");
     goto fail;

@@ -26,6 +26,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,11 @@ static const ak_opt_t http_opts[] = {
 };
 
 typedef struct http_sink http_sink_t;
+
+/* http_sink.fds: a socket this sink opened (and curl closes through on_close_socket), what
+ * the epoll set holds for it (FD_IN/FD_OUT, none = not in the set), and whether curl
+ * currently wants it watched. */
+enum { FD_OURS = 1, FD_IN = 2, FD_OUT = 4, FD_WATCHED = 8 };
 
 typedef struct http_req {
   struct http_req *next, *prev;
@@ -112,11 +118,15 @@ struct http_sink {
   int epfd;           /* the sockets curl asks to watch (on_socket), and evfd */
   int evfd;           /* deliver/destroy -> worker: work queued, or stop */
   int64_t deadline_us; /* curl's timer (on_timer), CLOCK_MONOTONIC; -1 = none; worker only */
+  uint8_t *fds;        /* FD_* per descriptor number, for sockets on_open_socket made; worker only */
+  size_t nfds;
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
   http_req_t *q_head, *q_tail; /* waiting for a slot; under mu */
-  size_t outstanding;          /* queued + active; under mu */
+  /* queued + active. Raised under mu (deliver checks the bound there); lowered without
+   * it, so that finishing a transfer does not contend with deliver for the lock. */
+  atomic_size_t outstanding;
   bool stop;                   /* under mu */
   http_req_t *active;          /* in the CURLM; worker thread only */
   CURL *spare[HTTP_MAX_ACTIVE]; /* reset easy handles for reuse; worker thread only */
@@ -292,9 +302,7 @@ static void req_finish(http_req_t *r, const ak_sink_outcome_t *out) {
   ak_sink_done_fn done = r->done;
   void *ctx = r->ctx;
   req_free(r);
-  pthread_mutex_lock(&s->mu);
-  s->outstanding--;
-  pthread_mutex_unlock(&s->mu);
+  atomic_fetch_sub(&s->outstanding, 1);
   done(ctx, out);
 }
 
@@ -337,7 +345,28 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     r->egress_refused = true;
     return CURL_SOCKET_BAD;
   }
-  return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+  curl_socket_t fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+  http_sink_t *s = r->sink;
+  if (fd >= 0 && (size_t)fd >= s->nfds) {
+    size_t n = s->nfds ? s->nfds : 64;
+    while (n <= (size_t)fd) n *= 2;
+    uint8_t *g = realloc(s->fds, n);
+    if (g) { /* without room the socket is simply watched the plain way (on_socket) */
+      memset(g + s->nfds, 0, n - s->nfds);
+      s->fds = g;
+      s->nfds = n;
+    }
+  }
+  /* a new socket is in no epoll set, whatever its number was used for before */
+  if (fd >= 0 && (size_t)fd < s->nfds) s->fds[fd] = FD_OURS;
+  return fd;
+}
+
+/* Closing takes a socket out of every epoll set; only the bookkeeping is left to do. */
+static int on_close_socket(void *ud, curl_socket_t fd) {
+  http_sink_t *s = ud;
+  if (fd >= 0 && (size_t)fd < s->nfds) s->fds[fd] = 0;
+  return close(fd);
 }
 
 /* Bytes put_line writes for a name and value of these lengths, NUL included. */
@@ -404,7 +433,7 @@ static int sign(const http_sink_t *s, const http_req_t *r, const char *ts, char 
  * once per handle, not per delivery (the handle is reused without curl_easy_reset): the
  * per-request ones below overwrite everything a request leaves behind, and a request's
  * response state lives in its http_req_t, never in the handle. */
-static CURL *easy_new(const http_sink_t *s, CURLcode *rcp) {
+static CURL *easy_new(http_sink_t *s, CURLcode *rcp) {
   CURL *e = curl_easy_init();
   if (!e) {
     *rcp = CURLE_OUT_OF_MEMORY;
@@ -424,6 +453,9 @@ static CURL *easy_new(const http_sink_t *s, CURLcode *rcp) {
   SET(CURLOPT_WRITEFUNCTION, on_body);
   SET(CURLOPT_HEADERFUNCTION, on_header);
   SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  /* per connection (it outlives the request that opened it): the sink, not the request */
+  SET(CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  SET(CURLOPT_CLOSESOCKETDATA, (void *)s);
   if (rc != CURLE_OK) {
     curl_easy_cleanup(e);
     *rcp = rc;
@@ -531,6 +563,25 @@ static int64_t now_us(void) {
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
   http_sink_t *s = userp;
   (void)e;
+  if (fd >= 0 && (size_t)fd < s->nfds && (s->fds[fd] & FD_OURS)) {
+    /* A connection goes back to the cache after every request (REMOVE) and out again
+     * for the next (IN): it stays in the set meanwhile, so that is no epoll_ctl at all.
+     * An idle one that speaks up is taken out by the worker loop. */
+    uint8_t *st = &s->fds[fd];
+    if (what == CURL_POLL_REMOVE) {
+      *st &= (uint8_t)~FD_WATCHED;
+      return 0;
+    }
+    *st |= FD_WATCHED;
+    uint8_t want = (uint8_t)(((what & CURL_POLL_IN) ? FD_IN : 0) | ((what & CURL_POLL_OUT) ? FD_OUT : 0));
+    uint8_t have = *st & (FD_IN | FD_OUT);
+    if (want == have) return 0;
+    struct epoll_event ev = {.events = ((want & FD_IN) ? EPOLLIN : 0u) | ((want & FD_OUT) ? EPOLLOUT : 0u),
+                             .data.fd = fd};
+    if (epoll_ctl(s->epfd, have ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) == 0)
+      *st = (uint8_t)((*st & ~(FD_IN | FD_OUT)) | want);
+    return 0;
+  }
   if (what == CURL_POLL_REMOVE) {
     /* fails when curl already closed it (closing left the set): nothing to undo */
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
@@ -635,6 +686,13 @@ static void *worker(void *arg) {
       if (fd == s->evfd) {
         uint64_t v;
         if (read(s->evfd, &v, sizeof v) < 0) { /* EAGAIN: already drained */ }
+        continue;
+      }
+      if ((size_t)fd < s->nfds && (s->fds[fd] & (FD_OURS | FD_WATCHED)) == FD_OURS) {
+        /* an idle cached connection (closed by the peer, most likely): curl looks at it
+         * when it reuses it; until then it leaves the set, or it would wake us in a loop */
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+        s->fds[fd] = FD_OURS;
         continue;
       }
       uint32_t ev = evs[i].events;
@@ -850,7 +908,7 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
   collect_forwarded(s, att, p, &r->nfwd);
 
   pthread_mutex_lock(&s->mu);
-  if (s->stop || s->outstanding >= HTTP_MAX_OUTSTANDING) {
+  if (s->stop || atomic_load(&s->outstanding) >= HTTP_MAX_OUTSTANDING) {
     bool stopped = s->stop;
     pthread_mutex_unlock(&s->mu);
     req_free(r);
@@ -858,7 +916,7 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
     done(ctx, &out);
     return;
   }
-  s->outstanding++;
+  atomic_fetch_add(&s->outstanding, 1);
   if (s->q_tail) s->q_tail->next = r;
   else s->q_head = r;
   s->q_tail = r;
@@ -891,6 +949,7 @@ static void http_destroy(void *self) {
   if (s->multi) curl_multi_cleanup(s->multi);
   if (s->evfd >= 0) close(s->evfd);
   if (s->epfd >= 0) close(s->epfd);
+  free(s->fds);
   pthread_mutex_destroy(&s->mu);
   for (size_t i = 0; i < s->nkeys; i++) {
     OPENSSL_cleanse(s->keys[i], s->keylen[i]);

@@ -150,20 +150,24 @@ static void completed(void *cls, struct MHD_Connection *con, void **state, enum 
   *state = NULL;
 }
 
-static recv_t *recv_start(void) {
+/* idle_s > 0: the receiver closes a keep-alive connection idle that long. */
+static recv_t *recv_start_idle(unsigned idle_s) {
   recv_t *rv = calloc(1, sizeof *rv);
   pthread_mutex_init(&rv->mu, NULL);
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
   inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
   rv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL,
                            handle, rv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                           MHD_OPTION_NOTIFY_COMPLETED, completed, rv, MHD_OPTION_END);
+                           MHD_OPTION_NOTIFY_COMPLETED, completed, rv,
+                           MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_END);
   cr_assert_not_null(rv->d, "receiver did not start");
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(rv->d, MHD_DAEMON_INFO_BIND_PORT);
   rv->port = info->port;
   cr_assert_neq(rv->port, 0);
   return rv;
 }
+
+static recv_t *recv_start(void) { return recv_start_idle(0); }
 
 static void recv_stop(recv_t *rv) {
   MHD_stop_daemon(rv->d);
@@ -651,6 +655,51 @@ Test(http_sink, reused_handle_carries_nothing_over) {
   cr_expect_eq(rv->body_len, 7);
   cr_expect_str_eq(rv->url, "/script");
   pthread_mutex_unlock(&rv->mu);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A cached connection the receiver closes while idle: the sink neither spins on it (it
+ * stays watched between requests) nor fails the next delivery. */
+Test(http_sink, idle_connection_closed_by_peer) {
+  recv_t *rv = recv_start_idle(1);
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/status/204\"}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  ak_sink_outcome_t out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  double before = cpu_seconds();
+  usleep(2500 * 1000); /* the receiver hangs up after 1 s */
+  double spent = cpu_seconds() - before;
+  cr_expect(spent < 0.5, "%.2f s of CPU while idle", spent);
+  for (int i = 0; i < 3; i++) {
+    out = deliver(s, &env);
+    cr_expect_eq(out.result, AK_SINK_OK, "after the hang-up, %d: %s", i, out.reason);
+  }
+  cr_expect_eq(recv_count(rv), 4);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* A host name, not an address: curl resolves it (off this thread) before the egress check. */
+Test(http_sink, host_name_is_resolved) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://localhost:%d/status/204\"}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  for (int i = 0; i < 3; i++) {
+    ak_sink_outcome_t out = deliver(s, &env);
+    cr_expect_eq(out.result, AK_SINK_OK, "%d: %s", i, out.reason);
+  }
+  cr_expect_eq(recv_count(rv), 3);
   ak_sink_http.destroy(s);
   ak_egress_free(eg);
   recv_stop(rv);

@@ -129,7 +129,7 @@ struct http_sink {
   atomic_size_t outstanding;
   bool stop;                   /* under mu */
   http_req_t *active;          /* in the CURLM; worker thread only */
-  CURL *spare[HTTP_MAX_ACTIVE]; /* reset easy handles for reuse; worker thread only */
+  CURL *spare[HTTP_MAX_ACTIVE]; /* idle easy handles (easy_new options) for reuse; worker thread only */
   size_t nspare;
 };
 

@@ -1,6 +1,7 @@
 /* The `http` sink: POST/PUT/PATCH of the raw hook body to one URL, on libcurl multi.
- * Owns its option rows, one background thread per instance (a CURLM plus a bounded
- * queue, woken with curl_multi_wakeup), Standard Webhooks delivery signing, the
+ * Owns its option rows, one background thread per instance (a CURLM driven by
+ * curl_multi_socket_action from an epoll set, plus a bounded queue whose first entry
+ * wakes the thread through an eventfd), Standard Webhooks delivery signing, the
  * status -> outcome mapping and the egress check of every address it connects to.
  * Never follows a redirect, never retries on its own (dispatch owns retries), never
  * reads more than max_response_bytes of a response, never puts a secret, a header value
@@ -23,14 +24,19 @@
  * off this thread (curl's threaded resolver) instead of a blocking getaddrinfo here.
  * Proxies are disabled (CURLOPT_PROXY ""): through one, the check would judge the proxy. */
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <curl/curl.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
@@ -64,17 +70,23 @@ static const ak_opt_t http_opts[] = {
 
 typedef struct http_sink http_sink_t;
 
+/* http_sink.fds: a socket this sink opened (and curl closes through on_close_socket), what
+ * the epoll set holds for it (FD_IN/FD_OUT, none = not in the set), and whether curl
+ * currently wants it watched. */
+enum { FD_OURS = 1, FD_IN = 2, FD_OUT = 4, FD_WATCHED = 8 };
+
 typedef struct http_req {
   struct http_req *next, *prev;
   http_sink_t *sink;
   CURL *easy;
   struct curl_slist *hdrs;
   char id[AK_UUID_STR_LEN];
-  char *source, *tenant, *ctype;
-  char *idem, *dedupe, *replay; /* x-ankusa-* values, NULL = header not sent */
-  char **fwd;                   /* forwarded "name: value" lines */
-  size_t nfwd;
-  uint8_t *body;
+  /* Header lines ("name: value\0" back to back, in `mem` after the body): nident identity
+   * lines (content-type .. Expect:), then the operator's (from the sink), then nfwd
+   * forwarded ones. Built by deliver() so the request is one allocation. */
+  const char *lines;
+  size_t nident, nfwd;
+  const uint8_t *body;
   size_t body_len;
   void *ctx;
   ak_sink_done_fn done;
@@ -83,6 +95,7 @@ typedef struct http_req {
   int64_t retry_after_ms; /* -1: none */
   bool egress_refused;
   char egress_reason[96];
+  char mem[]; /* body, then header lines */
 } http_req_t;
 
 struct http_sink {
@@ -102,14 +115,21 @@ struct http_sink {
   char source_id[72];
 
   CURLM *multi;
+  int epfd;           /* the sockets curl asks to watch (on_socket), and evfd */
+  int evfd;           /* deliver/destroy -> worker: work queued, or stop */
+  int64_t deadline_us; /* curl's timer (on_timer), CLOCK_MONOTONIC; -1 = none; worker only */
+  uint8_t *fds;        /* FD_* per descriptor number, for sockets on_open_socket made; worker only */
+  size_t nfds;
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
   http_req_t *q_head, *q_tail; /* waiting for a slot; under mu */
-  size_t outstanding;          /* queued + active; under mu */
+  /* queued + active. Raised under mu (deliver checks the bound there); lowered without
+   * it, so that finishing a transfer does not contend with deliver for the lock. */
+  atomic_size_t outstanding;
   bool stop;                   /* under mu */
   http_req_t *active;          /* in the CURLM; worker thread only */
-  CURL *spare[HTTP_MAX_ACTIVE]; /* reset easy handles for reuse; worker thread only */
+  CURL *spare[HTTP_MAX_ACTIVE]; /* idle easy handles (easy_new options) for reuse; worker thread only */
   size_t nspare;
 };
 
@@ -272,15 +292,6 @@ static void req_free(http_req_t *r) {
   if (!r) return;
   if (r->easy) curl_easy_cleanup(r->easy);
   curl_slist_free_all(r->hdrs);
-  free(r->source);
-  free(r->tenant);
-  free(r->ctype);
-  free(r->idem);
-  free(r->dedupe);
-  free(r->replay);
-  for (size_t i = 0; i < r->nfwd; i++) free(r->fwd[i]);
-  free(r->fwd);
-  free(r->body);
   free(r);
 }
 
@@ -291,9 +302,7 @@ static void req_finish(http_req_t *r, const ak_sink_outcome_t *out) {
   ak_sink_done_fn done = r->done;
   void *ctx = r->ctx;
   req_free(r);
-  pthread_mutex_lock(&s->mu);
-  s->outstanding--;
-  pthread_mutex_unlock(&s->mu);
+  atomic_fetch_sub(&s->outstanding, 1);
   done(ctx, out);
 }
 
@@ -336,32 +345,48 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     r->egress_refused = true;
     return CURL_SOCKET_BAD;
   }
-  return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
-}
-
-/* "name: value", or "name;" (curl's way to send an empty value). Malloc'd or NULL. */
-static char *header_line(const char *name, size_t nlen, const char *val, size_t vlen) {
-  char *line = malloc(nlen + vlen + 3);
-  if (!line) return NULL;
-  memcpy(line, name, nlen);
-  if (vlen == 0) {
-    memcpy(line + nlen, ";", 2);
-  } else {
-    memcpy(line + nlen, ": ", 2);
-    memcpy(line + nlen + 2, val, vlen);
-    line[nlen + 2 + vlen] = '\0';
+  curl_socket_t fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+  http_sink_t *s = r->sink;
+  if (fd >= 0 && (size_t)fd >= s->nfds) {
+    size_t n = s->nfds ? s->nfds : 64;
+    while (n <= (size_t)fd) n *= 2;
+    uint8_t *g = realloc(s->fds, n);
+    if (g) { /* without room the socket is simply watched the plain way (on_socket) */
+      memset(g + s->nfds, 0, n - s->nfds);
+      s->fds = g;
+      s->nfds = n;
+    }
   }
-  return line;
+  /* a new socket is in no epoll set, whatever its number was used for before */
+  if (fd >= 0 && (size_t)fd < s->nfds) s->fds[fd] = FD_OURS;
+  return fd;
 }
 
-static bool add_header(struct curl_slist **l, const char *name, const char *val, size_t vlen) {
-  char *line = header_line(name, strlen(name), val, vlen);
-  if (!line) return false;
-  struct curl_slist *nl = curl_slist_append(*l, line); /* copies */
-  free(line);
-  if (!nl) return false;
-  *l = nl;
-  return true;
+/* Closing takes a socket out of every epoll set; only the bookkeeping is left to do. */
+static int on_close_socket(void *ud, curl_socket_t fd) {
+  http_sink_t *s = ud;
+  if (fd >= 0 && (size_t)fd < s->nfds) s->fds[fd] = 0;
+  return close(fd);
+}
+
+/* Bytes put_line writes for a name and value of these lengths, NUL included. */
+#define LINE_SIZE(nlen, vlen) ((nlen) + (vlen) + 3)
+
+/* Writes "name: value", or "name;" (curl's way to send an empty value), NUL-terminated,
+ * at p; returns the byte after the NUL. */
+static char *put_line(char *p, const char *name, size_t nlen, const char *val, size_t vlen) {
+  memcpy(p, name, nlen);
+  p += nlen;
+  if (vlen == 0) {
+    *p++ = ';';
+  } else {
+    *p++ = ':';
+    *p++ = ' ';
+    memcpy(p, val, vlen);
+    p += vlen;
+  }
+  *p++ = '\0';
+  return p;
 }
 
 static bool add_line(struct curl_slist **l, const char *line) {
@@ -401,46 +426,20 @@ static int sign(const http_sink_t *s, const http_req_t *r, const char *ts, char 
   return 0;
 }
 
-/* Build the easy handle; returns false (out filled) when the attempt cannot start. */
-static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
-  out->result = AK_SINK_RETRY;
-  snprintf(out->reason, sizeof out->reason, "out of memory");
-  r->retry_after_ms = -1;
-  /* a reset handle keeps its allocations: creating one per delivery was a fifth of the
-   * sink's CPU (bench/deliver.sh profile) */
-  r->easy = s->nspare ? s->spare[--s->nspare] : curl_easy_init();
-  if (!r->easy) return false;
-  CURL *e = r->easy;
-
-  bool ok = add_header(&r->hdrs, "content-type", r->ctype ? r->ctype : "application/octet-stream",
-                       r->ctype ? strlen(r->ctype) : strlen("application/octet-stream")) &&
-            add_header(&r->hdrs, "x-ankusa-id", r->id, strlen(r->id)) &&
-            add_header(&r->hdrs, "x-ankusa-source", r->source, strlen(r->source)) &&
-            (!r->idem || add_header(&r->hdrs, "x-ankusa-idempotency-key", r->idem, strlen(r->idem))) &&
-            (!r->tenant || add_header(&r->hdrs, "x-ankusa-tenant", r->tenant, strlen(r->tenant))) &&
-            (!r->dedupe || add_header(&r->hdrs, "x-ankusa-dedupe-key", r->dedupe, strlen(r->dedupe))) &&
-            (!r->replay || add_header(&r->hdrs, "x-ankusa-replay-id", r->replay, strlen(r->replay))) &&
-            add_line(&r->hdrs, "Expect:");
-  for (size_t i = 0; ok && i < s->nconf_headers; i++) ok = add_line(&r->hdrs, s->conf_headers[i]);
-  for (size_t i = 0; ok && i < r->nfwd; i++) ok = add_line(&r->hdrs, r->fwd[i]);
-  if (ok && s->nkeys) {
-    char ts[24];
-    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
-    char sig[HTTP_MAX_SECRETS * 52 + 1];
-    if (sign(s, r, ts, sig, sizeof sig) != 0) {
-      snprintf(out->reason, sizeof out->reason, "signing failed");
-      return false;
-    }
-    ok = add_header(&r->hdrs, "webhook-id", r->id, strlen(r->id)) &&
-         add_header(&r->hdrs, "webhook-timestamp", ts, strlen(ts)) &&
-         add_header(&r->hdrs, "webhook-signature", sig, strlen(sig));
-  }
-  if (!ok) return false;
-
-  static const char empty[1] = "";
-  CURLcode rc = CURLE_OK;
 #define SET(opt, val) \
   if (rc == CURLE_OK) rc = curl_easy_setopt(e, opt, val)
+
+/* A new easy handle with the options every request of this sink shares. They are set
+ * once per handle, not per delivery (the handle is reused without curl_easy_reset): the
+ * per-request ones below overwrite everything a request leaves behind, and a request's
+ * response state lives in its http_req_t, never in the handle. */
+static CURL *easy_new(http_sink_t *s, CURLcode *rcp) {
+  CURL *e = curl_easy_init();
+  if (!e) {
+    *rcp = CURLE_OUT_OF_MEMORY;
+    return NULL;
+  }
+  CURLcode rc = CURLE_OK;
   SET(CURLOPT_URL, s->url);
   SET(CURLOPT_PROTOCOLS_STR, "http,https");
   SET(CURLOPT_FOLLOWLOCATION, 0L);
@@ -449,19 +448,69 @@ static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
   SET(CURLOPT_TIMEOUT_MS, s->timeout_ms);
   SET(CURLOPT_CONNECTTIMEOUT_MS, s->timeout_ms);
   SET(CURLOPT_USERAGENT, "ankusa/" AK_VERSION);
-  SET(CURLOPT_HTTPHEADER, r->hdrs);
   SET(CURLOPT_POST, 1L);
-  SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
-  SET(CURLOPT_POSTFIELDS, r->body ? (const char *)r->body : empty);
   if (s->method) SET(CURLOPT_CUSTOMREQUEST, s->method);
   SET(CURLOPT_WRITEFUNCTION, on_body);
-  SET(CURLOPT_WRITEDATA, r);
   SET(CURLOPT_HEADERFUNCTION, on_header);
-  SET(CURLOPT_HEADERDATA, r);
   SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  /* per connection (it outlives the request that opened it): the sink, not the request */
+  SET(CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+  SET(CURLOPT_CLOSESOCKETDATA, (void *)s);
+  if (rc != CURLE_OK) {
+    curl_easy_cleanup(e);
+    *rcp = rc;
+    return NULL;
+  }
+  return e;
+}
+
+/* Build the easy handle; returns false (out filled) when the attempt cannot start. */
+static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
+  out->result = AK_SINK_RETRY;
+  snprintf(out->reason, sizeof out->reason, "out of memory");
+  r->retry_after_ms = -1;
+  CURLcode rc = CURLE_OK;
+  /* a reused handle keeps its allocations: creating one per delivery was a fifth of the
+   * sink's CPU (bench/deliver.sh profile) */
+  r->easy = s->nspare ? s->spare[--s->nspare] : easy_new(s, &rc);
+  if (!r->easy) {
+    if (rc != CURLE_OUT_OF_MEMORY)
+      snprintf(out->reason, sizeof out->reason, "curl setup: %s", curl_easy_strerror(rc));
+    return false;
+  }
+  CURL *e = r->easy;
+
+  bool ok = true;
+  const char *line = r->lines;
+  for (size_t i = 0; ok && i < r->nident; i++, line += strlen(line) + 1) ok = add_line(&r->hdrs, line);
+  for (size_t i = 0; ok && i < s->nconf_headers; i++) ok = add_line(&r->hdrs, s->conf_headers[i]);
+  for (size_t i = 0; ok && i < r->nfwd; i++, line += strlen(line) + 1) ok = add_line(&r->hdrs, line);
+  if (ok && s->nkeys) {
+    char ts[24];
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    char sig[HTTP_MAX_SECRETS * 52 + 1];
+    if (sign(s, r, ts, sig, sizeof sig) != 0) {
+      snprintf(out->reason, sizeof out->reason, "signing failed");
+      return false;
+    }
+    char buf[LINE_SIZE(sizeof "webhook-signature", sizeof sig)];
+    put_line(buf, "webhook-id", strlen("webhook-id"), r->id, strlen(r->id));
+    ok = add_line(&r->hdrs, buf);
+    put_line(buf, "webhook-timestamp", strlen("webhook-timestamp"), ts, strlen(ts));
+    ok = ok && add_line(&r->hdrs, buf);
+    put_line(buf, "webhook-signature", strlen("webhook-signature"), sig, strlen(sig));
+    ok = ok && add_line(&r->hdrs, buf);
+  }
+  if (!ok) return false;
+
+  static const char empty[1] = "";
+  SET(CURLOPT_HTTPHEADER, r->hdrs);
+  SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+  SET(CURLOPT_POSTFIELDS, r->body_len ? (const char *)r->body : empty);
+  SET(CURLOPT_WRITEDATA, r);
+  SET(CURLOPT_HEADERDATA, r);
   SET(CURLOPT_OPENSOCKETDATA, r);
   SET(CURLOPT_PRIVATE, r);
-#undef SET
   if (rc != CURLE_OK) {
     snprintf(out->reason, sizeof out->reason, "curl setup: %s", curl_easy_strerror(rc));
     return false;
@@ -472,6 +521,7 @@ static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
   }
   return true;
 }
+#undef SET
 
 static void active_unlink(http_sink_t *s, http_req_t *r) {
   if (r->prev) r->prev->next = r->next;
@@ -494,11 +544,90 @@ static void req_complete(http_sink_t *s, http_req_t *r, CURLcode rc) {
   }
   curl_multi_remove_handle(s->multi, r->easy);
   if (s->nspare < HTTP_MAX_ACTIVE) {
-    curl_easy_reset(r->easy);
     s->spare[s->nspare++] = r->easy;
     r->easy = NULL;
   }
   req_finish(r, &out);
+}
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* curl's socket callback: mirror what it wants watched into the epoll set. Event-driven
+ * instead of curl_multi_perform + curl_multi_poll, which walk every transfer on every
+ * wake-up: a wake-up here touches only the sockets that have something to say. socketp
+ * (curl_multi_assign) marks a socket already in the set, so a change is one MOD. */
+static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
+  http_sink_t *s = userp;
+  (void)e;
+  if (fd >= 0 && (size_t)fd < s->nfds && (s->fds[fd] & FD_OURS)) {
+    /* A connection goes back to the cache after every request (REMOVE) and out again
+     * for the next (IN): it stays in the set meanwhile, so that is no epoll_ctl at all.
+     * An idle one that speaks up is taken out by the worker loop. */
+    uint8_t *st = &s->fds[fd];
+    if (what == CURL_POLL_REMOVE) {
+      *st &= (uint8_t)~FD_WATCHED;
+      return 0;
+    }
+    *st |= FD_WATCHED;
+    uint8_t want = (uint8_t)(((what & CURL_POLL_IN) ? FD_IN : 0) | ((what & CURL_POLL_OUT) ? FD_OUT : 0));
+    uint8_t have = *st & (FD_IN | FD_OUT);
+    if (want == have) return 0;
+    struct epoll_event ev = {.events = ((want & FD_IN) ? EPOLLIN : 0u) | ((want & FD_OUT) ? EPOLLOUT : 0u),
+                             .data.fd = fd};
+    if (epoll_ctl(s->epfd, have ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) == 0)
+      *st = (uint8_t)((*st & ~(FD_IN | FD_OUT)) | want);
+    return 0;
+  }
+  if (what == CURL_POLL_REMOVE) {
+    /* fails when curl already closed it (closing left the set): nothing to undo */
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+    return 0;
+  }
+  struct epoll_event ev = {.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
+                           .data.fd = fd};
+  if (socketp && epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+  /* new to the set, or a reused descriptor number the set dropped on close */
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
+    epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev);
+  curl_multi_assign(s->multi, fd, s);
+  return 0;
+}
+
+/* curl's timer callback: only noted here; the worker acts on it when it falls due (curl
+ * must not be re-entered from its own callback). */
+static int on_timer(CURLM *m, long timeout_ms, void *userp) {
+  http_sink_t *s = userp;
+  (void)m;
+  s->deadline_us = timeout_ms < 0 ? -1 : now_us() + (int64_t)timeout_ms * 1000;
+  return 0;
+}
+
+static void run_timer_if_due(http_sink_t *s) {
+  if (s->deadline_us < 0 || s->deadline_us > now_us()) return;
+  s->deadline_us = -1;
+  int running;
+  curl_multi_socket_action(s->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+}
+
+/* Answers every finished transfer; returns how many. */
+static size_t settle(http_sink_t *s) {
+  size_t n = 0;
+  CURLMsg *msg;
+  int left;
+  while ((msg = curl_multi_info_read(s->multi, &left))) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    http_req_t *r = NULL;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+    CURLcode rc = msg->data.result;
+    active_unlink(s, r);
+    req_complete(s, r, rc);
+    n++;
+  }
+  return n;
 }
 
 static void *worker(void *arg) {
@@ -518,6 +647,9 @@ static void *worker(void *arg) {
       tail = &r->next;
       nactive++;
     }
+    /* Left in the queue (all slots busy): deliver() did not wake us for these (it wakes
+     * only on the first entry), so this thread must come back for them by itself. */
+    bool backlog = s->q_head != NULL;
     pthread_mutex_unlock(&s->mu);
     if (stop) break;
 
@@ -536,20 +668,41 @@ static void *worker(void *arg) {
       s->active = r;
     }
 
-    int running = 0;
-    curl_multi_perform(s->multi, &running);
-    CURLMsg *msg;
-    int left;
-    while ((msg = curl_multi_info_read(s->multi, &left))) {
-      if (msg->msg != CURLMSG_DONE) continue;
-      http_req_t *r = NULL;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-      CURLcode rc = msg->data.result;
-      active_unlink(s, r);
-      nactive--;
-      req_complete(s, r, rc);
+    /* a handle just added asks for its first run through the timer */
+    run_timer_if_due(s);
+    nactive -= settle(s);
+
+    int wait_ms = -1;
+    if (backlog && nactive < HTTP_MAX_ACTIVE) {
+      wait_ms = 0; /* a slot is free for a queued request: only look, do not sleep */
+    } else if (s->deadline_us >= 0) {
+      int64_t left = s->deadline_us - now_us();
+      wait_ms = left <= 0 ? 0 : (int)((left + 999) / 1000);
     }
-    curl_multi_poll(s->multi, NULL, 0, 1000, NULL);
+    struct epoll_event evs[HTTP_MAX_ACTIVE + 1];
+    int n = epoll_wait(s->epfd, evs, HTTP_MAX_ACTIVE + 1, wait_ms);
+    for (int i = 0; i < n; i++) {
+      int fd = evs[i].data.fd;
+      if (fd == s->evfd) {
+        uint64_t v;
+        if (read(s->evfd, &v, sizeof v) < 0) { /* EAGAIN: already drained */ }
+        continue;
+      }
+      if ((size_t)fd < s->nfds && (s->fds[fd] & (FD_OURS | FD_WATCHED)) == FD_OURS) {
+        /* an idle cached connection (closed by the peer, most likely): curl looks at it
+         * when it reuses it; until then it leaves the set, or it would wake us in a loop */
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+        s->fds[fd] = FD_OURS;
+        continue;
+      }
+      uint32_t ev = evs[i].events;
+      int mask = ((ev & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) | ((ev & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+                 ((ev & EPOLLERR) ? CURL_CSELECT_ERR : 0);
+      int running;
+      curl_multi_socket_action(s->multi, fd, mask, &running);
+    }
+    run_timer_if_due(s);
+    nactive -= settle(s);
   }
 
   /* Stopping: everything still here is answered once, as a retry. */
@@ -577,20 +730,12 @@ static void *worker(void *arg) {
 
 /* ---- vtable ----------------------------------------------------------------------- */
 
-static char *dup_n(const char *p, size_t n) {
-  char *d = malloc(n + 1);
-  if (!d) return NULL;
-  if (n) memcpy(d, p, n);
-  d[n] = '\0';
-  return d;
-}
-
 /* A header value from the envelope goes on the wire only when it cannot split a line. */
-static char *dup_header_value(const char *p, size_t n) {
-  if (!p || n == 0) return NULL;
+static bool wire_value(const char *p, size_t n) {
+  if (!p || n == 0) return false;
   for (size_t i = 0; i < n; i++)
-    if (p[i] == '\r' || p[i] == '\n' || p[i] == '\0') return NULL;
-  return dup_n(p, n);
+    if (p[i] == '\r' || p[i] == '\n' || p[i] == '\0') return false;
+  return true;
 }
 
 static bool name_is(const char *name, size_t len, const char *word) {
@@ -618,15 +763,21 @@ static bool value_ok_n(const char *v, size_t len) {
   return true;
 }
 
-/* The forwarded header lines of one attempt: one per name (lowercased), in the order the
- * names first arrived, repeats joined with ", " in received order. A name with any value
- * that could split a line is left out whole (half of a repeated header would mislead).
- * 0, or -1 when out of memory. */
-static int collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *att, http_req_t *r) {
+/* Room the forwarded lines of an envelope can take at most: a name's line is never longer
+ * than the lines of its values apart would be. */
+static size_t forwarded_bound(const ak_envelope_t *env) {
+  size_t n = 0;
+  for (size_t i = 0; i < env->nheaders; i++)
+    n += LINE_SIZE(env->headers[i].name_len, env->headers[i].value_len);
+  return n;
+}
+
+/* The forwarded header lines of one attempt, written at p (forwarded_bound bytes at
+ * most): one per name (lowercased), in the order the names first arrived, repeats joined
+ * with ", " in received order. A name with any value that could split a line is left out
+ * whole (half of a repeated header would mislead). Returns the byte after the last line. */
+static char *collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *att, char *p, size_t *nlines) {
   const ak_envelope_t *env = att->env;
-  if (!env->nheaders) return 0;
-  r->fwd = calloc(env->nheaders, sizeof *r->fwd);
-  if (!r->fwd) return -1;
   for (size_t i = 0; i < env->nheaders; i++) {
     const ak_header_t *h = &env->headers[i];
     if (!h->name || !token_n(h->name, h->name_len)) continue;
@@ -646,26 +797,36 @@ static int collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *att,
       vlen += (nvals++ ? 2 : 0) + o->value_len;
     }
     if (!ok) continue;
-    char *val = malloc(vlen + 1), *p = val;
-    if (!val) return -1;
-    nvals = 0;
-    for (size_t j = i; j < env->nheaders; j++) {
-      const ak_header_t *o = &env->headers[j];
-      if (o->name_len != h->name_len || !o->name || strncasecmp(o->name, h->name, h->name_len) != 0) continue;
-      if (nvals++) {
-        memcpy(p, ", ", 2);
-        p += 2;
+    for (size_t k = 0; k < h->name_len; k++) p[k] = (char)tolower((unsigned char)h->name[k]);
+    p += h->name_len;
+    if (vlen == 0) {
+      *p++ = ';';
+    } else {
+      *p++ = ':';
+      *p++ = ' ';
+      nvals = 0;
+      for (size_t j = i; j < env->nheaders; j++) {
+        const ak_header_t *o = &env->headers[j];
+        if (o->name_len != h->name_len || !o->name || strncasecmp(o->name, h->name, h->name_len) != 0) continue;
+        if (nvals++) {
+          memcpy(p, ", ", 2);
+          p += 2;
+        }
+        if (o->value_len) memcpy(p, o->value, o->value_len);
+        p += o->value_len;
       }
-      if (o->value_len) memcpy(p, o->value, o->value_len);
-      p += o->value_len;
     }
-    char *line = header_line(h->name, h->name_len, val, vlen);
-    free(val);
-    if (!line) return -1;
-    for (size_t k = 0; k < h->name_len; k++) line[k] = (char)tolower((unsigned char)line[k]);
-    r->fwd[r->nfwd++] = line;
+    *p++ = '\0';
+    (*nlines)++;
   }
-  return 0;
+  return p;
+}
+
+#define IDENT_LINE(name, val, vlen) (val ? LINE_SIZE(strlen(name), vlen) : 0)
+
+static void wake_worker(http_sink_t *s) {
+  uint64_t one = 1;
+  if (write(s->evfd, &one, sizeof one) < 0) { /* EAGAIN: the counter is already nonzero */ }
 }
 
 static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done) {
@@ -677,38 +838,77 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
     done(ctx, &out);
     return;
   }
-  http_req_t *r = calloc(1, sizeof *r);
-  if (!r) goto oom;
-  r->sink = s;
-  r->ctx = ctx;
-  r->done = done;
-  ak_uuid_format(env->id, r->id);
-  r->source = env->source_len ? dup_header_value(env->source, env->source_len) : dup_n(s->source_id, strlen(s->source_id));
-  if (!r->source) r->source = dup_n("", 0);
-  r->tenant = dup_header_value(env->tenant, env->tenant_len);
-  r->ctype = dup_header_value(env->content_type, env->content_type_len);
+  char id[AK_UUID_STR_LEN];
+  ak_uuid_format(env->id, id);
+  /* The identity values (NULL = header not sent), measured first so that the request, its
+   * body and all its header lines are one allocation. */
+  const char *source = s->source_id;
+  size_t source_len = strlen(source);
+  if (env->source_len) {
+    bool ok = wire_value(env->source, env->source_len);
+    source = ok ? env->source : "";
+    source_len = ok ? env->source_len : 0;
+  }
+  const char *tenant = wire_value(env->tenant, env->tenant_len) ? env->tenant : NULL;
+  const char *ctype = "application/octet-stream";
+  size_t ctype_len = strlen(ctype);
+  if (wire_value(env->content_type, env->content_type_len)) {
+    ctype = env->content_type;
+    ctype_len = env->content_type_len;
+  }
   /* A key that cannot go on the wire is left out, never replaced by another value: a
    * receiver deduplicating on it must not see two keys for one hook. */
   const char *idem = att->idempotency_key;
-  r->idem = (idem && *idem) ? dup_header_value(idem, strlen(idem)) : dup_n(r->id, strlen(r->id));
-  if (att->dedupe_key) r->dedupe = dup_header_value(att->dedupe_key, strlen(att->dedupe_key));
-  if (att->replay_id) r->replay = dup_header_value(att->replay_id, strlen(att->replay_id));
-  if (collect_forwarded(s, att, r) != 0) {
-    req_free(r);
-    goto oom;
+  size_t idem_len = idem ? strlen(idem) : 0;
+  if (!idem || !*idem) {
+    idem = id;
+    idem_len = strlen(id);
+  } else if (!wire_value(idem, idem_len)) {
+    idem = NULL;
   }
+  const char *dedupe = att->dedupe_key;
+  size_t dedupe_len = dedupe ? strlen(dedupe) : 0;
+  if (!wire_value(dedupe, dedupe_len)) dedupe = NULL;
+  const char *replay = att->replay_id;
+  size_t replay_len = replay ? strlen(replay) : 0;
+  if (!wire_value(replay, replay_len)) replay = NULL;
+
+  size_t id_len = strlen(id);
+  size_t room = LINE_SIZE(strlen("content-type"), ctype_len) + LINE_SIZE(strlen("x-ankusa-id"), id_len) +
+                LINE_SIZE(strlen("x-ankusa-source"), source_len) +
+                IDENT_LINE("x-ankusa-idempotency-key", idem, idem_len) +
+                IDENT_LINE("x-ankusa-tenant", tenant, env->tenant_len) +
+                IDENT_LINE("x-ankusa-dedupe-key", dedupe, dedupe_len) +
+                IDENT_LINE("x-ankusa-replay-id", replay, replay_len) + sizeof "Expect:" +
+                forwarded_bound(env);
+  http_req_t *r = malloc(sizeof *r + env->body_len + room);
+  if (!r) goto oom;
+  memset(r, 0, sizeof *r);
+  r->sink = s;
+  r->ctx = ctx;
+  r->done = done;
+  memcpy(r->id, id, sizeof id);
+  r->body = (const uint8_t *)r->mem;
   r->body_len = env->body_len;
-  if (env->body_len) {
-    r->body = malloc(env->body_len);
-    if (r->body) memcpy(r->body, env->body, env->body_len);
-  }
-  if (!r->source || (env->body_len && !r->body)) {
-    req_free(r);
-    goto oom;
-  }
+  if (env->body_len) memcpy(r->mem, env->body, env->body_len);
+  char *p = r->mem + env->body_len;
+  r->lines = p;
+#define PUT(name, val, vlen) p = put_line(p, name, strlen(name), val, vlen), r->nident++
+  PUT("content-type", ctype, ctype_len);
+  PUT("x-ankusa-id", id, id_len);
+  PUT("x-ankusa-source", source, source_len);
+  if (idem) PUT("x-ankusa-idempotency-key", idem, idem_len);
+  if (tenant) PUT("x-ankusa-tenant", tenant, env->tenant_len);
+  if (dedupe) PUT("x-ankusa-dedupe-key", dedupe, dedupe_len);
+  if (replay) PUT("x-ankusa-replay-id", replay, replay_len);
+#undef PUT
+  memcpy(p, "Expect:", sizeof "Expect:");
+  p += sizeof "Expect:";
+  r->nident++;
+  collect_forwarded(s, att, p, &r->nfwd);
 
   pthread_mutex_lock(&s->mu);
-  if (s->stop || s->outstanding >= HTTP_MAX_OUTSTANDING) {
+  if (s->stop || atomic_load(&s->outstanding) >= HTTP_MAX_OUTSTANDING) {
     bool stopped = s->stop;
     pthread_mutex_unlock(&s->mu);
     req_free(r);
@@ -716,12 +916,18 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
     done(ctx, &out);
     return;
   }
-  s->outstanding++;
+  atomic_fetch_add(&s->outstanding, 1);
   if (s->q_tail) s->q_tail->next = r;
   else s->q_head = r;
   s->q_tail = r;
+  /* Only the first entry wakes the worker: it takes the whole queue (up to its free
+   * slots) on every turn, so later entries ride on this wake-up or, when the slots are
+   * full, on the worker's own look at the queue after a transfer finishes. The eventfd
+   * stays readable until the worker reads it, so a wake-up sent while it is busy is not
+   * lost either. */
+  bool wake = r == s->q_head;
   pthread_mutex_unlock(&s->mu);
-  curl_multi_wakeup(s->multi);
+  if (wake) wake_worker(s);
   return;
 oom:
   snprintf(out.reason, sizeof out.reason, "out of memory");
@@ -735,11 +941,15 @@ static void http_destroy(void *self) {
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     pthread_mutex_unlock(&s->mu);
-    curl_multi_wakeup(s->multi);
+    wake_worker(s);
     pthread_join(s->thread, NULL);
   }
   for (size_t i = 0; i < s->nspare; i++) curl_easy_cleanup(s->spare[i]);
+  /* the multi's callbacks may still touch epfd while it closes its connections */
   if (s->multi) curl_multi_cleanup(s->multi);
+  if (s->evfd >= 0) close(s->evfd);
+  if (s->epfd >= 0) close(s->epfd);
+  free(s->fds);
   pthread_mutex_destroy(&s->mu);
   for (size_t i = 0; i < s->nkeys; i++) {
     OPENSSL_cleanse(s->keys[i], s->keylen[i]);
@@ -871,6 +1081,8 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
     return NULL;
   }
   pthread_mutex_init(&s->mu, NULL);
+  s->epfd = s->evfd = -1;
+  s->deadline_us = -1;
   snprintf(s->source_id, sizeof s->source_id, "%s", source_id ? source_id : "");
   if (parse_opts(s, opts, err, errlen) != 0) goto fail;
   if (!egress) {
@@ -887,6 +1099,18 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
   /* keep a connection per transfer slot: the default cache (4 x handles added) shrinks as
    * handles come and go, and a closed connection means a new TCP (and TLS) handshake */
   curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)HTTP_MAX_ACTIVE);
+  s->epfd = epoll_create1(EPOLL_CLOEXEC);
+  s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN};
+  ev.data.fd = s->evfd;
+  if (s->epfd < 0 || s->evfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0) {
+    snprintf(err, errlen, "cannot set up the http sink's event loop: %s", strerror(errno));
+    goto fail;
+  }
+  curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s);
+  curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+  curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s);
   if (pthread_create(&s->thread, NULL, worker, s) != 0) {
     snprintf(err, errlen, "cannot start the http sink thread");
     goto fail;

@@ -38,6 +38,8 @@ typedef struct {
   unsigned char *body;
   size_t body_len;
   int completed_ok, completed_err; /* requests MHD finished sending, or lost mid-way */
+  const char *script[8];           /* /script: the n-th request is answered as script[n % nscript] */
+  int nscript;
 } recv_t;
 
 typedef struct {
@@ -67,7 +69,8 @@ static void clear_request(recv_t *rv) {
   rv->body_len = 0;
 }
 
-/* Paths: /status/<code>[/<retry-after>], /sleep/<ms>, /big/<bytes>, /redirect. */
+/* Paths: /status/<code>[/<retry-after>], /sleep/<ms>, /big/<bytes>, /redirect, and /script
+ * (one of those, chosen by the request's number: one sink URL, many answers). */
 static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char *url, const char *method,
                               const char *version, const char *upload, size_t *upload_size, void **state) {
   (void)version;
@@ -94,6 +97,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
   rv->body = c->buf;
   rv->body_len = c->len;
   c->buf = NULL;
+  if (strcmp(url, "/script") == 0 && rv->nscript) url = rv->script[(rv->count - 1) % rv->nscript];
   pthread_mutex_unlock(&rv->mu);
 
   unsigned code = 200;
@@ -146,20 +150,24 @@ static void completed(void *cls, struct MHD_Connection *con, void **state, enum 
   *state = NULL;
 }
 
-static recv_t *recv_start(void) {
+/* idle_s > 0: the receiver closes a keep-alive connection idle that long. */
+static recv_t *recv_start_idle(unsigned idle_s) {
   recv_t *rv = calloc(1, sizeof *rv);
   pthread_mutex_init(&rv->mu, NULL);
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
   inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
   rv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL,
                            handle, rv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                           MHD_OPTION_NOTIFY_COMPLETED, completed, rv, MHD_OPTION_END);
+                           MHD_OPTION_NOTIFY_COMPLETED, completed, rv,
+                           MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_END);
   cr_assert_not_null(rv->d, "receiver did not start");
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(rv->d, MHD_DAEMON_INFO_BIND_PORT);
   rv->port = info->port;
   cr_assert_neq(rv->port, 0);
   return rv;
 }
+
+static recv_t *recv_start(void) { return recv_start_idle(0); }
 
 static void recv_stop(recv_t *rv) {
   MHD_stop_daemon(rv->d);
@@ -583,6 +591,116 @@ Test(http_sink, destroy_answers_pending_deliveries_once) {
     cr_expect_eq(w[i].calls, 1, "delivery %d answered %d times", i, w[i].calls);
     cr_expect_eq(w[i].out.result, AK_SINK_RETRY);
   }
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* One sink, one easy handle reused request after request: nothing of one request (headers,
+ * Retry-After, a cut-short or timed-out response) shows in the next. */
+Test(http_sink, reused_handle_carries_nothing_over) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  static const char *script[] = {"/status/429/7", "/status/503",  "/big/5000",   "/status/204",
+                                 "/sleep/1500",   "/status/200"};
+  memcpy(rv->script, script, sizeof script);
+  rv->nscript = 6;
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/script\",\"timeout_ms\":400,"
+                         "\"max_response_bytes\":1024}", rv->port);
+  ak_header_t hdrs[] = {{"X-GitHub-Event", 14, "push", 4}, {"X-Team", 6, "red", 3}};
+  ak_envelope_t full = envelope((const uint8_t *)"{\"a\":1}", 7, "application/json");
+  full.headers = hdrs;
+  full.nheaders = 2;
+  ak_envelope_t bare = envelope(NULL, 0, NULL);
+  bare.tenant = NULL;
+  bare.tenant_len = 0;
+
+  ak_sink_outcome_t out = deliver_att(s, &(ak_sink_attempt_t){.env = &full, .attempt = 2,
+                                           .idempotency_key = "acme:github:k", .dedupe_key = "k",
+                                           .replay_id = "018f0000-0000-7000-8000-000000000001"});
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect_eq(out.retry_after_ms, 7000);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-dedupe-key"), "k");
+  cr_expect_str_eq(recv_header(rv, "x-team"), "red");
+  cr_expect_eq(rv->body_len, 7);
+  pthread_mutex_unlock(&rv->mu);
+
+  out = deliver(s, &bare);
+  cr_expect_eq(out.result, AK_SINK_RETRY);
+  cr_expect_str_eq(out.reason, "http 503");
+  cr_expect_eq(out.retry_after_ms, 0, "the previous Retry-After is not reused");
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_null(recv_header(rv, "x-ankusa-dedupe-key"));
+  cr_expect_null(recv_header(rv, "x-ankusa-replay-id"));
+  cr_expect_null(recv_header(rv, "x-ankusa-tenant"));
+  cr_expect_null(recv_header(rv, "x-team"));
+  cr_expect_null(recv_header(rv, "x-github-event"));
+  cr_expect_str_eq(recv_header(rv, "x-ankusa-idempotency-key"), "018f2a3b-4c5d-7e6f-8091-a2b3c4d5e6f7");
+  cr_expect_str_eq(recv_header(rv, "content-type"), "application/octet-stream");
+  cr_expect_eq(rv->body_len, 0);
+  cr_expect_eq(recv_header_count(rv, "x-ankusa-id"), 1);
+  pthread_mutex_unlock(&rv->mu);
+
+  out = deliver(s, &full);
+  cr_expect_eq(out.result, AK_SINK_OK, "cut short at the cap: %s", out.reason);
+  out = deliver(s, &bare);
+  cr_expect_eq(out.result, AK_SINK_OK, "after a cut-short response: %s", out.reason);
+  out = deliver(s, &full);
+  cr_expect_str_eq(out.reason, "timeout");
+  out = deliver(s, &full);
+  cr_expect_eq(out.result, AK_SINK_OK, "after a timeout: %s", out.reason);
+  pthread_mutex_lock(&rv->mu);
+  cr_expect_str_eq(recv_header(rv, "content-type"), "application/json");
+  cr_expect_str_eq(recv_header(rv, "x-team"), "red");
+  cr_expect_eq(rv->body_len, 7);
+  cr_expect_str_eq(rv->url, "/script");
+  pthread_mutex_unlock(&rv->mu);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A cached connection the receiver closes while idle: the sink neither spins on it (it
+ * stays watched between requests) nor fails the next delivery. */
+Test(http_sink, idle_connection_closed_by_peer) {
+  recv_t *rv = recv_start_idle(1);
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/status/204\"}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  ak_sink_outcome_t out = deliver(s, &env);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  double before = cpu_seconds();
+  usleep(2500 * 1000); /* the receiver hangs up after 1 s */
+  double spent = cpu_seconds() - before;
+  cr_expect(spent < 0.5, "%.2f s of CPU while idle", spent);
+  for (int i = 0; i < 3; i++) {
+    out = deliver(s, &env);
+    cr_expect_eq(out.result, AK_SINK_OK, "after the hang-up, %d: %s", i, out.reason);
+  }
+  cr_expect_eq(recv_count(rv), 4);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* A host name, not an address: curl resolves it (off this thread) before the egress check. */
+Test(http_sink, host_name_is_resolved) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://localhost:%d/status/204\"}", rv->port);
+  ak_envelope_t env = envelope((const uint8_t *)"x", 1, NULL);
+  for (int i = 0; i < 3; i++) {
+    ak_sink_outcome_t out = deliver(s, &env);
+    cr_expect_eq(out.result, AK_SINK_OK, "%d: %s", i, out.reason);
+  }
+  cr_expect_eq(recv_count(rv), 3);
+  ak_sink_http.destroy(s);
   ak_egress_free(eg);
   recv_stop(rv);
 }

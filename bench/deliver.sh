@@ -496,6 +496,13 @@ printf '     deliveries during the load:               %8.0f /s (%.2f of the ing
 printf '     backlog when the load stopped:            %8.0f rows; empty %ss later\n' "$BB" "$BC"
 printf '  c. drain of %s hooks after a restart:     %8.2f s, %.0f hooks/s (%.0f/s from ready), %s us of ankusa CPU per delivery\n' \
   "$DRAIN_HOOKS" "$CS" "$CR" "$CRR" "$CC"
+# The issue's target: dispatch keeps up with the durable ingest rate. Two readings, both
+# printed: the dispatcher's capacity alone (c, from ready) against ingest's alone (a), and
+# during the mixed load (b) the deliveries against what was ingested meanwhile.
+KEEP=$(awk -v c="$CRR" -v a="$AR" 'BEGIN { printf "%.2f", (a > 0) ? c / a : 0 }')
+KEEPB=$(awk -v d="$BD" -v b="$BR" 'BEGIN { printf "%.2f", (b > 0) ? d / b : 0 }')
+printf '  keeps up? drain rate / ingest-alone rate: %s; deliveries / ingest during b: %s   target >= 1: %s\n' \
+  "$KEEP" "$KEEPB" "$(awk -v k="$KEEP" -v kb="$KEEPB" 'BEGIN { print (k >= 1 && kb >= 1) ? "PASS" : "FAIL" }')"
 if [ "$RUNS" -gt 1 ]; then
   echo "  runs: a ${A_RPS[*]}; b ingest ${B_RPS[*]}, deliveries/s ${B_DPS[*]}, backlog ${B_BACKLOG[*]}, catch-up s ${B_CATCHUP[*]}; c s ${C_SECONDS[*]}, us/delivery ${C_CPU[*]}"
 fi

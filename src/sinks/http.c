@@ -1,6 +1,6 @@
 /* The `http` sink: POST/PUT/PATCH of the raw hook body to one URL, on libcurl multi.
- * Owns its option rows, one background thread per instance (a CURLM driven by
- * curl_multi_socket_action from an epoll set, plus a bounded queue whose first entry
+ * Owns its option rows, a few worker threads per instance (each a CURLM driven by
+ * curl_multi_socket_action from its own epoll set, plus a bounded queue whose first entry
  * wakes the thread through an eventfd), Standard Webhooks delivery signing, the
  * status -> outcome mapping and the egress check of every address it connects to.
  * Never follows a redirect, never retries on its own (dispatch owns retries), never
@@ -47,8 +47,9 @@
 #include "sinks/sink.h"
 
 #define HTTP_MAX_SECRETS 8
-#define HTTP_MAX_ACTIVE 64        /* transfers in the CURLM at once */
-#define HTTP_MAX_OUTSTANDING 4096 /* queued + active; beyond it deliver answers retry */
+#define HTTP_MAX_ACTIVE 64        /* transfers in one worker's CURLM at once */
+#define HTTP_MAX_OUTSTANDING 4096 /* queued + active, whole sink; beyond it deliver answers retry */
+#define HTTP_MAX_WORKERS 4        /* worker threads per sink, at most (one per online CPU) */
 #define HTTP_RETRY_AFTER_CAP_MS 3600000
 
 static const ak_opt_t http_opts[] = {
@@ -69,8 +70,9 @@ static const ak_opt_t http_opts[] = {
 };
 
 typedef struct http_sink http_sink_t;
+typedef struct http_worker http_worker_t;
 
-/* http_sink.fds: a socket this sink opened (and curl closes through on_close_socket), what
+/* http_worker.fds: a socket this worker opened (and curl closes through on_close_socket), what
  * the epoll set holds for it (FD_IN/FD_OUT, none = not in the set), and whether curl
  * currently wants it watched. */
 enum { FD_OURS = 1, FD_IN = 2, FD_OUT = 4, FD_WATCHED = 8 };
@@ -78,6 +80,7 @@ enum { FD_OURS = 1, FD_IN = 2, FD_OUT = 4, FD_WATCHED = 8 };
 typedef struct http_req {
   struct http_req *next, *prev;
   http_sink_t *sink;
+  http_worker_t *worker; /* the one whose queue (then CURLM) holds it */
   CURL *easy;
   struct curl_slist *hdrs;
   char id[AK_UUID_STR_LEN];
@@ -114,6 +117,22 @@ struct http_sink {
   ak_egress_t *owned_egress;
   char source_id[72];
 
+  /* Queued + active over all workers. Raised by deliver only below the bound (a CAS, so
+   * the bound holds without a sink-wide lock); lowered as each attempt is answered. */
+  atomic_size_t outstanding;
+  atomic_uint next_worker; /* deliver's round-robin starting point */
+  http_worker_t *workers[HTTP_MAX_WORKERS];
+  size_t nworkers;
+};
+
+/* One thread with its own CURLM, epoll set and connection cache. A worker needs no other
+ * worker's state: one thread (≈20 us of CPU per delivery, mostly libcurl and the kernel's
+ * TCP path) was the limit of a whole sink, so the transfers are spread over several. Each
+ * is its own allocation (not an array of structs), so that one worker's queue and counters
+ * do not sit on the cache line of the next one's. */
+struct http_worker {
+  http_sink_t *sink;
+  unsigned index;
   CURLM *multi;
   int epfd;           /* the sockets curl asks to watch (on_socket), and evfd */
   int evfd;           /* deliver/destroy -> worker: work queued, or stop */
@@ -123,10 +142,9 @@ struct http_sink {
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
+  bool mu_init;
   http_req_t *q_head, *q_tail; /* waiting for a slot; under mu */
-  /* queued + active. Raised under mu (deliver checks the bound there); lowered without
-   * it, so that finishing a transfer does not contend with deliver for the lock. */
-  atomic_size_t outstanding;
+  atomic_size_t load;          /* queued + active here: deliver prefers the lighter worker */
   bool stop;                   /* under mu */
   http_req_t *active;          /* in the CURLM; worker thread only */
   CURL *spare[HTTP_MAX_ACTIVE]; /* idle easy handles (easy_new options) for reuse; worker thread only */
@@ -299,9 +317,11 @@ static void req_free(http_req_t *r) {
  * for a request that never reached the queue). */
 static void req_finish(http_req_t *r, const ak_sink_outcome_t *out) {
   http_sink_t *s = r->sink;
+  http_worker_t *w = r->worker;
   ak_sink_done_fn done = r->done;
   void *ctx = r->ctx;
   req_free(r);
+  atomic_fetch_sub(&w->load, 1);
   atomic_fetch_sub(&s->outstanding, 1);
   done(ctx, out);
 }
@@ -346,26 +366,26 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     return CURL_SOCKET_BAD;
   }
   curl_socket_t fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
-  http_sink_t *s = r->sink;
-  if (fd >= 0 && (size_t)fd >= s->nfds) {
-    size_t n = s->nfds ? s->nfds : 64;
+  http_worker_t *w = r->worker;
+  if (fd >= 0 && (size_t)fd >= w->nfds) {
+    size_t n = w->nfds ? w->nfds : 64;
     while (n <= (size_t)fd) n *= 2;
-    uint8_t *g = realloc(s->fds, n);
+    uint8_t *g = realloc(w->fds, n);
     if (g) { /* without room the socket is simply watched the plain way (on_socket) */
-      memset(g + s->nfds, 0, n - s->nfds);
-      s->fds = g;
-      s->nfds = n;
+      memset(g + w->nfds, 0, n - w->nfds);
+      w->fds = g;
+      w->nfds = n;
     }
   }
   /* a new socket is in no epoll set, whatever its number was used for before */
-  if (fd >= 0 && (size_t)fd < s->nfds) s->fds[fd] = FD_OURS;
+  if (fd >= 0 && (size_t)fd < w->nfds) w->fds[fd] = FD_OURS;
   return fd;
 }
 
 /* Closing takes a socket out of every epoll set; only the bookkeeping is left to do. */
 static int on_close_socket(void *ud, curl_socket_t fd) {
-  http_sink_t *s = ud;
-  if (fd >= 0 && (size_t)fd < s->nfds) s->fds[fd] = 0;
+  http_worker_t *w = ud;
+  if (fd >= 0 && (size_t)fd < w->nfds) w->fds[fd] = 0;
   return close(fd);
 }
 
@@ -433,7 +453,8 @@ static int sign(const http_sink_t *s, const http_req_t *r, const char *ts, char 
  * once per handle, not per delivery (the handle is reused without curl_easy_reset): the
  * per-request ones below overwrite everything a request leaves behind, and a request's
  * response state lives in its http_req_t, never in the handle. */
-static CURL *easy_new(http_sink_t *s, CURLcode *rcp) {
+static CURL *easy_new(http_worker_t *w, CURLcode *rcp) {
+  const http_sink_t *s = w->sink;
   CURL *e = curl_easy_init();
   if (!e) {
     *rcp = CURLE_OUT_OF_MEMORY;
@@ -453,9 +474,10 @@ static CURL *easy_new(http_sink_t *s, CURLcode *rcp) {
   SET(CURLOPT_WRITEFUNCTION, on_body);
   SET(CURLOPT_HEADERFUNCTION, on_header);
   SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-  /* per connection (it outlives the request that opened it): the sink, not the request */
+  /* per connection (it outlives the request that opened it): the worker whose cache holds
+   * it, not the request. A handle never leaves its worker, so this is set once. */
   SET(CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-  SET(CURLOPT_CLOSESOCKETDATA, (void *)s);
+  SET(CURLOPT_CLOSESOCKETDATA, (void *)w);
   if (rc != CURLE_OK) {
     curl_easy_cleanup(e);
     *rcp = rc;
@@ -465,14 +487,15 @@ static CURL *easy_new(http_sink_t *s, CURLcode *rcp) {
 }
 
 /* Build the easy handle; returns false (out filled) when the attempt cannot start. */
-static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
+static bool req_start(http_worker_t *w, http_req_t *r, ak_sink_outcome_t *out) {
+  const http_sink_t *s = w->sink;
   out->result = AK_SINK_RETRY;
   snprintf(out->reason, sizeof out->reason, "out of memory");
   r->retry_after_ms = -1;
   CURLcode rc = CURLE_OK;
   /* a reused handle keeps its allocations: creating one per delivery was a fifth of the
    * sink's CPU (bench/deliver.sh profile) */
-  r->easy = s->nspare ? s->spare[--s->nspare] : easy_new(s, &rc);
+  r->easy = w->nspare ? w->spare[--w->nspare] : easy_new(w, &rc);
   if (!r->easy) {
     if (rc != CURLE_OUT_OF_MEMORY)
       snprintf(out->reason, sizeof out->reason, "curl setup: %s", curl_easy_strerror(rc));
@@ -515,7 +538,7 @@ static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
     snprintf(out->reason, sizeof out->reason, "curl setup: %s", curl_easy_strerror(rc));
     return false;
   }
-  if (curl_multi_add_handle(s->multi, e) != CURLM_OK) {
+  if (curl_multi_add_handle(w->multi, e) != CURLM_OK) {
     snprintf(out->reason, sizeof out->reason, "curl setup: multi add failed");
     return false;
   }
@@ -523,14 +546,14 @@ static bool req_start(http_sink_t *s, http_req_t *r, ak_sink_outcome_t *out) {
 }
 #undef SET
 
-static void active_unlink(http_sink_t *s, http_req_t *r) {
+static void active_unlink(http_worker_t *w, http_req_t *r) {
   if (r->prev) r->prev->next = r->next;
-  else s->active = r->next;
+  else w->active = r->next;
   if (r->next) r->next->prev = r->prev;
   r->next = r->prev = NULL;
 }
 
-static void req_complete(http_sink_t *s, http_req_t *r, CURLcode rc) {
+static void req_complete(http_worker_t *w, http_req_t *r, CURLcode rc) {
   ak_sink_outcome_t out = {.result = AK_SINK_RETRY};
   long status = 0;
   curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
@@ -542,9 +565,9 @@ static void req_complete(http_sink_t *s, http_req_t *r, CURLcode rc) {
   } else {
     outcome_for_transport(rc, &out);
   }
-  curl_multi_remove_handle(s->multi, r->easy);
-  if (s->nspare < HTTP_MAX_ACTIVE) {
-    s->spare[s->nspare++] = r->easy;
+  curl_multi_remove_handle(w->multi, r->easy);
+  if (w->nspare < HTTP_MAX_ACTIVE) {
+    w->spare[w->nspare++] = r->easy;
     r->easy = NULL;
   }
   req_finish(r, &out);
@@ -561,13 +584,13 @@ static int64_t now_us(void) {
  * wake-up: a wake-up here touches only the sockets that have something to say. socketp
  * (curl_multi_assign) marks a socket already in the set, so a change is one MOD. */
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
-  http_sink_t *s = userp;
+  http_worker_t *w = userp;
   (void)e;
-  if (fd >= 0 && (size_t)fd < s->nfds && (s->fds[fd] & FD_OURS)) {
+  if (fd >= 0 && (size_t)fd < w->nfds && (w->fds[fd] & FD_OURS)) {
     /* A connection goes back to the cache after every request (REMOVE) and out again
      * for the next (IN): it stays in the set meanwhile, so that is no epoll_ctl at all.
      * An idle one that speaks up is taken out by the worker loop. */
-    uint8_t *st = &s->fds[fd];
+    uint8_t *st = &w->fds[fd];
     if (what == CURL_POLL_REMOVE) {
       *st &= (uint8_t)~FD_WATCHED;
       return 0;
@@ -578,70 +601,78 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *soc
     if (want == have) return 0;
     struct epoll_event ev = {.events = ((want & FD_IN) ? EPOLLIN : 0u) | ((want & FD_OUT) ? EPOLLOUT : 0u),
                              .data.fd = fd};
-    if (epoll_ctl(s->epfd, have ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) == 0)
+    if (epoll_ctl(w->epfd, have ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) == 0)
       *st = (uint8_t)((*st & ~(FD_IN | FD_OUT)) | want);
     return 0;
   }
   if (what == CURL_POLL_REMOVE) {
     /* fails when curl already closed it (closing left the set): nothing to undo */
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
     return 0;
   }
   struct epoll_event ev = {.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
                            .data.fd = fd};
-  if (socketp && epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+  if (socketp && epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
   /* new to the set, or a reused descriptor number the set dropped on close */
-  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
-    epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev);
-  curl_multi_assign(s->multi, fd, s);
+  if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
+    epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev);
+  curl_multi_assign(w->multi, fd, w);
   return 0;
 }
 
 /* curl's timer callback: only noted here; the worker acts on it when it falls due (curl
  * must not be re-entered from its own callback). */
 static int on_timer(CURLM *m, long timeout_ms, void *userp) {
-  http_sink_t *s = userp;
+  http_worker_t *w = userp;
   (void)m;
-  s->deadline_us = timeout_ms < 0 ? -1 : now_us() + (int64_t)timeout_ms * 1000;
+  w->deadline_us = timeout_ms < 0 ? -1 : now_us() + (int64_t)timeout_ms * 1000;
   return 0;
 }
 
-static void run_timer_if_due(http_sink_t *s) {
-  if (s->deadline_us < 0 || s->deadline_us > now_us()) return;
-  s->deadline_us = -1;
+static void run_timer_if_due(http_worker_t *w) {
+  if (w->deadline_us < 0 || w->deadline_us > now_us()) return;
+  w->deadline_us = -1;
   int running;
-  curl_multi_socket_action(s->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  curl_multi_socket_action(w->multi, CURL_SOCKET_TIMEOUT, 0, &running);
 }
 
 /* Answers every finished transfer; returns how many. */
-static size_t settle(http_sink_t *s) {
+static size_t settle(http_worker_t *w) {
   size_t n = 0;
   CURLMsg *msg;
   int left;
-  while ((msg = curl_multi_info_read(s->multi, &left))) {
+  while ((msg = curl_multi_info_read(w->multi, &left))) {
     if (msg->msg != CURLMSG_DONE) continue;
     http_req_t *r = NULL;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
     CURLcode rc = msg->data.result;
-    active_unlink(s, r);
-    req_complete(s, r, rc);
+    active_unlink(w, r);
+    req_complete(w, r, rc);
     n++;
   }
   return n;
 }
 
 static void *worker(void *arg) {
-  pthread_setname_np(pthread_self(), "ak-http-sink");
-  http_sink_t *s = arg;
+  http_worker_t *w = arg;
+  /* worker 0 keeps the name benches and profiles look for; "ak-http-sink-3" still fits
+   * the 15 characters a thread name may have */
+  _Static_assert(HTTP_MAX_WORKERS <= 10, "one digit in the thread name");
+  char name[16] = "ak-http-sink";
+  if (w->index) {
+    name[12] = '-';
+    name[13] = (char)('0' + w->index);
+  }
+  pthread_setname_np(pthread_self(), name);
   size_t nactive = 0;
   for (;;) {
     http_req_t *take = NULL, **tail = &take;
-    pthread_mutex_lock(&s->mu);
-    bool stop = s->stop;
-    while (!stop && s->q_head && nactive < HTTP_MAX_ACTIVE) {
-      http_req_t *r = s->q_head;
-      s->q_head = r->next;
-      if (!s->q_head) s->q_tail = NULL;
+    pthread_mutex_lock(&w->mu);
+    bool stop = w->stop;
+    while (!stop && w->q_head && nactive < HTTP_MAX_ACTIVE) {
+      http_req_t *r = w->q_head;
+      w->q_head = r->next;
+      if (!w->q_head) w->q_tail = NULL;
       r->next = NULL;
       *tail = r;
       tail = &r->next;
@@ -649,8 +680,8 @@ static void *worker(void *arg) {
     }
     /* Left in the queue (all slots busy): deliver() did not wake us for these (it wakes
      * only on the first entry), so this thread must come back for them by itself. */
-    bool backlog = s->q_head != NULL;
-    pthread_mutex_unlock(&s->mu);
+    bool backlog = w->q_head != NULL;
+    pthread_mutex_unlock(&w->mu);
     if (stop) break;
 
     while (take) {
@@ -658,70 +689,70 @@ static void *worker(void *arg) {
       take = r->next;
       r->next = NULL;
       ak_sink_outcome_t out;
-      if (!req_start(s, r, &out)) {
+      if (!req_start(w, r, &out)) {
         nactive--;
         req_finish(r, &out);
         continue;
       }
-      r->next = s->active;
-      if (s->active) s->active->prev = r;
-      s->active = r;
+      r->next = w->active;
+      if (w->active) w->active->prev = r;
+      w->active = r;
     }
 
     /* a handle just added asks for its first run through the timer */
-    run_timer_if_due(s);
-    nactive -= settle(s);
+    run_timer_if_due(w);
+    nactive -= settle(w);
 
     int wait_ms = -1;
     if (backlog && nactive < HTTP_MAX_ACTIVE) {
       wait_ms = 0; /* a slot is free for a queued request: only look, do not sleep */
-    } else if (s->deadline_us >= 0) {
-      int64_t left = s->deadline_us - now_us();
+    } else if (w->deadline_us >= 0) {
+      int64_t left = w->deadline_us - now_us();
       wait_ms = left <= 0 ? 0 : (int)((left + 999) / 1000);
     }
     struct epoll_event evs[HTTP_MAX_ACTIVE + 1];
-    int n = epoll_wait(s->epfd, evs, HTTP_MAX_ACTIVE + 1, wait_ms);
+    int n = epoll_wait(w->epfd, evs, HTTP_MAX_ACTIVE + 1, wait_ms);
     for (int i = 0; i < n; i++) {
       int fd = evs[i].data.fd;
-      if (fd == s->evfd) {
+      if (fd == w->evfd) {
         uint64_t v;
-        if (read(s->evfd, &v, sizeof v) < 0) { /* EAGAIN: already drained */ }
+        if (read(w->evfd, &v, sizeof v) < 0) { /* EAGAIN: already drained */ }
         continue;
       }
-      if ((size_t)fd < s->nfds && (s->fds[fd] & (FD_OURS | FD_WATCHED)) == FD_OURS) {
+      if ((size_t)fd < w->nfds && (w->fds[fd] & (FD_OURS | FD_WATCHED)) == FD_OURS) {
         /* an idle cached connection (closed by the peer, most likely): curl looks at it
          * when it reuses it; until then it leaves the set, or it would wake us in a loop */
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
-        s->fds[fd] = FD_OURS;
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+        w->fds[fd] = FD_OURS;
         continue;
       }
       uint32_t ev = evs[i].events;
       int mask = ((ev & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) | ((ev & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
                  ((ev & EPOLLERR) ? CURL_CSELECT_ERR : 0);
       int running;
-      curl_multi_socket_action(s->multi, fd, mask, &running);
+      curl_multi_socket_action(w->multi, fd, mask, &running);
     }
-    run_timer_if_due(s);
-    nactive -= settle(s);
+    run_timer_if_due(w);
+    nactive -= settle(w);
   }
 
   /* Stopping: everything still here is answered once, as a retry. */
   ak_sink_outcome_t out = {.result = AK_SINK_RETRY};
   snprintf(out.reason, sizeof out.reason, "sink stopped");
-  while (s->active) {
-    http_req_t *r = s->active;
-    active_unlink(s, r);
-    curl_multi_remove_handle(s->multi, r->easy);
+  while (w->active) {
+    http_req_t *r = w->active;
+    active_unlink(w, r);
+    curl_multi_remove_handle(w->multi, r->easy);
     req_finish(r, &out);
   }
   for (;;) {
-    pthread_mutex_lock(&s->mu);
-    http_req_t *r = s->q_head;
+    pthread_mutex_lock(&w->mu);
+    http_req_t *r = w->q_head;
     if (r) {
-      s->q_head = r->next;
-      if (!s->q_head) s->q_tail = NULL;
+      w->q_head = r->next;
+      if (!w->q_head) w->q_tail = NULL;
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&w->mu);
     if (!r) break;
     req_finish(r, &out);
   }
@@ -824,9 +855,29 @@ static char *collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *at
 
 #define IDENT_LINE(name, val, vlen) (val ? LINE_SIZE(strlen(name), vlen) : 0)
 
-static void wake_worker(http_sink_t *s) {
+static void wake_worker(http_worker_t *w) {
   uint64_t one = 1;
-  if (write(s->evfd, &one, sizeof one) < 0) { /* EAGAIN: the counter is already nonzero */ }
+  if (write(w->evfd, &one, sizeof one) < 0) { /* EAGAIN: the counter is already nonzero */ }
+}
+
+/* The next worker in turn, or its neighbour when that one has less to do: two loads,
+ * enough to keep one slow worker (a receiver that stalls its connections) from piling
+ * up what the others could take. */
+static http_worker_t *pick_worker(http_sink_t *s) {
+  if (s->nworkers == 1) return s->workers[0];
+  unsigned i = atomic_fetch_add_explicit(&s->next_worker, 1, memory_order_relaxed) % (unsigned)s->nworkers;
+  http_worker_t *a = s->workers[i], *b = s->workers[(i + 1) % s->nworkers];
+  return atomic_load_explicit(&b->load, memory_order_relaxed) < atomic_load_explicit(&a->load, memory_order_relaxed)
+             ? b : a;
+}
+
+/* Takes one of the sink's HTTP_MAX_OUTSTANDING places; false when none is left. */
+static bool reserve_outstanding(http_sink_t *s) {
+  size_t n = atomic_load(&s->outstanding);
+  do {
+    if (n >= HTTP_MAX_OUTSTANDING) return false;
+  } while (!atomic_compare_exchange_weak(&s->outstanding, &n, n + 1));
+  return true;
 }
 
 static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done) {
@@ -907,50 +958,62 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
   r->nident++;
   collect_forwarded(s, att, p, &r->nfwd);
 
-  pthread_mutex_lock(&s->mu);
-  if (s->stop || atomic_load(&s->outstanding) >= HTTP_MAX_OUTSTANDING) {
-    bool stopped = s->stop;
-    pthread_mutex_unlock(&s->mu);
+  http_worker_t *w = pick_worker(s);
+  r->worker = w;
+  pthread_mutex_lock(&w->mu);
+  bool stopped = w->stop;
+  if (stopped || !reserve_outstanding(s)) {
+    pthread_mutex_unlock(&w->mu);
     req_free(r);
     snprintf(out.reason, sizeof out.reason, stopped ? "sink stopped" : "http sink queue full");
     done(ctx, &out);
     return;
   }
-  atomic_fetch_add(&s->outstanding, 1);
-  if (s->q_tail) s->q_tail->next = r;
-  else s->q_head = r;
-  s->q_tail = r;
+  atomic_fetch_add(&w->load, 1);
+  if (w->q_tail) w->q_tail->next = r;
+  else w->q_head = r;
+  w->q_tail = r;
   /* Only the first entry wakes the worker: it takes the whole queue (up to its free
    * slots) on every turn, so later entries ride on this wake-up or, when the slots are
    * full, on the worker's own look at the queue after a transfer finishes. The eventfd
    * stays readable until the worker reads it, so a wake-up sent while it is busy is not
    * lost either. */
-  bool wake = r == s->q_head;
-  pthread_mutex_unlock(&s->mu);
-  if (wake) wake_worker(s);
+  bool wake = r == w->q_head;
+  pthread_mutex_unlock(&w->mu);
+  if (wake) wake_worker(w);
   return;
 oom:
   snprintf(out.reason, sizeof out.reason, "out of memory");
   done(ctx, &out);
 }
 
+static void worker_free(http_worker_t *w) {
+  if (!w) return;
+  for (size_t i = 0; i < w->nspare; i++) curl_easy_cleanup(w->spare[i]);
+  /* the multi's callbacks may still touch epfd and fds while it closes its connections */
+  if (w->multi) curl_multi_cleanup(w->multi);
+  if (w->evfd >= 0) close(w->evfd);
+  if (w->epfd >= 0) close(w->epfd);
+  free(w->fds);
+  if (w->mu_init) pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
 static void http_destroy(void *self) {
   http_sink_t *s = self;
   if (!s) return;
-  if (s->thread_started) {
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_mutex_unlock(&s->mu);
-    wake_worker(s);
-    pthread_join(s->thread, NULL);
+  /* all told first, then all joined: they wind down side by side */
+  for (size_t i = 0; i < s->nworkers; i++) {
+    http_worker_t *w = s->workers[i];
+    if (!w || !w->thread_started) continue;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_mutex_unlock(&w->mu);
+    wake_worker(w);
   }
-  for (size_t i = 0; i < s->nspare; i++) curl_easy_cleanup(s->spare[i]);
-  /* the multi's callbacks may still touch epfd while it closes its connections */
-  if (s->multi) curl_multi_cleanup(s->multi);
-  if (s->evfd >= 0) close(s->evfd);
-  if (s->epfd >= 0) close(s->epfd);
-  free(s->fds);
-  pthread_mutex_destroy(&s->mu);
+  for (size_t i = 0; i < s->nworkers; i++)
+    if (s->workers[i] && s->workers[i]->thread_started) pthread_join(s->workers[i]->thread, NULL);
+  for (size_t i = 0; i < s->nworkers; i++) worker_free(s->workers[i]);
   for (size_t i = 0; i < s->nkeys; i++) {
     OPENSSL_cleanse(s->keys[i], s->keylen[i]);
     free(s->keys[i]);
@@ -1067,6 +1130,57 @@ oom:
   return -1;
 }
 
+/* One per online CPU, up to HTTP_MAX_WORKERS: beyond the cores there is nothing to gain,
+ * and every worker holds its own connections to the receiver. */
+static size_t worker_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef AK_TEST_HOOKS
+  /* test builds only: the same cases with one worker and with several, on any box */
+  const char *t = getenv("ANKUSA_TEST_HTTP_WORKERS");
+  if (t && atol(t) > 0) n = atol(t);
+#endif
+  if (n < 1) n = 1;
+  return n > HTTP_MAX_WORKERS ? HTTP_MAX_WORKERS : (size_t)n;
+}
+
+static http_worker_t *worker_new(http_sink_t *s, unsigned index, char *err, size_t errlen) {
+  http_worker_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  w->sink = s;
+  w->index = index;
+  w->epfd = w->evfd = -1;
+  w->deadline_us = -1;
+  pthread_mutex_init(&w->mu, NULL);
+  w->mu_init = true;
+  w->multi = curl_multi_init();
+  if (!w->multi) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
+  /* keep a connection per transfer slot: the default cache (4 x handles added) shrinks as
+   * handles come and go, and a closed connection means a new TCP (and TLS) handshake */
+  curl_multi_setopt(w->multi, CURLMOPT_MAXCONNECTS, (long)HTTP_MAX_ACTIVE);
+  w->epfd = epoll_create1(EPOLL_CLOEXEC);
+  w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN};
+  ev.data.fd = w->evfd;
+  if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0) {
+    snprintf(err, errlen, "cannot set up the http sink's event loop: %s", strerror(errno));
+    goto fail;
+  }
+  curl_multi_setopt(w->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(w->multi, CURLMOPT_SOCKETDATA, w);
+  curl_multi_setopt(w->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+  curl_multi_setopt(w->multi, CURLMOPT_TIMERDATA, w);
+  return w;
+fail:
+  worker_free(w);
+  return NULL;
+}
+
 static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err, size_t errlen) {
   const char *source_id = sctx ? sctx->source_id : NULL;
   const ak_egress_t *egress = sctx ? sctx->egress : NULL;
@@ -1080,9 +1194,6 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
     snprintf(err, errlen, "out of memory");
     return NULL;
   }
-  pthread_mutex_init(&s->mu, NULL);
-  s->epfd = s->evfd = -1;
-  s->deadline_us = -1;
   snprintf(s->source_id, sizeof s->source_id, "%s", source_id ? source_id : "");
   if (parse_opts(s, opts, err, errlen) != 0) goto fail;
   if (!egress) {
@@ -1091,31 +1202,17 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
     egress = s->owned_egress;
   }
   s->egress = egress;
-  s->multi = curl_multi_init();
-  if (!s->multi) {
-    snprintf(err, errlen, "out of memory");
-    goto fail;
+  size_t n = worker_count();
+  for (size_t i = 0; i < n; i++) {
+    http_worker_t *w = worker_new(s, (unsigned)i, err, errlen);
+    if (!w) goto fail;
+    s->workers[s->nworkers++] = w;
+    if (pthread_create(&w->thread, NULL, worker, w) != 0) {
+      snprintf(err, errlen, "cannot start the http sink thread");
+      goto fail;
+    }
+    w->thread_started = true;
   }
-  /* keep a connection per transfer slot: the default cache (4 x handles added) shrinks as
-   * handles come and go, and a closed connection means a new TCP (and TLS) handshake */
-  curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)HTTP_MAX_ACTIVE);
-  s->epfd = epoll_create1(EPOLL_CLOEXEC);
-  s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  struct epoll_event ev = {.events = EPOLLIN};
-  ev.data.fd = s->evfd;
-  if (s->epfd < 0 || s->evfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0) {
-    snprintf(err, errlen, "cannot set up the http sink's event loop: %s", strerror(errno));
-    goto fail;
-  }
-  curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s);
-  curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, on_timer);
-  curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s);
-  if (pthread_create(&s->thread, NULL, worker, s) != 0) {
-    snprintf(err, errlen, "cannot start the http sink thread");
-    goto fail;
-  }
-  s->thread_started = true;
   return s;
 fail:
   http_destroy(s);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/config.h"
@@ -203,13 +204,17 @@ typedef struct {
   pthread_cond_t cv;
   int calls;
   ak_sink_outcome_t out;
+  char thread[16]; /* the name of the thread that answered */
 } waiter_t;
 
 static void on_done(void *ctx, const ak_sink_outcome_t *out) {
   waiter_t *w = ctx;
+  char name[16] = "";
+  pthread_getname_np(pthread_self(), name, sizeof name);
   pthread_mutex_lock(&w->mu);
   w->calls++;
   w->out = *out;
+  memcpy(w->thread, name, sizeof name);
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
 }
@@ -591,6 +596,116 @@ Test(http_sink, destroy_answers_pending_deliveries_once) {
     cr_expect_eq(w[i].calls, 1, "delivery %d answered %d times", i, w[i].calls);
     cr_expect_eq(w[i].out.result, AK_SINK_RETRY);
   }
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* ---- several workers ------------------------------------------------------------ */
+
+/* The sink's worker count for a test about several of them: the run's choice when it made
+ * one (ANKUSA_TEST_HTTP_WORKERS), else four; without test hooks, what the box has. */
+static int several_workers(void) {
+  long n;
+#ifdef AK_TEST_HOOKS
+  const char *t = getenv("ANKUSA_TEST_HTTP_WORKERS");
+  if (!t || atoi(t) < 1) {
+    setenv("ANKUSA_TEST_HTTP_WORKERS", "4", 1);
+    t = "4";
+  }
+  n = atol(t);
+#else
+  n = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+  return n < 1 ? 1 : n > 4 ? 4 : (int)n;
+}
+
+static void waiters_init(waiter_t *w, int n) {
+  for (int i = 0; i < n; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    pthread_mutex_init(&w[i].mu, NULL);
+    pthread_cond_init(&w[i].cv, NULL);
+  }
+}
+
+static int calls_of(waiter_t *w) {
+  pthread_mutex_lock(&w->mu);
+  int n = w->calls;
+  pthread_mutex_unlock(&w->mu);
+  return n;
+}
+
+static void wait_answered(waiter_t *w, int secs) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += secs;
+  pthread_mutex_lock(&w->mu);
+  while (w->calls == 0)
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &until) != 0) break;
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* 500 at once over several workers: each reaches the receiver and is answered exactly
+ * once, and every worker took a share, on a thread named for it. */
+Test(http_sink, concurrent_deliveries_over_several_workers) {
+  int nw = several_workers();
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/status/204\"}", rv->port);
+  enum { N = 500 };
+  static waiter_t w[N];
+  waiters_init(w, N);
+  ak_envelope_t env = envelope((const uint8_t *)"abc", 3, NULL);
+  for (int i = 0; i < N; i++) ak_sink_http.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
+  for (int i = 0; i < N; i++) wait_answered(&w[i], 30);
+  usleep(50 * 1000); /* a second answer would show up here */
+  bool seen[4] = {false};
+  for (int i = 0; i < N; i++) {
+    cr_expect_eq(calls_of(&w[i]), 1, "delivery %d answered %d times", i, calls_of(&w[i]));
+    cr_expect_eq(w[i].out.result, AK_SINK_OK, "delivery %d: %s", i, w[i].out.reason);
+    int k = -1;
+    if (strcmp(w[i].thread, "ak-http-sink") == 0) k = 0;
+    else if (strncmp(w[i].thread, "ak-http-sink-", 13) == 0 && w[i].thread[13] >= '1' && w[i].thread[13] <= '3' &&
+             !w[i].thread[14])
+      k = w[i].thread[13] - '0';
+    cr_expect(k >= 0 && k < nw, "delivery %d answered on thread \"%s\"", i, w[i].thread);
+    if (k >= 0 && k < 4) seen[k] = true;
+  }
+  for (int k = 0; k < nw; k++) cr_expect(seen[k], "worker %d of %d took none", k, nw);
+  cr_expect_eq(recv_count(rv), N);
+  ak_sink_http.destroy(s);
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* The outstanding bound is the sink's, not a worker's: past HTTP_MAX_OUTSTANDING (4096)
+ * attempts over all workers the next are refused at once; destroy then answers each of the
+ * rest once, whether it was in a worker's CURLM or still in its queue. */
+Test(http_sink, bound_and_destroy_over_several_workers, .timeout = 120) {
+  several_workers();
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  void *s = sink_new(eg, "{\"url\":\"http://127.0.0.1:%d/sleep/2000\"}", rv->port);
+  enum { BOUND = 4096, N = BOUND + 10 };
+  static waiter_t w[N];
+  waiters_init(w, N);
+  ak_envelope_t env = envelope((const uint8_t *)"abc", 3, NULL);
+  for (int i = 0; i < N; i++) ak_sink_http.deliver(s, &(ak_sink_attempt_t){.env = &env, .attempt = 1}, &w[i], on_done);
+  int full = 0;
+  for (int i = 0; i < N; i++) {
+    if (calls_of(&w[i]) == 0) continue;
+    cr_expect_str_eq(w[i].out.reason, "http sink queue full", "delivery %d", i);
+    full++;
+  }
+  cr_expect_eq(full, N - BOUND, "refused at once: %d", full);
+  usleep(200 * 1000); /* each worker has its 64 transfers under way; the rest wait */
+  ak_sink_http.destroy(s);
+  int stopped = 0;
+  for (int i = 0; i < N; i++) {
+    cr_expect_eq(calls_of(&w[i]), 1, "delivery %d answered %d times", i, calls_of(&w[i]));
+    cr_expect_eq(w[i].out.result, AK_SINK_RETRY, "delivery %d", i);
+    stopped += strcmp(w[i].out.reason, "sink stopped") == 0;
+  }
+  cr_expect_eq(stopped, BOUND);
   ak_egress_free(eg);
   recv_stop(rv);
 }
@@ -996,4 +1111,46 @@ Test(http_sink, option_rows_declared) {
   cr_expect(ak_sink_http.durable);
   cr_expect_eq(ak_sinks_find("http"), &ak_sink_http, "the registry lists the real sink");
   cr_expect(ak_sink_http.supported);
+}
+
+/* Every http_sink case again with one worker and with four, whatever this box has (a
+ * plain run gets one per CPU): the binary runs itself once per count. */
+Test(http_sink_workers, every_case_with_1_and_4_workers, .timeout = 280) {
+#ifndef AK_TEST_HOOKS
+  cr_skip_test("the worker count can be chosen in test-hooks builds only");
+#else
+  if (getenv("ANKUSA_TEST_HTTP_WORKERS")) cr_skip_test("this run chose its worker count");
+  char exe[4096];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  cr_assert(len > 0);
+  exe[len] = '\0';
+  extern char **environ;
+  size_t nenv = 0;
+  while (environ[nenv]) nenv++;
+  char **envp = calloc(nenv + 2, sizeof *envp);
+  cr_assert_not_null(envp);
+  const char *counts[] = {"1", "4"};
+  for (size_t c = 0; c < 2; c++) {
+    /* BoxFort's own variables would make the copy take itself for a sandboxed test */
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++)
+      if (strncmp(environ[i], "BXFI_", 5) != 0) envp[k++] = environ[i];
+    char var[64];
+    snprintf(var, sizeof var, "ANKUSA_TEST_HTTP_WORKERS=%s", counts[c]);
+    envp[k++] = var;
+    envp[k] = NULL;
+    char *argv[] = {exe, "--filter=http_sink/*", NULL};
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+      execve(exe, argv, envp);
+      _exit(127);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the http_sink cases with %s worker(s) failed (status %#x)",
+              counts[c], st);
+  }
+  free(envp);
+#endif
 }

@@ -96,6 +96,7 @@ struct tenant {
   skey_t *keys;                  /* ring cursor */
   int64_t pending, scheduled;    /* unclaimed due rows: first attempts / retries */
   int64_t inflight, inflight_bytes, running;
+  int64_t need_bytes;            /* the next row did not fit the bytes window: its size (0: none) */
   size_t queued;
 };
 
@@ -180,6 +181,7 @@ struct ak_dispatch {
   size_t nslots;
   row_t *run_head, *run_tail;
   int64_t inflight, inflight_bytes, running;
+  int64_t need_bytes;            /* the next row did not fit the node's bytes window: its size */
   int64_t pending, scheduled, dead;
   rocksdb_writebatch_t *wb;
   size_t wb_ops;
@@ -324,12 +326,22 @@ static uint64_t row_id(uint64_t seq, uint16_t sink) { return seq << 16 | sink; }
 
 static int64_t tenant_cap_inflight(const ak_dispatch_t *d) { return d->cfg->dispatch_tenant_max_inflight; }
 
+/* A window whose next row did not fit its bytes has room again only once that row fits:
+ * judged on bytes alone it would look open after every settle, and the dispatcher would
+ * scan it without pause, claiming nothing, until enough rows settled (a busy loop while a
+ * slow sink holds large hooks). A window holding no row always has room for one. */
 static bool tenant_has_room(const ak_dispatch_t *d, const tenant_t *t) {
-  return t->inflight < tenant_cap_inflight(d) && t->inflight_bytes < d->cfg->dispatch_tenant_max_inflight_bytes;
+  if (t->inflight >= tenant_cap_inflight(d)) return false;
+  int64_t cap = d->cfg->dispatch_tenant_max_inflight_bytes;
+  if (t->need_bytes && t->inflight > 0) return t->inflight_bytes + t->need_bytes <= cap;
+  return t->inflight_bytes < cap;
 }
 
 static bool global_has_room(const ak_dispatch_t *d) {
-  return d->inflight < d->cfg->dispatch_max_inflight && d->inflight_bytes < d->cfg->dispatch_max_inflight_bytes;
+  if (d->inflight >= d->cfg->dispatch_max_inflight) return false;
+  int64_t cap = d->cfg->dispatch_max_inflight_bytes;
+  if (d->need_bytes && d->inflight > 0) return d->inflight_bytes + d->need_bytes <= cap;
+  return d->inflight_bytes < cap;
 }
 
 /* A scan costs an iterator seek, and the outcome flush before it, whatever it claims.
@@ -953,9 +965,13 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const uint8_t *k, siz
   /* windows: always let a tenant hold one row, however large, or it could never move */
   if (t->inflight > 0 && (t->inflight_bytes + (int64_t)rl > d->cfg->dispatch_tenant_max_inflight_bytes ||
                           d->inflight_bytes + (int64_t)rl > d->cfg->dispatch_max_inflight_bytes)) {
+    if (t->inflight_bytes + (int64_t)rl > d->cfg->dispatch_tenant_max_inflight_bytes) t->need_bytes = (int64_t)rl;
+    else d->need_bytes = (int64_t)rl;
     free(rec);
     return CLAIM_STOP;
   }
+  t->need_bytes = 0;
+  d->need_bytes = 0;
   row_t *r = calloc(1, sizeof *r);
   if (!r) {
     free(rec);
@@ -1675,6 +1691,8 @@ size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms) {
   scan(d, now_ms);
   return (size_t)(d->inflight - before);
 }
+
+size_t ak_dispatch_debug_ready(ak_dispatch_t *d) { return global_wants_claims(d) ? d->nready : 0; }
 
 int64_t ak_dispatch_debug_tenant_claimed(ak_dispatch_t *d, const char *tenant) {
   tenant_t *t = tmap_get(&d->tenants, tenant, strlen(tenant));

@@ -36,6 +36,8 @@ int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen);
 size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms);
 /* Rows of `tenant` claimed now; -1 for a tenant never seen. */
 int64_t ak_dispatch_debug_tenant_claimed(ak_dispatch_t *d, const char *tenant);
+/* Tests: tenants a scan would serve now (0 when the node's window wants no claims). */
+size_t ak_dispatch_debug_ready(ak_dispatch_t *d);
 void ak_dispatch_free(ak_dispatch_t *d);
 
 /* Rows became due outside a hook commit (a replay moved them back from the dead-letter

@@ -225,3 +225,33 @@ Test(dispatch, unbuildable_sink_refused_with_its_key) {
   ak_metrics_free(f.inst.metrics);
   ak_config_free(f.inst.cfg);
 }
+
+/* The stored size of one row add_rows writes (every row of one tenant has the same). */
+static size_t row_bytes(const char *tenant) {
+  ak_envelope_t env = {.seq = 1, .received_at_ms = 1000, .tenant = tenant, .tenant_len = strlen(tenant),
+                       .source = "s", .source_len = 1, .method = "POST", .method_len = 4, .body = (const uint8_t *)"{}",
+                       .body_len = 2};
+  env.id[6] = 0x70;
+  size_t rl;
+  free(ak_envelope_encode(&env, &rl));
+  return rl;
+}
+
+/* A tenant whose next row does not fit its bytes window is not ready again until it
+ * fits: before, the window looked open on bytes alone (claimed bytes under the cap) and
+ * the dispatch thread rescanned it in a busy loop, claiming nothing, until rows settled. */
+Test(dispatch, a_row_too_big_for_the_bytes_window_waits_without_rescans) {
+  fx_t f;
+  size_t rl = row_bytes("a");
+  char yaml[256];
+  snprintf(yaml, sizeof yaml, "dispatch: {tenants: {max_inflight_bytes: %zu}}", rl + rl / 2);
+  fx_open(&f, yaml);
+  add_rows(&f, "a", 10, 1000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_expect_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 1, "one row fits the window, the second does not");
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 1);
+  cr_expect_eq(ak_dispatch_debug_ready(d), 0, "the tenant waits for bytes to settle, not for the next pass");
+  cr_expect_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 0);
+  ak_dispatch_free(d);
+  fx_close(&f);
+}

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <openssl/evp.h>
+#include <openssl/sha.h>
 #include <rocksdb/c.h>
 #include "core/clock.h"
 #include "core/instance.h"
@@ -90,19 +91,21 @@ static uint64_t hash_of(const uint8_t digest[16]) {
   return h;
 }
 
-/* SHA-256 fetched once: EVP_Digest with EVP_sha256() looks the implementation up in the
- * provider tables on every call, about half of the digest's cost on a short scope. */
-static EVP_MD *sha256_md;
-static void sha256_fetch(void) { sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL); }
-
+/* SHA-256 through the low-level interface: a context on the stack, no provider dispatch
+ * and no allocation. EVP_Digest cost a context allocation and an implementation lookup
+ * per call, most of the digest on a scope of a few dozen bytes, once per request. (The
+ * interface is deprecated in OpenSSL 3 but present; the digest is the same.) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 static void digest_of(const uint8_t *scope, size_t n, uint8_t out[16]) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, sha256_fetch);
-  unsigned char dg[32];
-  unsigned int dl = 0;
-  EVP_Digest(scope, n, dg, &dl, sha256_md ? sha256_md : EVP_sha256(), NULL);
+  SHA256_CTX ctx;
+  unsigned char dg[SHA256_DIGEST_LENGTH];
+  SHA256_Init(&ctx);
+  SHA256_Update(&ctx, scope, n);
+  SHA256_Final(dg, &ctx);
   memcpy(out, dg, 16);
 }
+#pragma GCC diagnostic pop
 
 size_t ak_dedupe_ekey(uint8_t *out, int64_t at_ms, const uint8_t *scope, size_t scope_len) {
   out[0] = AK_IDX_DEDUPE;
@@ -290,6 +293,16 @@ bool ak_dedupe_seen(ak_dedupe_t *dx, const ak_dedupe_claim_t *c, uint8_t first_i
   pthread_mutex_unlock(&dx->mu);
   if (hit) ak_counter_add(dx->m_dups, 1);
   return hit;
+}
+
+void ak_dedupe_prefetch(ak_dedupe_t *dx, const ak_write_req_t *list, size_t max) {
+  pthread_mutex_lock(&dx->mu);
+  if (dx->cap) {
+    size_t mask = dx->cap - 1;
+    for (size_t i = 0; list && i < max; list = list->next, i++)
+      if (list->dedupe) __builtin_prefetch(&dx->slots[hash_of(list->dedupe->digest) & mask]);
+  }
+  pthread_mutex_unlock(&dx->mu);
 }
 
 ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, ak_write_req_t *r) {

@@ -70,6 +70,9 @@ void ak_dedupe_claim_free(ak_dedupe_claim_t *c);
 bool ak_dedupe_seen(ak_dedupe_t *dx, const ak_dedupe_claim_t *c, uint8_t first_id[16]);
 
 /* Writer, under its queue lock: see the top of this file. DUP and QUOTA set r->status. */
+/* The writer, before taking a batch: start loading the index slots of up to max queued
+ * records, so their misses overlap instead of each ak_dedupe_take waiting on its own. */
+void ak_dedupe_prefetch(ak_dedupe_t *dx, const struct ak_write_req *list, size_t max);
 ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, struct ak_write_req *r);
 /* Writer: the 'e' key of r into the hook's batch, when r holds its key pending. */
 void ak_dedupe_put(ak_dedupe_t *dx, struct rocksdb_writebatch_t *wb, struct rocksdb_column_family_handle_t *cf,

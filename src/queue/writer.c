@@ -255,6 +255,7 @@ ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
  * of a key still in flight is parked on the record that holds it. */
 static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n, ak_write_req_t **expired) {
   int64_t now = ak_mono_ns();
+  if (w->inst->dedupe) ak_dedupe_prefetch(w->inst->dedupe, w->head, (size_t)w->max_batch);
   ak_write_req_t *keep = NULL, **kt = &keep, **et = expired;
   size_t k = 0, taken = 0;
   *expired = NULL;

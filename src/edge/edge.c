@@ -765,6 +765,18 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   return e;
 }
 
+/* Draining (SIGTERM): a new connection is closed as soon as it is accepted, so its client
+ * fails over at once; requests on connections already open are answered 503 draining by
+ * the handler. MHD_quiesce_daemon did this by taking the listen socket out of every
+ * worker's epoll set from the calling thread, racing each worker's own removal of it in
+ * libmicrohttpd 0.9.75: when a worker won, the quiesce's epoll_ctl failed and MHD aborted
+ * the process ("Failed to remove listen FD from epoll set", once in `make test`). */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+  (void)addr, (void)addrlen;
+  const ak_edge_t *e = cls;
+  return atomic_load(&e->inst->draining) ? MHD_NO : MHD_YES;
+}
+
 int ak_edge_start(ak_edge_t *e, char **err) {
   const ak_config_t *cfg = e->inst->cfg;
   long nproc = sysconf(_SC_NPROCESSORS_ONLN);
@@ -781,7 +793,7 @@ int ak_edge_start(ak_edge_t *e, char **err) {
     {MHD_OPTION_STRICT_FOR_CLIENT, 1, NULL},
     {MHD_OPTION_END, 0, NULL},
   };
-  e->d = MHD_start_daemon(flags, (uint16_t)cfg->http_port, NULL, NULL, handler, e,
+  e->d = MHD_start_daemon(flags, (uint16_t)cfg->http_port, accept_policy, e, handler, e,
                           MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
   if (!e->d) {
     char b[160];
@@ -797,7 +809,7 @@ int ak_edge_start(ak_edge_t *e, char **err) {
       *err = strdup("http.tls: the TLS listener's certificate options could not be built");
       return -1;
     }
-    e->tls_d = MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->http_tls_port, NULL, NULL, handler, e,
+    e->tls_d = MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->http_tls_port, accept_policy, e, handler, e,
                                 MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common,
                                 MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (!e->tls_d) {
@@ -818,12 +830,8 @@ int ak_edge_port(const ak_edge_t *e) { return e->port; }
 int ak_edge_tls_port(const ak_edge_t *e) { return e->tls_d ? e->tls_port : 0; }
 
 void ak_edge_quiesce(ak_edge_t *e) {
-  struct MHD_Daemon *ds[2] = {e->d, e->tls_d};
-  for (int i = 0; i < 2; i++) {
-    if (!ds[i]) continue;
-    MHD_socket s = MHD_quiesce_daemon(ds[i]);
-    if (s != MHD_INVALID_SOCKET) close(s);
-  }
+  /* accept_policy reads the flag: no call into libmicrohttpd (see there) */
+  atomic_store(&e->inst->draining, 1);
 }
 
 void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms) {

@@ -208,3 +208,38 @@ def test_sigterm_drains_in_flight_requests(ankusa):
     print(f"drain: in-flight={len(in_flight)} 201={answered_201} exit after {t_exit - t_term:.2f}s "
           f"statuses={load.statuses}; sent <{aged_for}s before SIGTERM: {len(late)}, "
           f"of which without answer: {len(late_err)} {late_err[:2]!r}")
+
+
+def test_sigterm_closes_new_connections_while_in_flight_requests_finish(ankusa):
+    """While draining, a new connection is closed as soon as it is accepted (never a 201,
+    never stored), the request already waiting on the commit is answered 201, and the
+    node exits 0. The listener used to be taken out with MHD_quiesce_daemon, which could
+    abort the process on libmicrohttpd 0.9.75's epoll race."""
+    s = ankusa(env={"ANKUSA_TEST_COMMIT_DELAY_MS": "1500"})
+    first = {}
+
+    def in_flight():
+        try:
+            first["r"] = http_request(s.http_port, "POST", "/webhooks/demo", b"in-flight", timeout=30)
+        except Exception as e:  # recorded, asserted below
+            first["r"] = e
+
+    t = threading.Thread(target=in_flight)
+    t.start()
+    time.sleep(0.4)  # the request is in the slow commit
+    s.proc.send_signal(15)  # SIGTERM by PID
+    time.sleep(0.3)
+    late = []
+    for _ in range(3):
+        try:
+            late.append(http_request(s.http_port, "POST", "/webhooks/demo", b"late", timeout=5).status)
+        except OSError as e:  # ConnectionResetError, RemoteDisconnected, refused
+            late.append(type(e).__name__)
+    t.join(30)
+    rc = s.wait_exit(40)
+    assert rc == 0, f"exit code {rc} after SIGTERM\n{s.log_tail()}"
+    assert all(not isinstance(x, int) for x in late), f"a connection opened while draining got an answer: {late}"
+    r = first["r"]
+    assert not isinstance(r, Exception) and r.status == 201, r
+    hooks = s.inspect()
+    assert [h["size"] for h in hooks] == [len(b"in-flight")], hooks

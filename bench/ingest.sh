@@ -118,6 +118,7 @@ metric_sum() { # FILE NAME: sum of every series of a family without a suffix
 # ---------------------------------------------------------------- nginx
 nginx_run() { # RUN_INDEX
   local i=$1 conf=$TMP/nginx.conf pid kids c
+  sync # as before every ankusa load: no writeback of an earlier run under this one
   sed -e "s|@PREFIX@|$TMP|g" -e "s|@PORT@|$NGINX_PORT|g" "$REPO/bench/nginx.conf.in" >"$conf"
   "$NGINX" -e "$TMP/nginx-error.log" -p "$TMP/" -c "$conf" >"$TMP/nginx.out" 2>&1 &
   pid=$!
@@ -205,6 +206,9 @@ ankusa_load() {
     wrk2xx diff stored dups t0 t1 url out lua
   mkdir -p "$dir/data"
   ankusa_config "$dir"
+  # the previous load's files (its store, deleted or not) may still be in writeback: a
+  # load must not wait on another load's I/O in its fsyncs
+  sync
   [ -z "$DATA_FS" ] && DATA_FS=$(df -T "$dir/data" | awk 'NR == 2 { print $2 " (" $1 ", mounted on " $7 ")" }')
   "$ANKUSA" serve --config "$dir/ankusa.yml" >"$dir/ankusa.log" 2>&1 &
   pid=$!

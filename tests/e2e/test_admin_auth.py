@@ -60,9 +60,20 @@ def node(tmp_path_factory):
     forge(s, "acme_q", b'{"held":"acme"}')
     forge(s, "beta_q", b'{"held":"beta"}')
     for src in ("acme_src", "beta_src"):
-        r = s.admin("/v1/replays", "POST", body={"kind": "dlq", "source_id": src}, token=TOKENS["root"])
-        assert r.status == 202, r
-        st[f"job_{src}"] = r.json["id"]
+        # The DLQ is empty: a running job is done at its first tick, and a later PATCH
+        # would meet 409 replay_finished. Paused, it stays patchable; a job that finished
+        # between its POST and the pause is replaced by a new one.
+        for _ in range(50):
+            r = s.admin("/v1/replays", "POST", body={"kind": "dlq", "source_id": src}, token=TOKENS["root"])
+            assert r.status in (200, 202), r
+            job = r.json["id"]
+            p = s.admin(f"/v1/replays/{job}", "PATCH", body={"state": "paused"}, token=TOKENS["root"])
+            if p.status == 200:
+                break
+            assert p.status == 409 and p.json == {"error": "replay_finished"}, p
+        else:
+            pytest.fail("every replay job finished before it could be paused")
+        st[f"job_{src}"] = job
     s.state = st
     yield s
     rc = s.stop()

@@ -345,10 +345,10 @@ static int cmd_serve(const char *path) {
   }
   ak_log(AK_LOG_INFO, "node", "stopping: draining in-flight requests", "signal=%d", sig);
   ak_notify_send("STOPPING=1\nSTATUS=draining");
+  /* drain order: stop accepting (the edge's accept policy and handler read the flag; /ready
+   * answers draining), commit and answer everything queued, let the answers go out, then
+   * close listeners (MHD must not be stopped with suspended connections) */
   atomic_store(&inst.draining, 1);
-  /* drain order: stop accepting, commit and answer everything queued, let the answers
-   * go out, then close listeners (MHD must not be stopped with suspended connections) */
-  ak_edge_quiesce(inst.edge);
   ak_writer_stop(inst.writer);
   ak_sweeper_stop(sweeper);
   sweeper = NULL;

@@ -37,7 +37,8 @@ typedef struct ak_instance {
   struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
   struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */
   struct ak_audit *audit;       /* the audit trail (admin/audit.h); NULL in tools and some tests */
-  _Atomic int draining;        /* SIGTERM seen: /ready answers 503 draining */
+  _Atomic int draining;        /* SIGTERM seen: /ready and new requests answer 503 draining,
+                                  new connections are closed as soon as accepted (edge.c) */
   struct ak_sources *sources;  /* every source served, with its verifier (core/sources.h) */
 } ak_instance_t;
 

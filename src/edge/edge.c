@@ -829,11 +829,6 @@ int ak_edge_start(ak_edge_t *e, char **err) {
 int ak_edge_port(const ak_edge_t *e) { return e->port; }
 int ak_edge_tls_port(const ak_edge_t *e) { return e->tls_d ? e->tls_port : 0; }
 
-void ak_edge_quiesce(ak_edge_t *e) {
-  /* accept_policy reads the flag: no call into libmicrohttpd (see there) */
-  atomic_store(&e->inst->draining, 1);
-}
-
 void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms) {
   for (int i = 0; i < timeout_ms / 10 && atomic_load(&e->waiting) > 0; i++) usleep(10000);
 }

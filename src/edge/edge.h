@@ -15,9 +15,6 @@ int ak_edge_start(ak_edge_t *e, char **err);
 int ak_edge_port(const ak_edge_t *e);
 /* The TLS listener's port (http.tls), 0 when there is none. */
 int ak_edge_tls_port(const ak_edge_t *e);
-/* Draining: from now on a new connection is closed as soon as it is accepted (requests on
- * open connections are answered 503 draining); requests in progress continue. */
-void ak_edge_quiesce(ak_edge_t *e);
 /* Wait (up to timeout_ms) until no request is waiting on the writer. */
 void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms);
 void ak_edge_stop(ak_edge_t *e);

@@ -1380,6 +1380,7 @@ static void sample_breakers(ak_dispatch_t *d) {
 static void *run(void *arg) {
   ak_dispatch_t *d = arg;
   pthread_setname_np(pthread_self(), "ak-dispatch");
+  ak_store_thread_init();
   inbox_t spare = {0};
   int64_t last_gauge = 0;
   for (;;) {

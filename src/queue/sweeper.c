@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "queue/dedupe.h"
 #include "queue/sweeper.h"
+#include "store/store.h"
 
 #define SWEEP_BATCH 10000
 
@@ -60,6 +61,7 @@ static void gate(void *ctx, size_t nread) {
 static void *sweeper_main(void *arg) {
   ak_sweeper_t *s = arg;
   pthread_setname_np(pthread_self(), "ak-sweeper");
+  ak_store_thread_init();
   pthread_mutex_lock(&s->mu);
   while (!s->stopping) {
     struct timespec ts;

@@ -531,6 +531,7 @@ static void *writer_main(void *arg) {
   char name[16];
   snprintf(name, sizeof name, "ak-writer-%d", wi);
   pthread_setname_np(pthread_self(), name);
+  ak_store_thread_init();
   pthread_mutex_lock(&w->mu);
   for (;;) {
     bool ok = atomic_load(&w->store_ok) && !atomic_load(&w->need_reopen);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "core/clock.h"
+#include "core/log.h"
+#include "store/crc32c.h"
 #include "store/store.h"
 
 const char *const ak_wf_class_names[AK_WF_COUNT] = {"no_space", "io_error", "read_only",
@@ -205,6 +207,8 @@ static int read_meta(ak_store_t *st, char **err) {
   return rc;
 }
 
+void ak_store_thread_init(void) { rocksdb_set_perf_level(rocksdb_disable); }
+
 int ak_store_open(ak_store_t *st, char **err) {
   pthread_rwlock_wrlock(&st->lock);
   close_locked(st);
@@ -219,6 +223,7 @@ int ak_store_open(ak_store_t *st, char **err) {
     return -1;
   }
   build_options(st);
+  ak_log(AK_LOG_DEBUG, "store", "opening", "path=%s crc32c=%s", st->path, ak_crc32c_impl());
   char *e = NULL;
   if (st->read_only) {
     /* open only the families that exist; a store that predates one is still readable */

@@ -29,6 +29,12 @@ void ak_store_free(ak_store_t *st);
 
 /* Open (or reopen after close). 0, or -1 with *err (malloc'd, names the path). */
 int ak_store_open(ak_store_t *st, char **err);
+
+/* Call first in a thread that does most of its work in RocksDB (writer, dispatcher,
+ * sweeper): turns off RocksDB's per-thread perf counters, which it keeps by default and
+ * ankusa never reads (every key comparison bumps one through a thread-local lookup: 13 %
+ * of the instructions of a commit, docs/performance.md). */
+void ak_store_thread_init(void);
 void ak_store_close(ak_store_t *st);
 bool ak_store_is_open(ak_store_t *st);
 const char *ak_store_path(const ak_store_t *st);

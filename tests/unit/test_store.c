@@ -1,6 +1,7 @@
 /* Unit tests: the RocksDB store (open, refusal of orphaned data files, read-only open)
  * and the group-commit writer (dense seqs, one batch, bounds, closed store). */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "core/envelope.h"
 #include "core/instance.h"
 #include "queue/writer.h"
+#include "store/crc32c.h"
 #include "store/store.h"
 #include "writer_waiter.h"
 
@@ -235,4 +237,53 @@ Test(store, writer_bounds_and_closed_store) {
   ak_store_free(inst.store);
   ak_metrics_free(inst.metrics);
   ak_config_free(inst.cfg);
+}
+
+/* ---- CRC32C: ankusa's definition of rocksdb::crc32c::Extend (store/crc32c.c) ---- */
+
+typedef uint32_t (*extend_fn)(uint32_t, const char *, size_t);
+
+Test(crc32c, gives_the_standard_check_value) {
+  /* CRC-32C of "123456789" (RFC 3720's polynomial) */
+  cr_assert_eq(ak_crc32c_extend(0, "123456789", 9), 0xE3069283u);
+  cr_assert_eq(ak_crc32c_extend(0, "", 0), 0u);
+}
+
+Test(crc32c, extends_a_crc_like_one_pass_over_both_parts) {
+  const char *s = "the quick brown fox jumps over the lazy dog, twice over";
+  size_t n = strlen(s);
+  uint32_t whole = ak_crc32c_extend(0, s, n);
+  for (size_t cut = 0; cut <= n; cut++)
+    cr_assert_eq(ak_crc32c_extend(ak_crc32c_extend(0, s, cut), s + cut, n - cut), whole, "cut at %zu", cut);
+}
+
+Test(crc32c, equals_rocksdb_own_on_every_length_and_alignment) {
+  /* RTLD_NEXT from this executable is librocksdb: its own Extend, the table-driven one */
+  extend_fn lib = (extend_fn)dlsym(RTLD_NEXT, "_ZN7rocksdb6crc32c6ExtendEjPKcm");
+  cr_assert_not_null(lib);
+  cr_assert_neq((void *)lib, (void *)ak_crc32c_extend, "RTLD_NEXT found ours, not the library's");
+  size_t big = 1u << 20;
+  unsigned char *buf = malloc(big + 8);
+  cr_assert_not_null(buf);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < big + 8; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    buf[i] = (unsigned char)x;
+  }
+  for (size_t align = 0; align < 8; align++)
+    for (size_t len = 0; len <= 1100; len++) {
+      uint32_t init = (uint32_t)(len * 2654435761u + align);
+      const char *p = (const char *)buf + align;
+      cr_assert_eq(ak_crc32c_extend(init, p, len), lib(init, p, len), "align %zu len %zu", align, len);
+    }
+  cr_assert_eq(ak_crc32c_extend(7, (const char *)buf + 3, big), lib(7, (const char *)buf + 3, big));
+  free(buf);
+}
+
+Test(crc32c, is_the_definition_rocksdb_calls_bind_to) {
+  /* librocksdb calls Extend through its PLT; the dynamic linker resolves that to the first
+   * definition in load order, the same one RTLD_DEFAULT finds: the executable's. */
+  cr_assert_eq(dlsym(RTLD_DEFAULT, "_ZN7rocksdb6crc32c6ExtendEjPKcm"), (void *)ak_crc32c_extend);
+  __builtin_cpu_init();
+  cr_assert_str_eq(ak_crc32c_impl(), __builtin_cpu_supports("sse4.2") ? "sse4.2" : "rocksdb");
 }

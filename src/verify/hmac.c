@@ -1,15 +1,12 @@
 /* The HMAC engine and its presets (stripe, github, shopify, slack, standard_webhooks and
  * the custom `hmac` descriptor), plus the signature layout machinery the asymmetric
  * verifier shares (sig_internal.h): header lookup, candidate parsing, the timestamp rule
- * and the signed-content template. Keys live only in keyed EVP_MAC contexts built once
- * per source; a check duplicates them, streams the signed content through them and
+ * and the signed-content template. Keys live only as keyed digest states built once per
+ * source (below); a check copies them, streams the signed content through the copy and
  * compares raw MAC bytes in constant time. Never logs, stores or returns a secret and
  * never copies the body. */
-#include <openssl/core_names.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
-#include <stdatomic.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -488,33 +485,107 @@ typedef struct {
   const char *secret_decode; /* raw | whsec_base64 */
 } hmac_preset_t;
 
-/* Working contexts for concurrent checks. A check takes a free slot, re-initialises its
- * contexts with the stored key (no allocation, no key pads to derive) and gives the slot
- * back; with every slot taken it duplicates the keyed template instead. Slots fill
- * lazily, so an idle source costs nothing. */
-#define MAC_SLOTS 8
+/* HMAC (RFC 2104) over libcrypto's low-level digests. Each secret is keyed once, at
+ * create: the digest states after absorbing key^ipad and key^opad. A check copies the
+ * inner state onto its stack, streams the signed content through it, and finishes with a
+ * copy of the outer state: no allocation, no lock, no provider dispatch per request.
+ * (EVP_MAC re-initialised a pooled context per check, each init and final duplicating a
+ * digest context through the provider: about half of a github check on a 1 KiB body,
+ * docs/performance.md.) The low-level SHA interfaces are deprecated in OpenSSL 3 but
+ * present and give the same digests; test_verify checks every hash against HMAC(). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+typedef enum { HM_SHA1, HM_SHA256, HM_SHA512 } hm_alg_t;
+
+typedef union {
+  SHA_CTX s1;
+  SHA256_CTX s256;
+  SHA512_CTX s512;
+} hm_state_t;
 
 typedef struct {
-  atomic_bool busy;
-  EVP_MAC_CTX *ctx[AK_SIG_MAX_KEYS];
-} mac_slot_t;
+  hm_state_t in, out; /* after key^ipad and key^opad: secret-equivalent, cleansed at destroy */
+} hm_key_t;
+
+static size_t hm_block(hm_alg_t a) { return a == HM_SHA512 ? 128 : 64; }
+static size_t hm_len(hm_alg_t a) { return a == HM_SHA1 ? 20 : a == HM_SHA256 ? 32 : 64; }
+
+static void hm_init(hm_alg_t a, hm_state_t *st) {
+  if (a == HM_SHA1) SHA1_Init(&st->s1);
+  else if (a == HM_SHA256) SHA256_Init(&st->s256);
+  else SHA512_Init(&st->s512);
+}
+
+static void hm_update(hm_alg_t a, hm_state_t *st, const void *p, size_t n) {
+  if (a == HM_SHA1) SHA1_Update(&st->s1, p, n);
+  else if (a == HM_SHA256) SHA256_Update(&st->s256, p, n);
+  else SHA512_Update(&st->s512, p, n);
+}
+
+static void hm_final(hm_alg_t a, hm_state_t *st, uint8_t *out) {
+  if (a == HM_SHA1) SHA1_Final(out, &st->s1);
+  else if (a == HM_SHA256) SHA256_Final(out, &st->s256);
+  else SHA512_Final(out, &st->s512);
+}
+
+static void hm_key_init(hm_key_t *k, hm_alg_t a, const uint8_t *key, size_t klen) {
+  uint8_t kb[128] = {0}, pad[128];
+  size_t bl = hm_block(a);
+  if (klen > bl) { /* a key longer than a block is hashed first */
+    hm_state_t st;
+    hm_init(a, &st);
+    hm_update(a, &st, key, klen);
+    hm_final(a, &st, kb);
+    OPENSSL_cleanse(&st, sizeof st);
+  } else {
+    memcpy(kb, key, klen);
+  }
+  for (size_t i = 0; i < bl; i++) pad[i] = kb[i] ^ 0x36;
+  hm_init(a, &k->in);
+  hm_update(a, &k->in, pad, bl);
+  for (size_t i = 0; i < bl; i++) pad[i] = kb[i] ^ 0x5c;
+  hm_init(a, &k->out);
+  hm_update(a, &k->out, pad, bl);
+  OPENSSL_cleanse(kb, sizeof kb);
+  OPENSSL_cleanse(pad, sizeof pad);
+}
+
+typedef struct {
+  hm_alg_t alg;
+  hm_state_t st;
+} hm_run_t;
+
+static void hm_feed(void *ctx, const void *p, size_t n) {
+  hm_run_t *r = ctx;
+  if (n) hm_update(r->alg, &r->st, p, n);
+}
+
+/* out: hm_len(a) bytes */
+static void hm_finish(hm_run_t *r, const hm_key_t *k, uint8_t *out) {
+  uint8_t inner[64];
+  hm_final(r->alg, &r->st, inner);
+  r->st = k->out;
+  hm_update(r->alg, &r->st, inner, hm_len(r->alg));
+  hm_final(r->alg, &r->st, out);
+  OPENSSL_cleanse(&r->st, sizeof r->st);
+  OPENSSL_cleanse(inner, sizeof inner);
+}
+
+#pragma GCC diagnostic pop
 
 typedef struct {
   ak_sig_layout_t l;
-  EVP_MAC_CTX *keyed[AK_SIG_MAX_KEYS]; /* one per secret, keyed once, never used directly */
+  hm_key_t keys[AK_SIG_MAX_KEYS]; /* one per secret */
   size_t nkeys;
-  size_t mac_len;
+  hm_alg_t alg;
   bool weak;
-  mac_slot_t *slots;                   /* MAC_SLOTS; mutable state behind the const self */
 } hmac_t;
 
 static void hmac_destroy(void *self) {
   hmac_t *h = self;
   if (!h) return;
-  for (size_t i = 0; i < h->nkeys; i++) EVP_MAC_CTX_free(h->keyed[i]);
-  for (size_t s = 0; h->slots && s < MAC_SLOTS; s++)
-    for (size_t i = 0; i < AK_SIG_MAX_KEYS; i++) EVP_MAC_CTX_free(h->slots[s].ctx[i]);
-  free(h->slots);
+  OPENSSL_cleanse(h->keys, sizeof h->keys);
   ak_verify_sig_layout_clear(&h->l);
   free(h);
 }
@@ -544,15 +615,10 @@ static void *hmac_create_with(const json_t *spec, const hmac_preset_t *preset, c
     .signed_tmpl = "{body}", .parse = "whole", .encoding = "hex",
     .tolerance_seconds = AK_SIG_DEFAULT_TOLERANCE};
   hmac_t *h = calloc(1, sizeof *h);
-  if (h && !(h->slots = calloc(MAC_SLOTS, sizeof *h->slots))) {
-    free(h);
-    h = NULL;
-  }
   if (!h) {
     snprintf(err, errlen, "secret: out of memory");
     return NULL;
   }
-  for (size_t s = 0; s < MAC_SLOTS; s++) atomic_init(&h->slots[s].busy, false);
   ak_sig_desc_t d;
   const char *hash, *decode;
   if (preset) {
@@ -569,16 +635,15 @@ static void *hmac_create_with(const json_t *spec, const hmac_preset_t *preset, c
     hmac_destroy(h); /* the layout cleared itself */
     return NULL;
   }
-  const char *md = NULL;
-  if (hash && !strcmp(hash, "sha256")) md = "SHA256";
-  else if (hash && !strcmp(hash, "sha512")) md = "SHA512";
-  else if (hash && !strcmp(hash, "sha1")) md = "SHA1";
-  if (!md) {
+  if (hash && !strcmp(hash, "sha256")) h->alg = HM_SHA256;
+  else if (hash && !strcmp(hash, "sha512")) h->alg = HM_SHA512;
+  else if (hash && !strcmp(hash, "sha1")) h->alg = HM_SHA1;
+  else {
     snprintf(err, errlen, "hash: unknown value; expected one of sha256, sha512, sha1");
     hmac_destroy(h);
     return NULL;
   }
-  h->weak = !strcmp(md, "SHA1");
+  h->weak = h->alg == HM_SHA1;
   bool whsec;
   if (decode && !strcmp(decode, "raw")) whsec = false;
   else if (decode && !strcmp(decode, "whsec_base64")) whsec = true;
@@ -597,16 +662,6 @@ static void *hmac_create_with(const json_t *spec, const hmac_preset_t *preset, c
     hmac_destroy(h);
     return NULL;
   }
-  EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-  if (!mac) {
-    snprintf(err, errlen, "hash: HMAC is not available in this libcrypto");
-    hmac_destroy(h);
-    return NULL;
-  }
-  OSSL_PARAM params[] = {
-    OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)md, 0),
-    OSSL_PARAM_construct_end(),
-  };
   for (size_t i = 0; i < n; i++) {
     char label[32];
     ak_verify_entry_label(label, sizeof label, "secret", sv, i);
@@ -615,30 +670,14 @@ static void *hmac_create_with(const json_t *spec, const hmac_preset_t *preset, c
     if (!key) {
       if (whsec) snprintf(err, errlen, "%s: cannot be decoded: expected \"whsec_\" followed by base64", label);
       else snprintf(err, errlen, "%s: must not be empty", label);
-      EVP_MAC_free(mac);
       hmac_destroy(h);
       return NULL;
     }
-    EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
-    int ok = ctx && EVP_MAC_init(ctx, key, klen, params) == 1;
+    hm_key_init(&h->keys[h->nkeys++], h->alg, key, klen);
     OPENSSL_cleanse(key, klen);
     free(key);
-    if (!ok) {
-      EVP_MAC_CTX_free(ctx);
-      snprintf(err, errlen, "%s: HMAC key setup failed", label);
-      EVP_MAC_free(mac);
-      hmac_destroy(h);
-      return NULL;
-    }
-    h->keyed[h->nkeys++] = ctx;
-    h->mac_len = EVP_MAC_CTX_get_mac_size(ctx);
   }
-  EVP_MAC_free(mac);
   return h;
-}
-
-static void mac_feed(void *ctx, const void *p, size_t n) {
-  if (n) EVP_MAC_update(ctx, p, n);
 }
 
 static ak_verify_reason_t hmac_check(const void *self, const ak_verify_input_t *in) {
@@ -646,37 +685,22 @@ static ak_verify_reason_t hmac_check(const void *self, const ak_verify_input_t *
   ak_sig_req_t r;
   ak_verify_reason_t why = ak_verify_sig_prepare(&h->l, in, &r);
   if (why != AK_VR_OK) return why;
-  uint8_t macs[AK_SIG_MAX_KEYS][EVP_MAX_MD_SIZE];
-  size_t nmacs = 0;
-  mac_slot_t *slot = NULL;
-  for (size_t s = 0; s < MAC_SLOTS && !slot; s++)
-    if (!atomic_exchange_explicit(&h->slots[s].busy, true, memory_order_acquire)) slot = &h->slots[s];
+  size_t mlen = hm_len(h->alg);
+  uint8_t macs[AK_SIG_MAX_KEYS][64];
   for (size_t i = 0; i < h->nkeys; i++) {
-    EVP_MAC_CTX *c = NULL;
-    if (slot) {
-      if (slot->ctx[i] && EVP_MAC_init(slot->ctx[i], NULL, 0, NULL) != 1) { /* NULL key: reuse it */
-        EVP_MAC_CTX_free(slot->ctx[i]);
-        slot->ctx[i] = NULL;
-      }
-      if (!slot->ctx[i]) slot->ctx[i] = EVP_MAC_CTX_dup(h->keyed[i]);
-      c = slot->ctx[i];
-    }
-    bool pooled = c != NULL;
-    if (!c) c = EVP_MAC_CTX_dup(h->keyed[i]); /* the keyed template itself is shared: never touched */
-    size_t len = 0;
-    if (c) ak_verify_sig_feed(&h->l, &r, in, mac_feed, c);
-    if (c && EVP_MAC_final(c, macs[nmacs], &len, sizeof macs[nmacs]) == 1 && len == h->mac_len) nmacs++;
-    if (!pooled) EVP_MAC_CTX_free(c); /* a failure (out of memory) leaves that secret unmatched: fail closed */
+    hm_run_t run = {.alg = h->alg, .st = h->keys[i].in};
+    ak_verify_sig_feed(&h->l, &r, in, hm_feed, &run);
+    hm_finish(&run, &h->keys[i], macs[i]);
   }
-  if (slot) atomic_store_explicit(&slot->busy, false, memory_order_release);
   /* Every candidate against every secret, no early exit. */
   unsigned match = 0;
   uint8_t cand[AK_SIG_MAX_SIG_BYTES];
   size_t pos = 0, clen;
   while (ak_verify_sig_next(&h->l, &r, &pos, cand, &clen)) {
-    if (clen != h->mac_len) continue;
-    for (size_t i = 0; i < nmacs; i++) match |= CRYPTO_memcmp(cand, macs[i], clen) == 0;
+    if (clen != mlen) continue;
+    for (size_t i = 0; i < h->nkeys; i++) match |= CRYPTO_memcmp(cand, macs[i], clen) == 0;
   }
+  OPENSSL_cleanse(macs, sizeof macs);
   return match ? AK_VR_OK : AK_VR_NO_MATCH;
 }
 

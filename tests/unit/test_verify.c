@@ -413,6 +413,43 @@ Test(verify, custom_each_hash_and_weak_hash) {
   }
 }
 
+/* The engine keys each secret once (inner and outer digest states) and finishes every
+ * check from copies: keys shorter than, equal to and longer than each hash's block (64
+ * bytes, 128 for sha512: longer keys are hashed first), bodies of several lengths, each
+ * against libcrypto's one-shot HMAC(); and two checks in a row on one verifier, so a
+ * check that left its state in the shared key would fail the second. */
+Test(verify, custom_each_hash_against_libcrypto_for_key_and_body_lengths) {
+  struct {
+    const char *name;
+    const EVP_MD *md;
+  } hashes[] = {{"sha1", EVP_sha1()}, {"sha256", EVP_sha256()}, {"sha512", EVP_sha512()}};
+  size_t klens[] = {1, 20, 63, 64, 65, 127, 128, 129, 300};
+  size_t blens[] = {1, 55, 56, 64, 111, 112, 128, 1023};
+  char key[301], body[1024], sig[300];
+  for (size_t i = 0; i < sizeof key - 1; i++) key[i] = (char)('a' + (i * 7) % 26);
+  for (size_t i = 0; i < sizeof body - 1; i++) body[i] = (char)('A' + (i * 11) % 26);
+  for (size_t h = 0; h < 3; h++)
+    for (size_t k = 0; k < sizeof klens / sizeof *klens; k++) {
+      char spec[600];
+      snprintf(spec, sizeof spec, "{type: hmac, secret: %.*s, signature_header: X-Sig, hash: %s}", (int)klens[k], key,
+               hashes[h].name);
+      ak_verifier_t *v = make(spec);
+      for (size_t b = 0; b < sizeof blens / sizeof *blens; b++) {
+        char msg[1024];
+        memcpy(msg, body, blens[b]);
+        msg[blens[b]] = '\0';
+        mac(hashes[h].md, key, klens[k], msg, false, sig);
+        for (int twice = 0; twice < 2; twice++)
+          cr_expect_str_eq(ak_verify_reason_name(run_q(v, msg, 0, NULL, HV("X-Sig", sig))), "ok",
+                           "%s key %zu body %zu", hashes[h].name, klens[k], blens[b]);
+        msg[0] ^= 1;
+        cr_expect_str_eq(ak_verify_reason_name(run_q(v, msg, 0, NULL, HV("X-Sig", sig))), "no_match",
+                         "%s key %zu body %zu (altered)", hashes[h].name, klens[k], blens[b]);
+      }
+      ak_verifier_free(v);
+    }
+}
+
 Test(verify, custom_each_encoding_and_whsec_secret) {
   char sig[200];
   ak_verifier_t *v = make("{type: hmac, secret: k, signature_header: X-Sig, encoding: base64}");

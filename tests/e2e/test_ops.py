@@ -175,6 +175,22 @@ def test_a_missing_notify_socket_does_not_stop_the_node(ankusa):
     assert "NOTIFY_SOCKET" in node.log_text()
 
 
+def test_the_store_computes_rocksdb_checksums_with_the_cpu_instruction(ankusa):
+    """The binary defines rocksdb::crc32c::Extend (store/crc32c.c), so librocksdb's calls
+    bind to it; the store's open line names the implementation. A binary that lost the
+    definition (the object not linked, the symbol not exported) would log nothing, and
+    one on a CPU without SSE4.2 names the library's own."""
+    dynsyms = subprocess.run(["nm", "-D", "--defined-only", BIN], capture_output=True, text=True,
+                             timeout=CLI_TIMEOUT)
+    assert dynsyms.returncode == 0, dynsyms.stderr
+    assert "_ZN7rocksdb6crc32c6ExtendEjPKcm" in dynsyms.stdout, "the CRC32C definition is not exported"
+    with open("/proc/cpuinfo") as f:
+        want = "sse4.2" if " sse4_2" in f.read() else "rocksdb"
+    node = ankusa(config={"log": {"level": "debug"}})
+    assert node.post("/webhooks/demo", b"{}").status == 201
+    assert f"crc32c={want}" in node.log_text(), node.log_tail()
+
+
 def test_gauges_follow_admin_gauge_interval(ankusa):
     """The memory gauges are set by the gauge thread, not by a scrape: with the default
     15 s interval they hold still across scrapes while the node allocates; at 100 ms

@@ -43,7 +43,6 @@ __attribute__((target("sse4.2"))) static uint32_t extend_sse42(uint32_t crc, con
 }
 
 static _Atomic(extend_fn) chosen;
-static const char *chosen_name;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
@@ -51,11 +50,9 @@ static void choose(void) {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("sse4.2")) {
     f = extend_sse42;
-    chosen_name = "sse4.2";
   } else {
     f = (extend_fn)dlsym(RTLD_NEXT, "_ZN7rocksdb6crc32c6ExtendEjPKcm");
     if (!f) abort(); /* librocksdb is linked in, so it has the symbol */
-    chosen_name = "rocksdb";
   }
   atomic_store_explicit(&chosen, f, memory_order_release);
 }
@@ -71,7 +68,4 @@ uint32_t _ZN7rocksdb6crc32c6ExtendEjPKcm(uint32_t crc, const char *buf, size_t n
   return f(crc, buf, n);
 }
 
-const char *ak_crc32c_impl(void) {
-  resolve();
-  return chosen_name;
-}
+const char *ak_crc32c_impl(void) { return resolve() == extend_sse42 ? "sse4.2" : "rocksdb"; }

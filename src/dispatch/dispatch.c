@@ -38,6 +38,7 @@
 #define FLUSH_OPS 256
 #define FLUSH_MS 10
 #define TOP_TENANTS 100
+#define CLAIM_CHUNK 256 /* due rows one claim_tenant call reads before their hooks */
 
 typedef struct tenant tenant_t;
 typedef struct skey skey_t;
@@ -186,6 +187,8 @@ struct ak_dispatch {
   rocksdb_writebatch_t *wb;
   size_t wb_ops;
   int64_t wb_first_ms;
+  struct cand *cand;             /* claim_tenant's due rows, reused across scans */
+  size_t capcand;
   uint64_t *reclaim_seq;
   uint8_t (*reclaim_id)[16];
   size_t nreclaim, capreclaim;
@@ -947,21 +950,42 @@ static void park(ak_dispatch_t *d, row_t *r, int64_t now) {
 typedef enum { CLAIM_OK, CLAIM_SKIP, CLAIM_STOP } claim_rc_t;
 
 /* Claim one due row the iterator points at. */
-static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const uint8_t *k, size_t kl, const char *v, size_t vl,
-                            int64_t at, uint64_t seq, uint16_t sink, int64_t now) {
-  if (umap_get(&d->claimed, row_id(seq, sink))) return CLAIM_SKIP;
-  ak_due_value_t dv;
-  if (ak_due_value_decode((const uint8_t *)v, vl, &dv) != 0) {
-    ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
+/* A due row read by claim_tenant's first pass, and its hook as the second pass read it. */
+typedef struct cand {
+  uint8_t k[AK_DUE_KEY_MAX];
+  size_t kl;
+  uint8_t v[AK_DUE_VALUE_MAX];
+  size_t vl;
+  int64_t at;
+  uint64_t seq;
+  uint16_t sink;
+  uint8_t hk[AK_HOOK_KEY_LEN];
+} cand_t;
+
+/* Claims one due row whose hook record has been read: grc as ak_store_get's, rec (owned
+ * from here on, freed unless the row keeps it) and rl. */
+static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int grc, char *rec, size_t rl,
+                            int64_t now) {
+  const uint8_t *k = c->k;
+  size_t kl = c->kl;
+  int64_t at = c->at;
+  uint64_t seq = c->seq;
+  uint16_t sink = c->sink;
+  int rc = grc;
+  if (rc < 0) {
+    free(rec);
+    return CLAIM_STOP;
+  }
+  if (umap_get(&d->claimed, row_id(seq, sink))) {
+    free(rec);
     return CLAIM_SKIP;
   }
-  uint8_t hk[AK_HOOK_KEY_LEN];
-  ak_key_hook(hk, seq);
-  char *rec = NULL;
-  size_t rl = 0;
-  /* scan() holds the store pinned */
-  int rc = ak_store_get_pinned(d->inst->store, AK_CF_HOOKS, hk, sizeof hk, &rec, &rl);
-  if (rc < 0) return CLAIM_STOP;
+  ak_due_value_t dv;
+  if (ak_due_value_decode(c->v, c->vl, &dv) != 0) {
+    ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
+    free(rec);
+    return CLAIM_SKIP;
+  }
   /* windows: always let a tenant hold one row, however large, or it could never move */
   if (t->inflight > 0 && (t->inflight_bytes + (int64_t)rl > d->cfg->dispatch_tenant_max_inflight_bytes ||
                           d->inflight_bytes + (int64_t)rl > d->cfg->dispatch_max_inflight_bytes)) {
@@ -1040,15 +1064,31 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const uint8_t *k, siz
   return CLAIM_OK;
 }
 
-/* Claim up to `want` rows of tenant t. Returns rows claimed; updates t->next_due. */
+/* Claim up to `want` rows of tenant t. Returns rows claimed; updates t->next_due.
+ * First the due rows are read off the index (key and value copied: the iterator moves
+ * on), then their hooks in one batched read (neighbouring seqs share SST blocks: half
+ * the cost of a read per row), then the rows are claimed in due order, each within the
+ * windows as they stand after the one before. */
 static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t, size_t want, int64_t now,
                            bool *store_err) {
   uint8_t pfx[AK_DUE_KEY_MAX];
   size_t pl = ak_key_due_prefix(pfx, t->name, t->nlen);
+  t->next_due = INT64_MAX;
+  /* a bigger share is claimed over the scan's further rounds */
+  if (want > CLAIM_CHUNK) want = CLAIM_CHUNK;
+  if (want > d->capcand) {
+    cand_t *nc = realloc(d->cand, want * sizeof *nc);
+    if (!nc) {
+      *store_err = true;
+      return 0;
+    }
+    d->cand = nc;
+    d->capcand = want;
+  }
   if (t->cursor_len) rocksdb_iter_seek(it, (const char *)t->cursor, t->cursor_len);
   else rocksdb_iter_seek(it, (const char *)pfx, pl);
-  size_t got = 0;
-  t->next_due = INT64_MAX;
+  int64_t stop_at = INT64_MAX; /* the first due row not taken by this pass */
+  size_t n = 0;
   for (; rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
     size_t kl, vl;
     const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
@@ -1057,23 +1097,58 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
     uint64_t seq;
     uint16_t sink;
     if (ak_key_due_parse(k, kl, NULL, NULL, &at, &seq, &sink) != 0) continue;
-    if (at > now) {
-      t->next_due = at;
+    if (at > now || n >= want || !tenant_has_room(d, t) || !global_has_room(d)) {
+      stop_at = at;
       break;
     }
-    if (got >= want || !tenant_has_room(d, t) || !global_has_room(d)) {
-      t->next_due = at;
-      break;
-    }
+    if (umap_get(&d->claimed, row_id(seq, sink))) continue;
     const char *v = rocksdb_iter_value(it, &vl);
-    claim_rc_t rc = claim_row(d, t, k, kl, v, vl, at, seq, sink, now);
+    if (kl > AK_DUE_KEY_MAX || vl > AK_DUE_VALUE_MAX) {
+      ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
+      continue;
+    }
+    cand_t *c = &d->cand[n++];
+    memcpy(c->k, k, kl);
+    c->kl = kl;
+    memcpy(c->v, v, vl);
+    c->vl = vl;
+    c->at = at;
+    c->seq = seq;
+    c->sink = sink;
+    ak_key_hook(c->hk, seq);
+  }
+  t->next_due = stop_at;
+  if (!n) return 0;
+
+  const char *keys[CLAIM_CHUNK];
+  size_t klens[CLAIM_CHUNK], rls[CLAIM_CHUNK];
+  char *recs[CLAIM_CHUNK];
+  int rcs[CLAIM_CHUNK];
+  for (size_t i = 0; i < n; i++) {
+    keys[i] = (const char *)d->cand[i].hk;
+    klens[i] = sizeof d->cand[i].hk;
+  }
+  /* scan() holds the store pinned */
+  ak_store_multi_get_pinned(d->inst->store, AK_CF_HOOKS, n, keys, klens, recs, rls, rcs);
+
+  size_t got = 0, i = 0;
+  for (; i < n; i++) {
+    const cand_t *c = &d->cand[i];
+    if (!tenant_has_room(d, t) || !global_has_room(d)) {
+      t->next_due = c->at;
+      break;
+    }
+    claim_rc_t rc = claim_row(d, t, c, rcs[i], recs[i], rls[i], now);
+    recs[i] = NULL;
     if (rc == CLAIM_STOP) {
-      t->next_due = at;
+      t->next_due = c->at;
       *store_err = true;
+      i++;
       break;
     }
     if (rc == CLAIM_OK) got++;
   }
+  for (; i < n; i++) free(recs[i]);
   return got;
 }
 
@@ -1777,6 +1852,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
   for (size_t i = 0; i < d->inbox.n; i++) free(d->inbox.v[i].name);
   free(d->inbox.v);
   free(d->heap);
+  free(d->cand);
   free(d->reclaim_seq);
   free(d->reclaim_id);
   if (d->wb) rocksdb_writebatch_destroy(d->wb);

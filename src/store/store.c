@@ -392,6 +392,48 @@ int ak_store_get_pinned(ak_store_t *st, int cf, const void *key, size_t klen, ch
   return *val ? 0 : 1;
 }
 
+int ak_store_multi_get_pinned(ak_store_t *st, int cf, size_t n, const char *const *keys, const size_t *klens,
+                              char **vals, size_t *vlens, int *rcs) {
+  for (size_t i = 0; i < n; i++) {
+    vals[i] = NULL;
+    vlens[i] = 0;
+    rcs[i] = -1;
+  }
+  if (!n) return 0;
+  if (!st->db || !st->cf[cf]) return -1;
+  rocksdb_pinnableslice_t **ps = calloc(n, sizeof *ps);
+  char **errs = calloc(n, sizeof *errs);
+  if (!ps || !errs) {
+    free(ps);
+    free(errs);
+    return -1;
+  }
+  rocksdb_batched_multi_get_cf(st->db, st->ropts, st->cf[cf], n, keys, klens, ps, errs, false);
+  int rc = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (errs[i]) {
+      free(errs[i]);
+    } else if (!ps[i]) {
+      rcs[i] = 1;
+    } else {
+      size_t vl;
+      const char *v = rocksdb_pinnableslice_value(ps[i], &vl);
+      /* like rocksdb_get's copy: an empty value is still found */
+      char *c = malloc(vl ? vl : 1);
+      if (c) {
+        if (vl) memcpy(c, v, vl);
+        vals[i] = c;
+        vlens[i] = vl;
+        rcs[i] = 0;
+      }
+    }
+    if (ps[i]) rocksdb_pinnableslice_destroy(ps[i]);
+  }
+  free(ps);
+  free(errs);
+  return rc;
+}
+
 int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx) {
   return ak_store_scan_from(st, cf, prefix, plen, NULL, 0, false, cb, ctx);
 }

@@ -65,6 +65,12 @@ int ak_store_write(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_cl
 int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
 /* The same for a caller that holds a pin (no second lock taken). */
 int ak_store_get_pinned(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
+/* n point reads in one call, for a caller that holds a pin: rcs[i] as ak_store_get's
+ * (vals[i] malloc'd when 0). RocksDB's batched MultiGet looks keys of one block up
+ * together: half the cost of n single reads of neighbouring keys from an SST. Returns 0,
+ * or -1 (every rcs[i] = -1) when the store is closed or memory ran out. */
+int ak_store_multi_get_pinned(ak_store_t *st, int cf, size_t n, const char *const *keys, const size_t *klens,
+                              char **vals, size_t *vlens, int *rcs);
 
 /* Scan keys starting with prefix (plen may be 0) in order; cb returns nonzero to stop.
  * Returns 0, or -1 when the store is closed or the iterator reported an error (a scan

@@ -255,3 +255,89 @@ Test(dispatch, a_row_too_big_for_the_bytes_window_waits_without_rescans) {
   ak_dispatch_free(d);
   fx_close(&f);
 }
+
+/* ---- claims read their hooks in one batched read (claim_tenant's second pass) ---- */
+
+static void delete_hook(fx_t *f, uint64_t seq) {
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  ak_key_hook(hk, seq);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  cr_assert_eq(ak_store_pin(f->inst.store), 0);
+  rocksdb_writebatch_delete_cf(wb, ak_store_cf(f->inst.store, AK_CF_HOOKS), (const char *)hk, sizeof hk);
+  ak_wf_class_t cls;
+  char *err = NULL;
+  cr_assert_eq(ak_store_write_pinned(f->inst.store, wb, false, &cls, &err), 0);
+  ak_store_unpin(f->inst.store);
+  rocksdb_writebatch_destroy(wb);
+}
+
+typedef struct {
+  int n;
+  uint64_t seq;
+  char reason[128];
+} dead_seen_t;
+
+static int dead_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  dead_seen_t *s = ctx;
+  cr_assert_eq(kl, AK_DEAD_KEY_LEN);
+  ak_dead_entry_t e;
+  cr_assert_eq(ak_dead_entry_decode((const uint8_t *)v, vl, &e), 0);
+  s->n++;
+  s->seq = ak_get_u64((const uint8_t *)k + 9);
+  snprintf(s->reason, sizeof s->reason, "%.*s", (int)e.reason_len, e.reason);
+  return 0;
+}
+
+Test(dispatch, a_missing_hook_is_dead_lettered_and_the_rows_around_it_claimed) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128}");
+  add_rows(&f, "a", 20, 1000);
+  delete_hook(&f, 7);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  ak_dispatch_debug_scan(d, FAR_FUTURE);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 19, "every row but the one without its hook");
+  ak_dispatch_debug_scan(d, FAR_FUTURE); /* writes the outcome batch */
+  dead_seen_t s = {0};
+  cr_assert_eq(ak_store_scan(f.inst.store, AK_CF_INDEX, "x", 1, dead_cb, &s), 0);
+  cr_expect_eq(s.n, 1, "one dead row");
+  cr_expect_eq(s.seq, 7);
+  cr_expect(strstr(s.reason, "hook_missing") != NULL, "%s", s.reason);
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, a_damaged_due_entry_is_skipped_and_the_rows_around_it_claimed) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 128}");
+  add_rows(&f, "a", 20, 1000);
+  uint8_t due[AK_DUE_KEY_MAX];
+  size_t kl = ak_key_due(due, "a", 1, 1000, 5, 0);
+  char *err = NULL;
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  cr_assert_eq(ak_store_pin(f.inst.store), 0);
+  rocksdb_writebatch_put_cf(wb, ak_store_cf(f.inst.store, AK_CF_INDEX), (const char *)due, kl, "\x09garbage", 8);
+  ak_wf_class_t cls;
+  cr_assert_eq(ak_store_write_pinned(f.inst.store, wb, false, &cls, &err), 0);
+  ak_store_unpin(f.inst.store);
+  rocksdb_writebatch_destroy(wb);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  ak_dispatch_debug_scan(d, FAR_FUTURE);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 19, "every row but the damaged one");
+  cr_expect_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 0, "and none twice");
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, a_share_larger_than_one_read_is_claimed_in_one_pass_each_row_once) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 1000, max_inflight: 4096, tenants: {max_inflight: 1000}}");
+  add_rows(&f, "a", 700, 1000);
+  add_rows(&f, "a", 5, 50000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_expect_eq(ak_dispatch_debug_scan(d, 2000), 700, "all 700 due rows, read 256 at a time");
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 700);
+  cr_expect_eq(ak_dispatch_debug_scan(d, 2000), 0, "none twice, the later ones not yet");
+  cr_expect_eq(ak_dispatch_debug_scan(d, 60000), 5, "the later ones once due");
+  ak_dispatch_free(d);
+  fx_close(&f);
+}

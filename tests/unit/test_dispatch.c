@@ -291,16 +291,33 @@ static int dead_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx
 Test(dispatch, a_missing_hook_is_dead_lettered_and_the_rows_around_it_claimed) {
   fx_t f;
   fx_open(&f, "dispatch: {batch: 128}");
-  add_rows(&f, "a", 20, 1000);
+  add_rows(&f, "a", 20, 1000); /* seqs 1..20: read as one batch */
+  add_rows(&f, "b", 3, 1000);  /* seqs 21..23: few enough to be read one at a time */
   delete_hook(&f, 7);
   ak_dispatch_t *d = fx_dispatch(&f);
   ak_dispatch_debug_scan(d, FAR_FUTURE);
   cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 19, "every row but the one without its hook");
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "b"), 3);
   ak_dispatch_debug_scan(d, FAR_FUTURE); /* writes the outcome batch */
   dead_seen_t s = {0};
   cr_assert_eq(ak_store_scan(f.inst.store, AK_CF_INDEX, "x", 1, dead_cb, &s), 0);
   cr_expect_eq(s.n, 1, "one dead row");
   cr_expect_eq(s.seq, 7);
+  cr_expect(strstr(s.reason, "hook_missing") != NULL, "%s", s.reason);
+  ak_dispatch_free(d);
+  fx_close(&f);
+
+  fx_open(&f, "dispatch: {batch: 128}");
+  add_rows(&f, "b", 3, 1000);
+  delete_hook(&f, 2);
+  d = fx_dispatch(&f);
+  ak_dispatch_debug_scan(d, FAR_FUTURE);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "b"), 2, "the rows around it, read one at a time");
+  ak_dispatch_debug_scan(d, FAR_FUTURE);
+  s = (dead_seen_t){0};
+  cr_assert_eq(ak_store_scan(f.inst.store, AK_CF_INDEX, "x", 1, dead_cb, &s), 0);
+  cr_expect_eq(s.n, 1);
+  cr_expect_eq(s.seq, 2);
   cr_expect(strstr(s.reason, "hook_missing") != NULL, "%s", s.reason);
   ak_dispatch_free(d);
   fx_close(&f);

@@ -40,14 +40,7 @@ BIN=$BUILD/http_sink
 
 bench_setup http_sink
 
-sed -e "s|@PREFIX@|$TMP|g" -e "s|@PORT@|$NGINX_PORT|g" "$REPO/bench/nginx.conf.in" >"$TMP/nginx.conf"
-"$NGINX" -e "$TMP/nginx-error.log" -p "$TMP/" -c "$TMP/nginx.conf" >"$TMP/nginx.out" 2>&1 &
-NGINX_PID=$!
-PIDS+=("$NGINX_PID")
-if ! wait_http "http://127.0.0.1:$NGINX_PORT/hook" 201 "$NGINX_PID" 10 -X POST -d '{}'; then
-  cat "$TMP/nginx.out" "$TMP/nginx-error.log" >&2 2>/dev/null || true
-  die "nginx did not answer 201 on 127.0.0.1:$NGINX_PORT"
-fi
+nginx_static_start
 
 SINK=() RAW=()
 for ((r = 1; r <= RUNS; r++)); do

@@ -117,19 +117,10 @@ metric_sum() { # FILE NAME: sum of every series of a family without a suffix
 
 # ---------------------------------------------------------------- nginx
 nginx_run() { # RUN_INDEX
-  local i=$1 conf=$TMP/nginx.conf pid kids c
+  local i=$1 pid kids c
   sync # as before every ankusa load: no writeback of an earlier run under this one
-  sed -e "s|@PREFIX@|$TMP|g" -e "s|@PORT@|$NGINX_PORT|g" "$REPO/bench/nginx.conf.in" >"$conf"
-  "$NGINX" -e "$TMP/nginx-error.log" -p "$TMP/" -c "$conf" >"$TMP/nginx.out" 2>&1 &
-  pid=$!
-  PIDS+=("$pid")
-  if ! wait_http "http://127.0.0.1:$NGINX_PORT/webhooks/bench" 201 "$pid" 10 -X POST -d '{}'; then
-    cat "$TMP/nginx.out" "$TMP/nginx-error.log" >&2 2>/dev/null || true
-    die "nginx did not answer 201 on 127.0.0.1:$NGINX_PORT"
-  fi
-  # the workers too, by PID, in case the master is killed before it can stop them
-  kids=$(ps -o pid= --ppid "$pid" || true)
-  for c in $kids; do PIDS+=("$c"); done
+  nginx_static_start
+  pid=$NGINX_PID kids=$NGINX_STATIC_KIDS
 
   local t0 t1
   # shellcheck disable=SC2086 # kids is a list of PIDs

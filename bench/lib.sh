@@ -1,6 +1,7 @@
-# Shared by bench/ingest.sh and bench/deliver.sh: process bookkeeping by PID (never by
-# name), the temp dir and its cleanup, free loopback ports, and small helpers. Sourced
-# after the caller set BENCH_NAME (for messages), REPO and PY. Never starts a server.
+# Shared by bench/ingest.sh, bench/deliver.sh and bench/http_sink.sh: process bookkeeping
+# by PID (never by name), the temp dir and its cleanup, free loopback ports, and small
+# helpers. Sourced after the caller set BENCH_NAME (for messages), REPO and PY. The only
+# server it starts is the static-201 nginx baseline, when asked (nginx_static_start).
 
 die() { echo "$BENCH_NAME: $*" >&2; exit 1; }
 
@@ -82,4 +83,21 @@ cpu_ticks() { # PID...: user+system clock ticks used so far by these processes
     t=$((t + u))
   done
   echo "$t"
+}
+
+# nginx_static_start: nginx with bench/nginx.conf.in (a static 201 to every request) on
+# NGINX_PORT under TMP; sets NGINX_PID and NGINX_STATIC_KIDS (its workers), all in PIDS.
+nginx_static_start() {
+  local c
+  sed -e "s|@PREFIX@|$TMP|g" -e "s|@PORT@|$NGINX_PORT|g" "$REPO/bench/nginx.conf.in" >"$TMP/nginx.conf"
+  "$NGINX" -e "$TMP/nginx-error.log" -p "$TMP/" -c "$TMP/nginx.conf" >"$TMP/nginx.out" 2>&1 &
+  NGINX_PID=$!
+  PIDS+=("$NGINX_PID")
+  if ! wait_http "http://127.0.0.1:$NGINX_PORT/webhooks/bench" 201 "$NGINX_PID" 10 -X POST -d '{}'; then
+    cat "$TMP/nginx.out" "$TMP/nginx-error.log" >&2 2>/dev/null || true
+    die "nginx did not answer 201 on 127.0.0.1:$NGINX_PORT"
+  fi
+  # the workers too, by PID, in case the master is killed before it can stop them
+  NGINX_STATIC_KIDS=$(ps -o pid= --ppid "$NGINX_PID" || true)
+  for c in $NGINX_STATIC_KIDS; do PIDS+=("$c"); done
 }

@@ -258,17 +258,23 @@ Test(dispatch, a_row_too_big_for_the_bytes_window_waits_without_rescans) {
 
 /* ---- claims read their hooks in one batched read (claim_tenant's second pass) ---- */
 
-static void delete_hook(fx_t *f, uint64_t seq) {
-  uint8_t hk[AK_HOOK_KEY_LEN];
-  ak_key_hook(hk, seq);
+/* One key of family cf set to v (vl bytes), or deleted when v is NULL. */
+static void fx_set(fx_t *f, int cf, const uint8_t *k, size_t kl, const char *v, size_t vl) {
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   cr_assert_eq(ak_store_pin(f->inst.store), 0);
-  rocksdb_writebatch_delete_cf(wb, ak_store_cf(f->inst.store, AK_CF_HOOKS), (const char *)hk, sizeof hk);
+  if (v) rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, cf), (const char *)k, kl, v, vl);
+  else rocksdb_writebatch_delete_cf(wb, ak_store_cf(f->inst.store, cf), (const char *)k, kl);
   ak_wf_class_t cls;
   char *err = NULL;
   cr_assert_eq(ak_store_write_pinned(f->inst.store, wb, false, &cls, &err), 0);
   ak_store_unpin(f->inst.store);
   rocksdb_writebatch_destroy(wb);
+}
+
+static void delete_hook(fx_t *f, uint64_t seq) {
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  ak_key_hook(hk, seq);
+  fx_set(f, AK_CF_HOOKS, hk, sizeof hk, NULL, 0);
 }
 
 typedef struct {
@@ -329,14 +335,7 @@ Test(dispatch, a_damaged_due_entry_is_skipped_and_the_rows_around_it_claimed) {
   add_rows(&f, "a", 20, 1000);
   uint8_t due[AK_DUE_KEY_MAX];
   size_t kl = ak_key_due(due, "a", 1, 1000, 5, 0);
-  char *err = NULL;
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  cr_assert_eq(ak_store_pin(f.inst.store), 0);
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(f.inst.store, AK_CF_INDEX), (const char *)due, kl, "\x09garbage", 8);
-  ak_wf_class_t cls;
-  cr_assert_eq(ak_store_write_pinned(f.inst.store, wb, false, &cls, &err), 0);
-  ak_store_unpin(f.inst.store);
-  rocksdb_writebatch_destroy(wb);
+  fx_set(&f, AK_CF_INDEX, due, kl, "\x09garbage", 8); /* an unknown version byte */
   ak_dispatch_t *d = fx_dispatch(&f);
   ak_dispatch_debug_scan(d, FAR_FUTURE);
   cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 19, "every row but the damaged one");

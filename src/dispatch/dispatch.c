@@ -1117,8 +1117,10 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
     c->sink = sink;
     ak_key_hook(c->hk, seq);
   }
-  t->next_due = stop_at;
-  if (!n) return 0;
+  if (!n) {
+    t->next_due = stop_at;
+    return 0;
+  }
 
   const char *keys[CLAIM_CHUNK];
   size_t klens[CLAIM_CHUNK], rls[CLAIM_CHUNK];
@@ -1148,6 +1150,10 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
     }
     if (rc == CLAIM_OK) got++;
   }
+  /* set only now, as a pass over the rows one by one did: a claim that dead-letters its
+   * row places the tenant meanwhile, and must see it as still being served; a row parked
+   * meanwhile may already have noted an earlier due time, which stands */
+  if (i == n && stop_at < t->next_due) t->next_due = stop_at;
   for (; i < n; i++) free(recs[i]);
   return got;
 }

@@ -417,7 +417,6 @@ int ak_store_multi_get_pinned(ak_store_t *st, int cf, size_t n, const char *cons
     return -1;
   }
   rocksdb_batched_multi_get_cf(st->db, st->ropts, st->cf[cf], n, keys, klens, ps, errs, false);
-  int rc = 0;
   for (size_t i = 0; i < n; i++) {
     if (errs[i]) {
       free(errs[i]);
@@ -439,7 +438,7 @@ int ak_store_multi_get_pinned(ak_store_t *st, int cf, size_t n, const char *cons
   }
   free(ps);
   free(errs);
-  return rc;
+  return 0;
 }
 
 int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_store_scan_fn cb, void *ctx) {

@@ -260,9 +260,21 @@ def test_a_failed_audit_write_blocks_the_change(ankusa, tmp_path):
     hold(s, "acme_q", b'{"held":1}')
     hold(s, "acme_q", b'{"held":2}')
     restart(s, secret=OLD_SECRET)
-    r = adm(s, "POST", "/v1/replays", {"kind": "dlq", "source_id": "acme_src", "rate": 10})
-    assert r.status == 202, r
-    job = r.json["id"]
+    # The DLQ is empty: a running job is done at its first tick, and the PATCH below would
+    # meet 409 replay_finished before the audit write it is about. Paused, the job stays
+    # patchable; one that finished between its POST and the pause is replaced.
+    jobs = []
+    for _ in range(50):
+        r = adm(s, "POST", "/v1/replays", {"kind": "dlq", "source_id": "acme_src", "rate": 10})
+        assert r.status == 202, r
+        jobs.append(r.json["id"])
+        p = adm(s, "PATCH", f"/v1/replays/{jobs[-1]}", {"state": "paused"})
+        if p.status == 200:
+            break
+        assert p.status == 409 and p.json == {"error": "replay_finished"}, p
+    else:
+        pytest.fail("every replay job finished before it could be paused")
+    job = jobs[-1]
     assert adm(s, "PUT", "/v1/tenants/beta/rate-limit", {"rate": 2, "burst": 2}).status == 200
     before = rows(s)
     flag.write_text("1")
@@ -281,7 +293,7 @@ def test_a_failed_audit_write_blocks_the_change(ankusa, tmp_path):
     assert len(adm(s, "GET", "/v1/quarantine").json["entries"]) == 2, "nothing released"
     assert s.inspect() == [], "no hook committed"
     refused(adm(s, "POST", "/v1/replays", {"kind": "dlq", "source_id": "beta_src"}))
-    assert [j["id"] for j in adm(s, "GET", "/v1/replays").json["replays"]] == [job], "no job created"
+    assert sorted(j["id"] for j in adm(s, "GET", "/v1/replays").json["replays"]) == sorted(jobs), "no job created"
     refused(adm(s, "PATCH", f"/v1/replays/{job}", {"rate": 99}))
     assert adm(s, "GET", f"/v1/replays/{job}").json["rate"] == 10, "the job is unchanged"
     refused(adm(s, "PUT", "/v1/log-level", {"level": "error"}))

@@ -134,7 +134,14 @@ def test_kill9_random_moments_lose_no_acked_hook(ankusa, partitions):
     hooks = s.inspect()
     stored = check_store(hooks, load.acked, load.sent, max_unacked=threads * cycles)
     seqs = sorted(h["seq"] for h in hooks)
-    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "seqs are not dense across crashes"
+    if partitions == 1:
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "seqs are not dense across crashes"
+    else:
+        # Two writers may reach RocksDB out of seq order: a kill -9 between their writes can
+        # lose the earlier batch (never acked) and keep the later one, a gap of at most one
+        # batch per kill (docs/storage.md, "One commit"). No seq twice: check_store.
+        gap = seqs[-1] - seqs[0] + 1 - len(seqs)
+        assert gap <= cycles * 256, f"{gap} seqs missing after {cycles} kills: more than one batch each"
     assert s.starts == cycles + 1
     min_acked = 500 if SANITIZER else 2000
     assert len(load.acked) >= min_acked, f"only {len(load.acked)} hooks acked; the test did not load the node"

@@ -1,12 +1,21 @@
 /* The dedupe index in memory, and its keys in the store.
  *
- * The store holds one key per stored event key and expiry: 'e' at:64 scope -> v1 id, in
- * the index CF, put in the hook's own synced batch. The expiry is part of the key, so a
- * key refreshed after it expired (a new hook, a new expiry) is a different store key: the
- * sweeper deletes exactly the keys it read and can never delete the refreshed one, however
- * its read and its delete interleave with the writer. Lookups never touch the store: the
- * table below holds every key (rebuilt from the 'e' keys at open), so the writer decides
- * under its queue lock without I/O.
+ * The store holds the keys a commit took as ONE record of the index CF, put in that
+ * commit's own synced batch: 'e' at:64 seq:64 -> u8 version 2, then per key at:64 id:128
+ * u16 len scope. The record key's `at` is the latest expiry among its keys (a commit's
+ * keys are grouped so that one record spans at most GROUP_SPAN_MS of expiries), and its
+ * seq is the first hook seq of the group, so no two commits ever share a record key. A
+ * sixth key per hook in every commit cost the writer and the flush thread about what each
+ * of the other five costs (~3 us per request); one record per commit costs a key per
+ * batch. Stores written before that hold one 'e' at:64 scope -> v1 id key per event key;
+ * they are read the same way (a record of one key) and swept like any other.
+ *
+ * Each key's own expiry is in the record, so a key refreshed after it expired (a new
+ * hook, a new expiry) is in a different record: the sweeper deletes exactly the records
+ * it read and can never delete the refreshed one, however its read and its delete
+ * interleave with the writer. Lookups never touch the store: the table below holds every
+ * key (rebuilt from the records at open), so the writer decides under its queue lock
+ * without I/O, and expiry is decided on the key's own time, never the record's.
  *
  * Table: open addressing, linear probing, 40 bytes a slot, keyed by the first 16 bytes of
  * the scope's SHA-256 (a collision would take 2^64 work even for a chosen key). Keys that
@@ -32,7 +41,13 @@
 #include "store/store.h"
 
 #define VALUE_V1 1
-#define VALUE_LEN 17 /* u8 version, 16 id */
+#define VALUE_LEN 17 /* v1 (one key per record): u8 version, 16 id */
+#define VALUE_V2 2   /* a commit's keys: u8 version, then per key at:64 id:128 u16 len scope */
+#define ENTRY_FIXED (8 + 16 + 2)
+#define GROUP_KEY_LEN 17 /* 'e' at:64 seq:64 */
+/* A record is swept when its latest key expired: an earlier key in it waits at most this
+ * long past its own expiry (it already reads as expired: lookups use the key's own time). */
+#define GROUP_SPAN_MS 1000
 #define PENDING_BUCKETS 1024
 #define TENANT_BUCKETS 256
 
@@ -139,6 +154,56 @@ int ak_dedupe_ekey_parse(const uint8_t *k, size_t klen, int64_t *at_ms, const ui
   *scope = k + 9;
   *scope_len = klen - 9;
   return 0;
+}
+
+/* One key of a record, pointing into the record. */
+typedef struct {
+  int64_t at;
+  const uint8_t *id;
+  const uint8_t *scope;
+  size_t scope_len;
+} entry_t;
+
+/* The keys of one record (k, v) of the index CF, the whole record checked before the
+ * first is handed out: a damaged record yields none. Calls fn(entry, ctx) for each until
+ * it returns non-zero. *rec_at gets the record key's expiry (the one it is swept at).
+ * Returns the number of keys, or -1 when (k, v) is not a dedupe record. */
+static long record_each(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, int64_t *rec_at,
+                        int (*fn)(const entry_t *, void *), void *ctx) {
+  if (vl == VALUE_LEN && v[0] == VALUE_V1) { /* one key per record (stores before v2) */
+    entry_t e;
+    if (ak_dedupe_ekey_parse(k, kl, &e.at, &e.scope, &e.scope_len) != 0) return -1;
+    e.id = v + 1;
+    *rec_at = e.at;
+    if (fn) fn(&e, ctx);
+    return 1;
+  }
+  if (kl != GROUP_KEY_LEN || k[0] != AK_IDX_DEDUPE || vl < 1 || v[0] != VALUE_V2) return -1;
+  int64_t last = (int64_t)ak_get_u64(k + 1);
+  long n = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    size_t o = 1;
+    n = 0;
+    while (o < vl) {
+      entry_t e;
+      const uint8_t *t;
+      size_t tl;
+      if (vl - o < ENTRY_FIXED) return -1;
+      e.at = (int64_t)ak_get_u64(v + o);
+      e.id = v + o + 8;
+      e.scope_len = ((size_t)v[o + 24] << 8) | v[o + 25];
+      e.scope = v + o + ENTRY_FIXED;
+      if (vl - o - ENTRY_FIXED < e.scope_len || e.at <= 0 || e.at > last ||
+          scope_parse(e.scope, e.scope_len, &t, &tl) != 0)
+        return -1;
+      o += ENTRY_FIXED + e.scope_len;
+      n++;
+      if (pass == 1 && fn && fn(&e, ctx) != 0) break;
+    }
+    if (n == 0) return -1;
+  }
+  *rec_at = last;
+  return n;
 }
 
 /* --------------------------------------------------------------------- table ---- */
@@ -351,16 +416,69 @@ ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, ak_write_req_t *r) {
   return v;
 }
 
-void ak_dedupe_put(ak_dedupe_t *dx, rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf,
-                   const ak_write_req_t *r) {
-  (void)dx;
+/* The pending keys of a commit's records, as records of at most RECORD_MAX bytes: each
+ * pass takes the earliest expiry left and every key within GROUP_SPAN_MS after it. The
+ * list is a batch (tens to a few thousand records) and its keys span a handful of TTLs,
+ * so the passes are few; nothing is allocated. */
+#define RECORD_MAX 8192
+_Static_assert(1 + ENTRY_FIXED + AK_DEDUPE_SCOPE_MAX <= RECORD_MAX, "any one key fits a record");
+
+static int64_t claim_at(const ak_write_req_t *r) {
   const ak_dedupe_claim_t *c = r->dedupe;
-  if (!c || c->state != AK_DEDUPE_CLAIM_PENDING) return;
-  uint8_t k[AK_DEDUPE_EKEY_MAX], v[VALUE_LEN];
-  size_t kl = ak_dedupe_ekey(k, c->expires_at_ms, c->scope, c->scope_len);
-  v[0] = VALUE_V1;
-  memcpy(v + 1, r->id, 16);
-  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, kl, (const char *)v, sizeof v);
+  return c && c->state == AK_DEDUPE_CLAIM_PENDING ? c->expires_at_ms : 0;
+}
+
+static void put_record(rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf, int64_t last, uint64_t seq,
+                       const uint8_t *v, size_t vl) {
+  uint8_t k[GROUP_KEY_LEN];
+  k[0] = AK_IDX_DEDUPE;
+  ak_put_u64(k + 1, (uint64_t)last);
+  ak_put_u64(k + 9, seq);
+  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, (const char *)v, vl);
+}
+
+void ak_dedupe_put(ak_dedupe_t *dx, rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf,
+                   const ak_write_req_t *list) {
+  (void)dx;
+  uint8_t v[RECORD_MAX];
+  int64_t lo = INT64_MIN;
+  for (;;) {
+    int64_t anchor = INT64_MAX;
+    for (const ak_write_req_t *r = list; r; r = r->next) {
+      int64_t at = claim_at(r);
+      if (at && at >= lo && at < anchor) anchor = at;
+    }
+    if (anchor == INT64_MAX) return;
+    int64_t hi = anchor > INT64_MAX - GROUP_SPAN_MS ? INT64_MAX : anchor + GROUP_SPAN_MS;
+    size_t vl = 0;
+    int64_t last = 0;
+    uint64_t seq = 0;
+    for (const ak_write_req_t *r = list; r; r = r->next) {
+      int64_t at = claim_at(r);
+      if (!at || at < anchor || at > hi) continue;
+      const ak_dedupe_claim_t *c = r->dedupe;
+      size_t el = ENTRY_FIXED + c->scope_len;
+      if (vl && vl + el > sizeof v) {
+        put_record(wb, cf, last, seq, v, vl);
+        vl = 0;
+        last = 0;
+      }
+      if (!vl) {
+        v[vl++] = VALUE_V2;
+        seq = r->seq; /* the record's first hook: no other commit has it */
+      }
+      ak_put_u64(v + vl, (uint64_t)at);
+      memcpy(v + vl + 8, r->id, 16);
+      v[vl + 24] = (uint8_t)(c->scope_len >> 8);
+      v[vl + 25] = (uint8_t)c->scope_len;
+      memcpy(v + vl + ENTRY_FIXED, c->scope, c->scope_len);
+      vl += el;
+      if (at > last) last = at;
+    }
+    if (vl) put_record(wb, cf, last, seq, v, vl);
+    if (hi == INT64_MAX) return;
+    lo = hi + 1;
+  }
 }
 
 ak_write_req_t *ak_dedupe_settle(ak_dedupe_t *dx, ak_write_req_t *r) {
@@ -405,41 +523,76 @@ int64_t ak_dedupe_count(ak_dedupe_t *dx) {
 
 typedef struct {
   int64_t now;
-  size_t max, n, cap;
-  uint8_t **keys;
-  size_t *lens;
+  size_t max, n, cap;          /* n: records read; max: keys wanted */
+  size_t nkeys;                /* keys in them */
+  uint8_t **keys, **vals;
+  size_t *klens, *vlens;
   int64_t last_at;
   int bad;
 } sweep_t;
 
+static uint8_t *dup_bytes(const char *p, size_t n) {
+  uint8_t *c = malloc(n ? n : 1);
+  if (c) memcpy(c, p, n);
+  return c;
+}
+
 static int collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
-  (void)v;
-  (void)vl;
   sweep_t *sw = ctx;
   int64_t at;
-  const uint8_t *scope;
-  size_t sl;
-  if (ak_dedupe_ekey_parse((const uint8_t *)k, kl, &at, &scope, &sl) != 0) {
+  long keys = record_each((const uint8_t *)k, kl, (const uint8_t *)v, vl, &at, NULL, NULL);
+  if (keys < 0) {
     sw->bad = 1;
     return 1;
   }
-  if (at > sw->now || sw->n == sw->max) return 1;
+  if (at > sw->now || (sw->n && sw->nkeys + (size_t)keys > sw->max)) return 1;
   if (sw->n == sw->cap) {
-    size_t nc = sw->cap ? sw->cap * 2 : 256;
+    size_t nc = sw->cap ? sw->cap * 2 : 64;
     uint8_t **nk = realloc(sw->keys, nc * sizeof *nk);
     if (!nk) return 1;
     sw->keys = nk;
-    size_t *nl = realloc(sw->lens, nc * sizeof *nl);
+    uint8_t **nv = realloc(sw->vals, nc * sizeof *nv);
+    if (!nv) return 1;
+    sw->vals = nv;
+    size_t *nl = realloc(sw->klens, nc * sizeof *nl);
     if (!nl) return 1;
-    sw->lens = nl;
+    sw->klens = nl;
+    nl = realloc(sw->vlens, nc * sizeof *nl);
+    if (!nl) return 1;
+    sw->vlens = nl;
     sw->cap = nc;
   }
-  uint8_t *copy = malloc(kl);
-  if (!copy) return 1;
-  memcpy(copy, k, kl);
-  sw->keys[sw->n] = copy;
-  sw->lens[sw->n++] = kl;
+  uint8_t *kc = dup_bytes(k, kl), *vc = dup_bytes(v, vl);
+  if (!kc || !vc) {
+    free(kc);
+    free(vc);
+    return 1;
+  }
+  sw->keys[sw->n] = kc;
+  sw->vals[sw->n] = vc;
+  sw->klens[sw->n] = kl;
+  sw->vlens[sw->n++] = vl;
+  sw->nkeys += (size_t)keys;
   sw->last_at = at;
+  return 0;
+}
+
+/* Under dx->mu: drop one swept key from the table (only if the table still holds this
+ * very key: a refresh has a later expiry) and from the counts. */
+static int forget_one(const entry_t *e, void *ctx) {
+  ak_dedupe_t *dx = ctx;
+  const uint8_t *t;
+  size_t tl;
+  scope_parse(e->scope, e->scope_len, &t, &tl);
+  uint8_t dg[16];
+  digest_of(e->scope, e->scope_len, dg);
+  slot_t *s = tab_find(dx, dg);
+  if (s && s->at == e->at) tab_del(dx, s);
+  ak_dedupe_claim_t *p = *pending_slot(dx, dg);
+  if (p && p->expires_at_ms == e->at) p->swept = true;
+  tcount_t *tc = tenant_get(dx, (const char *)t, tl);
+  if (tc) tc->n--;
+  dx->live--;
   return 0;
 }
 
@@ -447,21 +600,21 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   sweep_t sw = {.now = now_ms(dx), .max = max};
   uint8_t from[9];
   from[0] = AK_IDX_DEDUPE;
-  /* keys before sweep_from were deleted: seeking past their tombstones keeps a pass cheap */
+  /* records before sweep_from were deleted: seeking past their tombstones keeps a pass cheap */
   pthread_mutex_lock(&dx->mu);
   int64_t from_at = dx->sweep_from;
   pthread_mutex_unlock(&dx->mu);
   ak_put_u64(from + 1, (uint64_t)from_at);
   const char prefix = AK_IDX_DEDUPE;
   int rc = ak_store_scan_from(dx->inst->store, AK_CF_DEDUPE, &prefix, 1, from, sizeof from, false, collect, &sw);
-  long out = (long)sw.n;
+  long out = (long)sw.nkeys;
   if (rc != 0 || sw.bad) {
-    if (sw.bad) ak_log(AK_LOG_ERROR, "dedupe", "damaged dedupe key in the store: sweep stopped", NULL);
+    if (sw.bad) ak_log(AK_LOG_ERROR, "dedupe", "damaged dedupe record in the store: sweep stopped", NULL);
     out = -1;
     goto done;
   }
   if (!sw.n) goto done;
-  if (gate) gate(gate_ctx, sw.n);
+  if (gate) gate(gate_ctx, sw.nkeys);
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   if (ak_store_pin(dx->inst->store) != 0) {
     rocksdb_writebatch_destroy(wb);
@@ -469,7 +622,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
     goto done;
   }
   rocksdb_column_family_handle_t *cf = ak_store_cf(dx->inst->store, AK_CF_DEDUPE);
-  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.keys[i], sw.lens[i]);
+  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.keys[i], sw.klens[i]);
   ak_wf_class_t cls;
   char *err = NULL;
   rc = ak_store_write_pinned(dx->inst->store, wb, false, &cls, &err);
@@ -477,35 +630,27 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   rocksdb_writebatch_destroy(wb);
   if (rc != 0) {
     free(err);
-    out = -1; /* nothing forgotten: the next pass reads the same keys again */
+    out = -1; /* nothing forgotten: the next pass reads the same records again */
     goto done;
   }
   pthread_mutex_lock(&dx->mu);
   for (size_t i = 0; i < sw.n; i++) {
     int64_t at;
-    const uint8_t *scope, *t;
-    size_t sl, tl;
-    ak_dedupe_ekey_parse(sw.keys[i], sw.lens[i], &at, &scope, &sl);
-    scope_parse(scope, sl, &t, &tl);
-    uint8_t dg[16];
-    digest_of(scope, sl, dg);
-    /* forget the table entry only if it is this very key: a refresh has a later expiry */
-    slot_t *s = tab_find(dx, dg);
-    if (s && s->at == at) tab_del(dx, s);
-    ak_dedupe_claim_t *p = *pending_slot(dx, dg);
-    if (p && p->expires_at_ms == at) p->swept = true;
-    tcount_t *tc = tenant_get(dx, (const char *)t, tl);
-    if (tc) tc->n--;
-    dx->live--;
+    record_each(sw.keys[i], sw.klens[i], sw.vals[i], sw.vlens[i], &at, forget_one, dx);
   }
   if (dx->sweep_from == from_at) dx->sweep_from = sw.last_at; /* unless a new key lowered it meanwhile */
   set_gauge(dx);
   pthread_mutex_unlock(&dx->mu);
-  ak_counter_add(dx->m_swept, sw.n);
+  ak_counter_add(dx->m_swept, sw.nkeys);
 done:
-  for (size_t i = 0; i < sw.n; i++) free(sw.keys[i]);
+  for (size_t i = 0; i < sw.n; i++) {
+    free(sw.keys[i]);
+    free(sw.vals[i]);
+  }
   free(sw.keys);
-  free(sw.lens);
+  free(sw.vals);
+  free(sw.klens);
+  free(sw.vlens);
   return out;
 }
 
@@ -517,22 +662,22 @@ typedef struct {
   int bad;
 } load_t;
 
-static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+static int load_key(const entry_t *e, void *ctx) {
   load_t *ld = ctx;
-  int64_t at;
-  const uint8_t *scope, *t;
-  size_t sl, tl;
-  if (ak_dedupe_ekey_parse((const uint8_t *)k, kl, &at, &scope, &sl) != 0 || vl != VALUE_LEN ||
-      (uint8_t)v[0] != VALUE_V1) {
-    ld->bad = 1;
+  const uint8_t *t;
+  size_t tl;
+  scope_parse(e->scope, e->scope_len, &t, &tl);
+  uint8_t dg[16];
+  digest_of(e->scope, e->scope_len, dg);
+  tcount_t *tc = tenant_get(ld->dx, (const char *)t, tl);
+  if (!tc) {
+    ld->bad = 2;
     return 1;
   }
-  scope_parse(scope, sl, &t, &tl);
-  uint8_t dg[16];
-  digest_of(scope, sl, dg);
-  tcount_t *tc = tenant_get(ld->dx, (const char *)t, tl);
-  /* keys come in expiry order: a later generation of the same key replaces an earlier one */
-  if (!tc || tab_put(ld->dx, dg, at, (const uint8_t *)v + 1) != 0) {
+  /* records come in the order of their latest expiry, not each key's: of two generations
+   * of one key, the later expiry is the live one whichever record is read first */
+  slot_t *s = tab_find(ld->dx, dg);
+  if ((!s || s->at < e->at) && tab_put(ld->dx, dg, e->at, e->id) != 0) {
     ld->bad = 2;
     return 1;
   }
@@ -540,6 +685,13 @@ static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ct
   ld->dx->live++;
   ld->n++;
   return 0;
+}
+
+static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  load_t *ld = ctx;
+  int64_t at;
+  if (record_each((const uint8_t *)k, kl, (const uint8_t *)v, vl, &at, load_key, ld) < 0) ld->bad = 1;
+  return ld->bad ? 1 : 0;
 }
 
 ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
@@ -581,7 +733,7 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
   int rc = ak_store_scan(inst->store, AK_CF_DEDUPE, &prefix, 1, load_one, &ld);
   if (rc != 0 || ld.bad) {
     *err = strdup(rc != 0 ? "the dedupe keys cannot be read from the store"
-                  : ld.bad == 1 ? "a dedupe key in the store is damaged"
+                  : ld.bad == 1 ? "a dedupe record in the store is damaged"
                                 : "out of memory loading the dedupe keys");
     ak_dedupe_free(dx);
     return NULL;

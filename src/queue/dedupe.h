@@ -11,7 +11,7 @@
  *           once (201 duplicate, nothing queued); else the claim rides on the write request.
  *   writer: ak_dedupe_take, under the queue lock, before the record gets a seq:
  *             NEW   the record is the first occurrence: it gets its seq, and the key is
- *                   pending on it; ak_dedupe_put adds its 'e' key to the same batch;
+ *                   pending on it; ak_dedupe_put adds the batch's keys to it as records;
  *             DUP   the key is committed and live: answered AK_WR_DUPLICATE, no seq;
  *             WAIT  another record holds the key pending: parked on it, no seq;
  *             QUOTA a bound is reached: answered AK_WR_DEDUPE_QUOTA, no seq.
@@ -41,7 +41,7 @@ typedef struct ak_dedupe_claim {
   /* below: the index's, under its lock */
   int state;                   /* AK_DEDUPE_CLAIM_* */
   bool swept;                  /* its 'e' key was swept before it settled (a TTL shorter than the commit) */
-  int64_t expires_at_ms;       /* PENDING: the key's expiry, part of its 'e' key */
+  int64_t expires_at_ms;       /* PENDING: the key's expiry, kept in its record */
   uint8_t first_id[16];        /* answered AK_WR_DUPLICATE: the hook that holds the key */
   void *tenant_count;
   struct ak_write_req *parked; /* PENDING: repeats waiting for this commit, `next`-linked */
@@ -74,15 +74,16 @@ bool ak_dedupe_seen(ak_dedupe_t *dx, const ak_dedupe_claim_t *c, uint8_t first_i
  * records, so their misses overlap instead of each ak_dedupe_take waiting on its own. */
 void ak_dedupe_prefetch(ak_dedupe_t *dx, const struct ak_write_req *list, size_t max);
 ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, struct ak_write_req *r);
-/* Writer: the 'e' key of r into the hook's batch, when r holds its key pending. */
+/* Writer: the keys the records of list (`next`-linked, seqs assigned) hold pending, into
+ * their commit's batch as 'e' records (a few per commit: see dedupe.c). */
 void ak_dedupe_put(ak_dedupe_t *dx, struct rocksdb_writebatch_t *wb, struct rocksdb_column_family_handle_t *cf,
-                   const struct ak_write_req *r);
+                   const struct ak_write_req *list);
 /* Writer, when r is answered (r->status final, before its done()): returns the parked
  * repeats, `next`-linked, each with its status set, for the writer to answer. */
 struct ak_write_req *ak_dedupe_settle(ak_dedupe_t *dx, struct ak_write_req *r);
 
-/* Sweeper: delete up to max expired 'e' keys (not synced: a crash only sweeps them
- * again) and forget them. gate, when set, runs between reading the keys and deleting
+/* Sweeper: delete the records whose keys all expired, about max keys' worth (at least
+ * one record; not synced: a crash only sweeps them again), and forget their keys. gate, when set, runs between reading the keys and deleting
  * them (a test seam). Returns the number swept, or -1 when the store failed. */
 typedef void (*ak_dedupe_gate_fn)(void *ctx, size_t nread);
 long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx);
@@ -90,7 +91,8 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
 /* Live keys on the node (committed plus pending). */
 int64_t ak_dedupe_count(ak_dedupe_t *dx);
 
-/* The 'e' key: 'e' at:64 scope. Returns its length (AK_DEDUPE_EKEY_MAX at most). */
+/* The v1 record key (one key per record, written before v2; still read and swept):
+ * 'e' at:64 scope. Returns its length (AK_DEDUPE_EKEY_MAX at most). */
 #define AK_DEDUPE_SCOPE_MAX (3 + 255 * 3)
 #define AK_DEDUPE_EKEY_MAX (9 + AK_DEDUPE_SCOPE_MAX)
 size_t ak_dedupe_ekey(uint8_t *out, int64_t at_ms, const uint8_t *scope, size_t scope_len);

@@ -422,9 +422,7 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     ak_put_u64(sv, r->seq);
     rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)ik, sizeof ik, (const char *)sv, 8);
   }
-  if (w->inst->dedupe)
-    for (ak_write_req_t *r = keep; r; r = r->next)
-      ak_dedupe_put(w->inst->dedupe, wb, ak_store_cf(w->store, AK_CF_DEDUPE), r);
+  if (w->inst->dedupe) ak_dedupe_put(w->inst->dedupe, wb, ak_store_cf(w->store, AK_CF_DEDUPE), keep);
   /* The quarantine pen: entries held ('s' summary + 'b' record), and the pen rows of
    * hooks released from it, deleted in the same batch that commits them as hooks. */
   for (ak_write_req_t *r = keep; r; r = r->next) {

@@ -338,7 +338,8 @@ static void node_open(node_t *n, const char *extra) {
            "%s"
            "sources:\n"
            "  a: {tenant: t1, sinks: [{type: log}], dedupe: {header: x-id, ttl_seconds: 60}}\n"
-           "  b: {tenant: t2, sinks: [{type: log}], dedupe: {header: x-id, ttl_seconds: 60}}\n",
+           "  b: {tenant: t2, sinks: [{type: log}], dedupe: {header: x-id, ttl_seconds: 60}}\n"
+           "  c: {tenant: t1, sinks: [{type: log}], dedupe: {header: x-id, ttl_seconds: 3600}}\n",
            extra);
   memset(n, 0, sizeof *n);
   n->inst.name = "default";
@@ -452,7 +453,7 @@ Test(dedupe_index, first_occurrence_wins_inside_one_batch, .init = mk_tmp, .fini
   cr_expect_eq(r[4].status, AK_WR_COMMITTED);
   cr_expect_eq(r[4].seq, 4);
   cr_expect_eq(count_cf(&n, AK_CF_HOOKS, 0), 4);
-  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 3, "one 'e' key per stored key");
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 1, "the commit's three keys in one record");
   cr_expect_eq(ak_dedupe_count(n.inst.dedupe), 3);
   /* across batches: a repeat after the commit */
   ak_write_req_t again;
@@ -475,6 +476,107 @@ Test(dedupe_index, first_occurrence_wins_inside_one_batch, .init = mk_tmp, .fini
   cr_expect_eq(memcmp(first, r[0].id, 16), 0, "the same first id after a reopen");
   free_req(&again);
   node_close(&n);
+}
+
+/* The keys of one commit are written as a few records, not one store key each: keys
+ * whose expiries are close share a record (up to 8 KiB), keys of another TTL get their
+ * own, and each is swept when its own keys expire. 40 keys of 200 bytes (60 s TTL) take
+ * two records, 3 keys of a 3600 s source a third; all come back after a reopen with their
+ * own ids; at 61 s the sweeper removes exactly the 40, at 3601 s the rest. */
+Test(dedupe_index, a_commit_writes_its_keys_as_few_records, .init = mk_tmp, .fini = rm_tmp) {
+  enum { NA = 40, NC = 3, N = NA + NC };
+  node_t n;
+  setenv("ANKUSA_TEST_COMMIT_DELAY_MS", "300", 1);
+  node_open(&n, "");
+  unsetenv("ANKUSA_TEST_COMMIT_DELAY_MS");
+  waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ak_write_req_t plug, r[N];
+  make_req(&n, &plug, 0, NULL, &wt);
+  cr_assert_eq(ak_writer_submit(n.w, &plug), AK_WR_QUEUED);
+  usleep(100000); /* the writer took the plug and sleeps in its commit */
+  char key[N][201];
+  for (int i = 0; i < N; i++) {
+    memset(key[i], 'k', 200);
+    key[i][200] = 0;
+    snprintf(key[i], 12, "key-%06d", i);
+    key[i][10] = 'k';
+    /* interleaved: the two TTLs alternate in the batch */
+    make_req(&n, &r[i], i % 14 == 13 ? 2 : 0, key[i], &wt);
+  }
+  int nc = 0;
+  for (int i = 0; i < N; i++) nc += i % 14 == 13;
+  cr_assert_eq(nc, NC);
+  for (int i = 0; i < N; i++) cr_assert_eq(ak_writer_submit(n.w, &r[i]), AK_WR_QUEUED);
+  wait_for(&wt, N + 1);
+  cr_expect_eq(metric(&n, "ankusa_commit_batch_size_count{instance=\"default\"} "), 2,
+               "the plug, then all of them in one batch");
+  for (int i = 0; i < N; i++) cr_expect_eq(r[i].status, AK_WR_COMMITTED, "key %d", i);
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 3, "two records of 60 s keys (8 KiB each at most), one of 3600 s");
+  cr_expect_eq(ak_dedupe_count(n.inst.dedupe), N);
+  node_close(&n);
+
+  node_open(&n, "");
+  cr_expect_eq(ak_dedupe_count(n.inst.dedupe), N, "every key of every record is read back");
+  for (int i = 0; i < N; i++) {
+    uint8_t first[16];
+    cr_expect(ak_dedupe_seen(n.inst.dedupe, r[i].dedupe, first), "key %d after a reopen", i);
+    cr_expect_eq(memcmp(first, r[i].id, 16), 0, "key %d keeps its own hook's id", i);
+  }
+  set_clock(61000);
+  cr_expect_eq(ak_dedupe_sweep(n.inst.dedupe, 10000, NULL, NULL), NA, "the 60 s keys, and only they");
+  cr_expect_eq(ak_dedupe_count(n.inst.dedupe), NC);
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 1);
+  for (int i = 0; i < N; i++) {
+    uint8_t first[16];
+    cr_expect_eq(ak_dedupe_seen(n.inst.dedupe, r[i].dedupe, first), i % 14 == 13, "key %d", i);
+  }
+  set_clock(3601000);
+  cr_expect_eq(ak_dedupe_sweep(n.inst.dedupe, 10000, NULL, NULL), NC);
+  cr_expect_eq(ak_dedupe_count(n.inst.dedupe), 0);
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 0);
+  free_req(&plug);
+  for (int i = 0; i < N; i++) free_req(&r[i]);
+  node_close(&n);
+}
+
+/* A damaged record (a key cut short inside a commit's record) refuses the open with an
+ * error naming it: an unreadable index is never taken as empty. */
+Test(dedupe_index, a_damaged_record_refuses_the_open, .init = mk_tmp, .fini = rm_tmp) {
+  node_t n;
+  node_open(&n, "");
+  waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ak_write_req_t r;
+  make_req(&n, &r, 0, "evt-1", &wt);
+  cr_assert_eq(ak_writer_submit(n.w, &r), AK_WR_QUEUED);
+  wait_for(&wt, 1);
+  cr_assert_eq(r.status, AK_WR_COMMITTED);
+  /* read the record back and store it again one byte short */
+  rocksdb_iterator_t *it = NULL;
+  rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+  it = rocksdb_create_iterator_cf(ak_store_db(n.inst.store), ro, ak_store_cf(n.inst.store, AK_CF_DEDUPE));
+  rocksdb_iter_seek_to_first(it);
+  cr_assert(rocksdb_iter_valid(it));
+  size_t kl, vl;
+  const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
+  cr_assert_eq(kl, 17);
+  cr_assert_gt(vl, 27);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  rocksdb_writebatch_put_cf(wb, ak_store_cf(n.inst.store, AK_CF_DEDUPE), k, kl, v, vl - 1);
+  rocksdb_iter_destroy(it);
+  rocksdb_readoptions_destroy(ro);
+  char *err = NULL;
+  cr_assert_eq(ak_store_write(n.inst.store, wb, true, NULL, &err), 0);
+  rocksdb_writebatch_destroy(wb);
+  free_req(&r);
+  ak_writer_free(n.w);
+  ak_dedupe_free(n.inst.dedupe);
+  n.inst.dedupe = ak_dedupe_new(&n.inst, &err);
+  cr_expect_null(n.inst.dedupe);
+  cr_expect_str_eq(err ? err : "", "a dedupe record in the store is damaged");
+  free(err);
+  ak_store_free(n.inst.store);
+  ak_metrics_free(n.inst.metrics);
+  ak_config_free(n.inst.cfg);
 }
 
 Test(dedupe_index, quotas_per_node_and_per_tenant, .init = mk_tmp, .fini = rm_tmp) {

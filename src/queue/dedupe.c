@@ -545,7 +545,7 @@ static int collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx
     sw->bad = 1;
     return 1;
   }
-  if (at > sw->now || (sw->n && sw->nkeys + (size_t)keys > sw->max)) return 1;
+  if (at > sw->now || sw->nkeys >= sw->max) return 1; /* whole records: max may be passed by one */
   if (sw->n == sw->cap) {
     size_t nc = sw->cap ? sw->cap * 2 : 64;
     uint8_t **nk = realloc(sw->keys, nc * sizeof *nk);

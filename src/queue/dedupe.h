@@ -82,8 +82,9 @@ void ak_dedupe_put(ak_dedupe_t *dx, struct rocksdb_writebatch_t *wb, struct rock
  * repeats, `next`-linked, each with its status set, for the writer to answer. */
 struct ak_write_req *ak_dedupe_settle(ak_dedupe_t *dx, struct ak_write_req *r);
 
-/* Sweeper: delete the records whose keys all expired, about max keys' worth (at least
- * one record; not synced: a crash only sweeps them again), and forget their keys. gate, when set, runs between reading the keys and deleting
+/* Sweeper: delete the records whose keys all expired, whole records until max keys are
+ * reached (so at least max when that many are due, at most max plus one record's; not
+ * synced: a crash only sweeps them again), and forget their keys. gate, when set, runs between reading the keys and deleting
  * them (a test seam). Returns the number swept, or -1 when the store failed. */
 typedef void (*ak_dedupe_gate_fn)(void *ctx, size_t nread);
 long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx);

@@ -77,7 +77,7 @@ static void *sweeper_main(void *arg) {
     do {
       n = ak_dedupe_sweep(s->dx, SWEEP_BATCH, s->gate_dir ? gate : NULL, s);
       if (n > 0 && s->gate_dir) gate_write(s, "done", (size_t)n);
-    } while (n == SWEEP_BATCH && !stopping(s));
+    } while (n >= SWEEP_BATCH && !stopping(s)); /* a full pass: more may be due */
     pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);

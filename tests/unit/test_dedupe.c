@@ -546,6 +546,50 @@ Test(dedupe_index, a_commit_writes_its_keys_as_few_records, .init = mk_tmp, .fin
   node_close(&n);
 }
 
+/* A store written before records (one v1 'e' key per event key) opens with its keys
+ * beside new records, answers repeats of both, and sweeps both when they expire. */
+Test(dedupe_index, v1_keys_load_and_sweep_beside_records, .init = mk_tmp, .fini = rm_tmp) {
+  node_t n;
+  node_open(&n, "");
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  int64_t at = ak_now_ms() + 60000;
+  for (int i = 0; i < 2; i++) {
+    char key[16];
+    ak_dedupe_claim_t *c = ak_dedupe_claim_new("t1", 2, "a", key, (size_t)snprintf(key, sizeof key, "old-%d", i), 60000);
+    uint8_t k[AK_DEDUPE_EKEY_MAX], v[17] = {1};
+    size_t kl = ak_dedupe_ekey(k, at, c->scope, c->scope_len);
+    v[1] = (uint8_t)(0xa0 + i);
+    rocksdb_writebatch_put_cf(wb, ak_store_cf(n.inst.store, AK_CF_DEDUPE), (const char *)k, kl, (const char *)v,
+                              sizeof v);
+    ak_dedupe_claim_free(c);
+  }
+  char *err = NULL;
+  cr_assert_eq(ak_store_write(n.inst.store, wb, true, NULL, &err), 0);
+  rocksdb_writebatch_destroy(wb);
+  node_close(&n);
+
+  node_open(&n, "");
+  cr_expect_eq(ak_dedupe_count(n.inst.dedupe), 2, "the v1 keys are read");
+  waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ak_write_req_t old, fresh;
+  make_req(&n, &old, 0, "old-1", &wt);
+  make_req(&n, &fresh, 0, "new-1", &wt);
+  cr_assert_eq(ak_writer_submit(n.w, &old), AK_WR_QUEUED);
+  cr_assert_eq(ak_writer_submit(n.w, &fresh), AK_WR_QUEUED);
+  wait_for(&wt, 2);
+  cr_expect_eq(old.status, AK_WR_DUPLICATE, "a repeat of a v1 key");
+  cr_expect_eq(old.dedupe->first_id[0], 0xa1, "answered with the v1 key's id");
+  cr_expect_eq(fresh.status, AK_WR_COMMITTED);
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 3, "two v1 keys and one record");
+  set_clock(61000);
+  cr_expect_eq(ak_dedupe_sweep(n.inst.dedupe, 10000, NULL, NULL), 3, "v1 keys and the record alike");
+  cr_expect_eq(ak_dedupe_count(n.inst.dedupe), 0);
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 0);
+  free_req(&old);
+  free_req(&fresh);
+  node_close(&n);
+}
+
 /* A damaged record (a key cut short inside a commit's record) refuses the open with an
  * error naming it: an unreadable index is never taken as empty. */
 Test(dedupe_index, a_damaged_record_refuses_the_open, .init = mk_tmp, .fini = rm_tmp) {

@@ -73,7 +73,7 @@ struct ak_dedupe {
   tcount_t *tenants[TENANT_BUCKETS];
   int64_t live;                /* stored + pending keys */
   int64_t max_entries, max_per_tenant;
-  int64_t sweep_from;          /* every 'e' key before this expiry is swept */
+  int64_t sweep_from;          /* every 'e' record before this expiry is swept */
   const char *clock_file;      /* test builds: ANKUSA_TEST_DEDUPE_CLOCK_FILE */
   ak_series_t *m_keys, *m_dups, *m_swept;
 };
@@ -396,7 +396,7 @@ ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, ak_write_req_t *r) {
     r->status = AK_WR_DEDUPE_QUOTA;
     v = AK_DEDUPE_QUOTA;
   } else {
-    /* an expired key being refreshed keeps a distinct 'e' key even if the clock stepped
+    /* an expired key being refreshed keeps a distinct expiry even if the clock stepped
      * back: the sweeper may be about to delete the old one */
     c->expires_at_ms = now + c->ttl_ms;
     if (s && c->expires_at_ms <= s->at) c->expires_at_ms = s->at + 1;

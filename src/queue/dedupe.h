@@ -1,8 +1,8 @@
 /* The dedupe index: which provider event keys (scope tenant, source, key) the node has
  * stored, with the id of the hook that holds each one and when it expires. Owns the
  * in-memory table (exact: rebuilt from the store at open), the node and per-tenant live
- * key counts (dedupe.max_entries, dedupe.max_entries_per_tenant), the 'e' keys of the
- * index CF and the sweep of expired ones. The writer decides with it which record of a
+ * key counts (dedupe.max_entries, dedupe.max_entries_per_tenant), the 'e' records of the
+ * dedupe CF and the sweep of expired ones. The writer decides with it which record of a
  * key is first; this module never assigns seqs, never writes a hook, and never deletes
  * a key from the writer thread.
  *
@@ -18,7 +18,7 @@
  *           ak_dedupe_settle, when the pending record is answered: committed -> the key
  *           is live and the parked repeats are answered duplicate with its id; failed ->
  *           the key is released and they get the same failure.
- *   sweeper: ak_dedupe_sweep deletes the 'e' keys whose time passed (its own thread). */
+ *   sweeper: ak_dedupe_sweep deletes the 'e' records whose time passed (its own thread). */
 #ifndef AK_QUEUE_DEDUPE_H
 #define AK_QUEUE_DEDUPE_H
 
@@ -40,7 +40,7 @@ typedef struct ak_dedupe_claim {
   int64_t ttl_ms;
   /* below: the index's, under its lock */
   int state;                   /* AK_DEDUPE_CLAIM_* */
-  bool swept;                  /* its 'e' key was swept before it settled (a TTL shorter than the commit) */
+  bool swept;                  /* its record was swept before it settled (a TTL shorter than the commit) */
   int64_t expires_at_ms;       /* PENDING: the key's expiry, kept in its record */
   uint8_t first_id[16];        /* answered AK_WR_DUPLICATE: the hook that holds the key */
   void *tenant_count;
@@ -54,7 +54,7 @@ typedef struct ak_dedupe_claim {
 
 typedef enum { AK_DEDUPE_NEW = 0, AK_DEDUPE_DUP, AK_DEDUPE_WAIT, AK_DEDUPE_QUOTA } ak_dedupe_verdict_t;
 
-/* Build from the open store (every 'e' key) and inst->cfg; registers the metrics and logs
+/* Build from the open store (every 'e' record) and inst->cfg; registers the metrics and logs
  * a warning per source without dedupe. NULL with *err (malloc'd) when the store cannot be
  * read or holds a damaged key: an unreadable index is never taken as empty. */
 ak_dedupe_t *ak_dedupe_new(struct ak_instance *inst, char **err);

@@ -1,6 +1,7 @@
 /* The group-commit writer: the only seq assigner and the only thread that writes hooks.
  * Takes everything queued, writes it as ONE synced WriteBatch (hook, a delivery row and
- * due key per sink, archive obligation, id index, seq marker, hook count), then answers
+ * due key per sink, archive obligation, id index, seq marker, hook count, the dedupe
+ * keys it took as a few records), then answers
  * each caller. Owns the queue bounds, record deadlines, store close/reopen after a
  * failed write, and readiness. Never answers "committed" before the write returned. */
 #ifndef AK_QUEUE_WRITER_H

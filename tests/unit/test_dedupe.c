@@ -16,6 +16,7 @@
 #include "core/instance.h"
 #include "edge/dedupe_key.h"
 #include "queue/dedupe.h"
+#include "queue/sweeper.h"
 #include "queue/writer.h"
 #include "store/store.h"
 #include "writer_waiter.h"
@@ -587,6 +588,60 @@ Test(dedupe_index, v1_keys_load_and_sweep_beside_records, .init = mk_tmp, .fini 
   cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 0);
   free_req(&old);
   free_req(&fresh);
+  node_close(&n);
+}
+
+/* The sweeper thread repeats a pass that reached its 10,000 keys at once, instead of
+ * waiting an interval: 1,715 records of 7 keys (12,005) expire together; the first pass
+ * takes whole records up to 10,003 keys (never exactly 10,000), and the rest must go
+ * within a second, well before the next 2 s interval. */
+Test(dedupe_index, the_sweeper_repeats_a_pass_that_reached_its_max, .init = mk_tmp, .fini = rm_tmp) {
+  enum { PER = 7, RECS = 1715, N = PER * RECS };
+  const char *cfg = "dedupe: {sweep_interval_ms: 2000, max_entries: 100000, max_entries_per_tenant: 100000}\n";
+  node_t n;
+  node_open(&n, cfg);
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  int64_t at = ak_now_ms() + 60000;
+  ak_write_req_t r[PER];
+  for (int rec = 0; rec < RECS; rec++) {
+    for (int i = 0; i < PER; i++) {
+      char key[32];
+      memset(&r[i], 0, sizeof r[i]);
+      r[i].seq = (uint64_t)(rec * PER + i + 1);
+      r[i].dedupe = ak_dedupe_claim_new("t1", 2, "a", key, (size_t)snprintf(key, sizeof key, "k-%d-%d", rec, i), 60000);
+      r[i].dedupe->state = AK_DEDUPE_CLAIM_PENDING;
+      r[i].dedupe->expires_at_ms = at;
+      r[i].next = i + 1 < PER ? &r[i + 1] : NULL;
+    }
+    ak_dedupe_put(n.inst.dedupe, wb, ak_store_cf(n.inst.store, AK_CF_DEDUPE), &r[0]);
+    for (int i = 0; i < PER; i++) ak_dedupe_claim_free(r[i].dedupe);
+  }
+  char *err = NULL;
+  cr_assert_eq(ak_store_write(n.inst.store, wb, true, NULL, &err), 0);
+  rocksdb_writebatch_destroy(wb);
+  node_close(&n);
+
+  node_open(&n, cfg);
+  cr_assert_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), RECS);
+  cr_assert_eq(ak_dedupe_count(n.inst.dedupe), N);
+  set_clock(61000);
+  ak_sweeper_t *sw = ak_sweeper_start(&n.inst, n.inst.dedupe);
+  cr_assert_not_null(sw);
+  int64_t t0 = ak_mono_ns(), t1 = 0, t2 = 0;
+  while (ak_mono_ns() - t0 < 20 * 1000000000LL) {
+    int64_t c = ak_dedupe_count(n.inst.dedupe);
+    if (!t1 && c < N) t1 = ak_mono_ns();
+    if (c == 0) {
+      t2 = ak_mono_ns();
+      break;
+    }
+    usleep(2000);
+  }
+  ak_sweeper_stop(sw);
+  cr_assert(t1 && t2, "the sweeper swept them all (count %lld)", (long long)ak_dedupe_count(n.inst.dedupe));
+  cr_expect_lt((t2 - t1) / 1000000, 1000, "the rest went with the full pass, not an interval later (%lld ms)",
+               (long long)((t2 - t1) / 1000000));
+  cr_expect_eq(count_cf(&n, AK_CF_DEDUPE, 'e'), 0);
   node_close(&n);
 }
 

@@ -164,6 +164,12 @@ typedef struct {
   size_t scope_len;
 } entry_t;
 
+/* A key's table digest and tenant (record_each checked its scope). */
+static void entry_scope(const entry_t *e, uint8_t dg[16], const uint8_t **tenant, size_t *tl) {
+  scope_parse(e->scope, e->scope_len, tenant, tl);
+  digest_of(e->scope, e->scope_len, dg);
+}
+
 /* The keys of one record (k, v) of the index CF, the whole record checked before the
  * first is handed out: a damaged record yields none. Calls fn(entry, ctx) for each until
  * it returns non-zero. *rec_at gets the record key's expiry (the one it is swept at).
@@ -583,9 +589,8 @@ static int forget_one(const entry_t *e, void *ctx) {
   ak_dedupe_t *dx = ctx;
   const uint8_t *t;
   size_t tl;
-  scope_parse(e->scope, e->scope_len, &t, &tl);
   uint8_t dg[16];
-  digest_of(e->scope, e->scope_len, dg);
+  entry_scope(e, dg, &t, &tl);
   slot_t *s = tab_find(dx, dg);
   if (s && s->at == e->at) tab_del(dx, s);
   ak_dedupe_claim_t *p = *pending_slot(dx, dg);
@@ -666,9 +671,8 @@ static int load_key(const entry_t *e, void *ctx) {
   load_t *ld = ctx;
   const uint8_t *t;
   size_t tl;
-  scope_parse(e->scope, e->scope_len, &t, &tl);
   uint8_t dg[16];
-  digest_of(e->scope, e->scope_len, dg);
+  entry_scope(e, dg, &t, &tl);
   tcount_t *tc = tenant_get(ld->dx, (const char *)t, tl);
   if (!tc) {
     ld->bad = 2;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config
-#                                              uuid verify token; "fuzz_verify" = "verify")
+#                                              uuid verify token dedupe; "fuzz_verify" = "verify")
 # Every run starts from a throwaway copy of fuzz/corpus/<target>/, so the committed seeds
 # never grow. Crash, leak, timeout and UBSan reproducers land in build-fuzz/artifacts/.
 # Prints one line per harness and exits non-zero when any harness fails. Installs nothing
@@ -17,7 +17,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
 fi
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("${@#fuzz_}")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token)
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -37,6 +37,7 @@ declare -A SRCS=(
   [uuid]="src/core/ids.c"
   [verify]="$VERIFY_SRCS"
   [token]="$VERIFY_SRCS"
+  [dedupe]="src/queue/dedupe_record.c src/store/keys.c"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=

@@ -37,14 +37,10 @@
 #include "core/instance.h"
 #include "core/log.h"
 #include "queue/dedupe.h"
+#include "queue/dedupe_record.h"
 #include "queue/writer.h"
 #include "store/store.h"
 
-#define VALUE_V1 1
-#define VALUE_LEN 17 /* v1 (one key per record): u8 version, 16 id */
-#define VALUE_V2 2   /* a commit's keys: u8 version, then per key at:64 id:128 u16 len scope */
-#define ENTRY_FIXED (8 + 16 + 2)
-#define GROUP_KEY_LEN 17 /* 'e' at:64 seq:64 */
 /* A record is swept when its latest key expired: an earlier key in it waits at most this
  * long past its own expiry (it already reads as expired: lookups use the key's own time). */
 #define GROUP_SPAN_MS 1000
@@ -122,94 +118,10 @@ static void digest_of(const uint8_t *scope, size_t n, uint8_t out[16]) {
 }
 #pragma GCC diagnostic pop
 
-size_t ak_dedupe_ekey(uint8_t *out, int64_t at_ms, const uint8_t *scope, size_t scope_len) {
-  out[0] = AK_IDX_DEDUPE;
-  ak_put_u64(out + 1, (uint64_t)at_ms);
-  memcpy(out + 9, scope, scope_len);
-  return 9 + scope_len;
-}
-
-/* scope: tlen:8 tenant slen:8 source klen:8 key, every length exact */
-static int scope_parse(const uint8_t *s, size_t n, const uint8_t **tenant, size_t *tl) {
-  size_t o = 0;
-  *tenant = s;
-  *tl = 0;
-  for (int part = 0; part < 3; part++) {
-    if (o >= n) return -1;
-    size_t l = s[o];
-    if (part == 0) {
-      *tenant = s + o + 1;
-      *tl = l;
-    }
-    o += 1 + l;
-  }
-  return o == n ? 0 : -1;
-}
-
-int ak_dedupe_ekey_parse(const uint8_t *k, size_t klen, int64_t *at_ms, const uint8_t **scope, size_t *scope_len) {
-  const uint8_t *t;
-  size_t tl;
-  if (klen < 12 || k[0] != AK_IDX_DEDUPE || scope_parse(k + 9, klen - 9, &t, &tl) != 0) return -1;
-  *at_ms = (int64_t)ak_get_u64(k + 1);
-  *scope = k + 9;
-  *scope_len = klen - 9;
-  return 0;
-}
-
-/* One key of a record, pointing into the record. */
-typedef struct {
-  int64_t at;
-  const uint8_t *id;
-  const uint8_t *scope;
-  size_t scope_len;
-} entry_t;
-
 /* A key's table digest and tenant (record_each checked its scope). */
-static void entry_scope(const entry_t *e, uint8_t dg[16], const uint8_t **tenant, size_t *tl) {
-  scope_parse(e->scope, e->scope_len, tenant, tl);
+static void entry_scope(const ak_dedupe_entry_t *e, uint8_t dg[16], const uint8_t **tenant, size_t *tl) {
+  ak_dedupe_scope_parse(e->scope, e->scope_len, tenant, tl);
   digest_of(e->scope, e->scope_len, dg);
-}
-
-/* The keys of one record (k, v) of the index CF, the whole record checked before the
- * first is handed out: a damaged record yields none. Calls fn(entry, ctx) for each until
- * it returns non-zero. *rec_at gets the record key's expiry (the one it is swept at).
- * Returns the number of keys, or -1 when (k, v) is not a dedupe record. */
-static long record_each(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, int64_t *rec_at,
-                        int (*fn)(const entry_t *, void *), void *ctx) {
-  if (vl == VALUE_LEN && v[0] == VALUE_V1) { /* one key per record (stores before v2) */
-    entry_t e;
-    if (ak_dedupe_ekey_parse(k, kl, &e.at, &e.scope, &e.scope_len) != 0) return -1;
-    e.id = v + 1;
-    *rec_at = e.at;
-    if (fn) fn(&e, ctx);
-    return 1;
-  }
-  if (kl != GROUP_KEY_LEN || k[0] != AK_IDX_DEDUPE || vl < 1 || v[0] != VALUE_V2) return -1;
-  int64_t last = (int64_t)ak_get_u64(k + 1);
-  long n = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    size_t o = 1;
-    n = 0;
-    while (o < vl) {
-      entry_t e;
-      const uint8_t *t;
-      size_t tl;
-      if (vl - o < ENTRY_FIXED) return -1;
-      e.at = (int64_t)ak_get_u64(v + o);
-      e.id = v + o + 8;
-      e.scope_len = ((size_t)v[o + 24] << 8) | v[o + 25];
-      e.scope = v + o + ENTRY_FIXED;
-      if (vl - o - ENTRY_FIXED < e.scope_len || e.at <= 0 || e.at > last ||
-          scope_parse(e.scope, e.scope_len, &t, &tl) != 0)
-        return -1;
-      o += ENTRY_FIXED + e.scope_len;
-      n++;
-      if (pass == 1 && fn && fn(&e, ctx) != 0) break;
-    }
-    if (n == 0) return -1;
-  }
-  *rec_at = last;
-  return n;
 }
 
 /* --------------------------------------------------------------------- table ---- */
@@ -427,7 +339,7 @@ ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, ak_write_req_t *r) {
  * list is a batch (tens to a few thousand records) and its keys span a handful of TTLs,
  * so the passes are few; nothing is allocated. */
 #define RECORD_MAX 8192
-_Static_assert(1 + ENTRY_FIXED + AK_DEDUPE_SCOPE_MAX <= RECORD_MAX, "any one key fits a record");
+_Static_assert(1 + AK_DEDUPE_ENTRY_FIXED + AK_DEDUPE_SCOPE_MAX <= RECORD_MAX, "any one key fits a record");
 
 static int64_t claim_at(const ak_write_req_t *r) {
   const ak_dedupe_claim_t *c = r->dedupe;
@@ -436,10 +348,8 @@ static int64_t claim_at(const ak_write_req_t *r) {
 
 static void put_record(rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf, int64_t last, uint64_t seq,
                        const uint8_t *v, size_t vl) {
-  uint8_t k[GROUP_KEY_LEN];
-  k[0] = AK_IDX_DEDUPE;
-  ak_put_u64(k + 1, (uint64_t)last);
-  ak_put_u64(k + 9, seq);
+  uint8_t k[AK_DEDUPE_GROUP_KEY_LEN];
+  ak_dedupe_group_key(k, last, seq);
   rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, (const char *)v, vl);
 }
 
@@ -463,22 +373,17 @@ void ak_dedupe_put(ak_dedupe_t *dx, rocksdb_writebatch_t *wb, rocksdb_column_fam
       int64_t at = claim_at(r);
       if (!at || at < anchor || at > hi) continue;
       const ak_dedupe_claim_t *c = r->dedupe;
-      size_t el = ENTRY_FIXED + c->scope_len;
+      size_t el = AK_DEDUPE_ENTRY_FIXED + c->scope_len;
       if (vl && vl + el > sizeof v) {
         put_record(wb, cf, last, seq, v, vl);
         vl = 0;
         last = 0;
       }
       if (!vl) {
-        v[vl++] = VALUE_V2;
+        v[vl++] = AK_DEDUPE_VALUE_V2;
         seq = r->seq; /* the record's first hook: no other commit has it */
       }
-      ak_put_u64(v + vl, (uint64_t)at);
-      memcpy(v + vl + 8, r->id, 16);
-      v[vl + 24] = (uint8_t)(c->scope_len >> 8);
-      v[vl + 25] = (uint8_t)c->scope_len;
-      memcpy(v + vl + ENTRY_FIXED, c->scope, c->scope_len);
-      vl += el;
+      vl += ak_dedupe_entry_put(v + vl, at, r->id, c->scope, c->scope_len);
       if (at > last) last = at;
     }
     if (vl) put_record(wb, cf, last, seq, v, vl);
@@ -546,7 +451,7 @@ static uint8_t *dup_bytes(const char *p, size_t n) {
 static int collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
   sweep_t *sw = ctx;
   int64_t at;
-  long keys = record_each((const uint8_t *)k, kl, (const uint8_t *)v, vl, &at, NULL, NULL);
+  long keys = ak_dedupe_record_each((const uint8_t *)k, kl, (const uint8_t *)v, vl, &at, NULL, NULL);
   if (keys < 0) {
     sw->bad = 1;
     return 1;
@@ -585,7 +490,7 @@ static int collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx
 
 /* Under dx->mu: drop one swept key from the table (only if the table still holds this
  * very key: a refresh has a later expiry) and from the counts. */
-static int forget_one(const entry_t *e, void *ctx) {
+static int forget_one(const ak_dedupe_entry_t *e, void *ctx) {
   ak_dedupe_t *dx = ctx;
   const uint8_t *t;
   size_t tl;
@@ -641,7 +546,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   pthread_mutex_lock(&dx->mu);
   for (size_t i = 0; i < sw.n; i++) {
     int64_t at;
-    record_each(sw.keys[i], sw.klens[i], sw.vals[i], sw.vlens[i], &at, forget_one, dx);
+    ak_dedupe_record_each(sw.keys[i], sw.klens[i], sw.vals[i], sw.vlens[i], &at, forget_one, dx);
   }
   if (dx->sweep_from == from_at) dx->sweep_from = sw.last_at; /* unless a new key lowered it meanwhile */
   set_gauge(dx);
@@ -667,7 +572,7 @@ typedef struct {
   int bad;
 } load_t;
 
-static int load_key(const entry_t *e, void *ctx) {
+static int load_key(const ak_dedupe_entry_t *e, void *ctx) {
   load_t *ld = ctx;
   const uint8_t *t;
   size_t tl;
@@ -694,7 +599,7 @@ static int load_key(const entry_t *e, void *ctx) {
 static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
   load_t *ld = ctx;
   int64_t at;
-  if (record_each((const uint8_t *)k, kl, (const uint8_t *)v, vl, &at, load_key, ld) < 0) ld->bad = 1;
+  if (ak_dedupe_record_each((const uint8_t *)k, kl, (const uint8_t *)v, vl, &at, load_key, ld) < 0) ld->bad = 1;
   return ld->bad ? 1 : 0;
 }
 

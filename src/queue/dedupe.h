@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "queue/dedupe_record.h"
 
 struct ak_instance;
 struct ak_write_req;
@@ -84,20 +85,13 @@ struct ak_write_req *ak_dedupe_settle(ak_dedupe_t *dx, struct ak_write_req *r);
 
 /* Sweeper: delete the records whose keys all expired, whole records until max keys are
  * reached (so at least max when that many are due, at most max plus one record's; not
- * synced: a crash only sweeps them again), and forget their keys. gate, when set, runs between reading the keys and deleting
- * them (a test seam). Returns the number swept, or -1 when the store failed. */
+ * synced: a crash only sweeps them again), and forget their keys. gate, when set, runs
+ * between reading the records and deleting them (a test seam). Returns the number of
+ * keys swept, or -1 when the store failed. */
 typedef void (*ak_dedupe_gate_fn)(void *ctx, size_t nread);
 long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx);
 
 /* Live keys on the node (committed plus pending). */
 int64_t ak_dedupe_count(ak_dedupe_t *dx);
-
-/* The v1 record key (one key per record, written before v2; still read and swept):
- * 'e' at:64 scope. Returns its length (AK_DEDUPE_EKEY_MAX at most). */
-#define AK_DEDUPE_SCOPE_MAX (3 + 255 * 3)
-#define AK_DEDUPE_EKEY_MAX (9 + AK_DEDUPE_SCOPE_MAX)
-size_t ak_dedupe_ekey(uint8_t *out, int64_t at_ms, const uint8_t *scope, size_t scope_len);
-/* Parse an 'e' key; scope points into k. 0, or -1 when it is not one. */
-int ak_dedupe_ekey_parse(const uint8_t *k, size_t klen, int64_t *at_ms, const uint8_t **scope, size_t *scope_len);
 
 #endif

@@ -36,7 +36,7 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_DEAD 'x'    /* 'x' dead_at:64 seq:64 sink:16 -> dead entry v1 */
 #define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32 */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64 */
-#define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 seq:64 -> a commit's keys (queue/dedupe.c) */
+#define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 seq:64 -> a commit's keys (queue/dedupe_record.c) */
 
 /* audit CF (admin/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is
  * pending (a dual write not settled yet); 'v' subject -> u64 revision; 'k' -> the HMAC

@@ -966,6 +966,7 @@ typedef struct cand {
  * from here on, freed unless the row keeps it) and rl. */
 static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int grc, char *rec, size_t rl,
                             int64_t now) {
+  /* claim_tenant's first pass left out the rows already claimed */
   const uint8_t *k = c->k;
   size_t kl = c->kl;
   int64_t at = c->at;
@@ -975,10 +976,6 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
   if (rc < 0) {
     free(rec);
     return CLAIM_STOP;
-  }
-  if (umap_get(&d->claimed, row_id(seq, sink))) {
-    free(rec);
-    return CLAIM_SKIP;
   }
   ak_due_value_t dv;
   if (ak_due_value_decode(c->v, c->vl, &dv) != 0) {

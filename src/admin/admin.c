@@ -205,27 +205,17 @@ void *ak_admin_hook_json(const ak_envelope_t *env, int with_body) {
   return j;
 }
 
-/* GET /v1/hooks/{id}: read by id (index 'i' -> seq -> hooks). Another tenant's hook is
- * "not found" to a scoped caller: an id names no tenant, so nothing is forbidden, and
- * existence is not told. */
+/* GET /v1/hooks/{id}: read by id (its sealed seq, else the 'i' index; ak_store_find_hook).
+ * Another tenant's hook is "not found" to a scoped caller: an id names no tenant, so
+ * nothing is forbidden, and existence is not told. */
 static enum MHD_Result get_hook(ak_admin_call_t *call) {
   ak_store_t *st = call->inst->store;
   uint8_t id[16];
   if (!ak_uuid_parse(call->id, id)) return ak_admin_error(call, 404, "hook_not_found");
-  uint8_t ik[AK_ID_KEY_LEN];
-  ak_key_id(ik, id);
   char *v = NULL;
   size_t vl = 0;
-  int rc = ak_store_get(st, AK_CF_INDEX, ik, sizeof ik, &v, &vl);
-  if (rc < 0) return ak_admin_error(call, 503, "store_unavailable");
-  if (rc == 1 || vl != 8) {
-    free(v);
-    return ak_admin_error(call, 404, "hook_not_found");
-  }
-  uint8_t hk[AK_HOOK_KEY_LEN];
-  ak_key_hook(hk, ak_get_u64((const uint8_t *)v));
-  free(v);
-  rc = ak_store_get(st, AK_CF_HOOKS, hk, sizeof hk, &v, &vl);
+  uint64_t seq = 0;
+  int rc = ak_store_find_hook(st, id, &seq, &v, &vl);
   if (rc < 0) return ak_admin_error(call, 503, "store_unavailable");
   if (rc == 1) return ak_admin_error(call, 404, "hook_not_found");
   ak_envelope_t env;

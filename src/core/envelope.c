@@ -36,7 +36,7 @@ uint8_t *ak_envelope_encode(const ak_envelope_t *e, size_t *out_len) {
   uint8_t *p = b;
   p[0] = e->dedupe_key_len ? AK_ENV_VERSION_DEDUPE : AK_ENV_VERSION;
   p[1] = 0;
-  memcpy(p + 2, e->id, 16);
+  memcpy(p + AK_ENV_ID_OFFSET, e->id, 16);
   put64(p + AK_ENV_SEQ_OFFSET, e->seq);
   put64(p + 26, (uint64_t)e->received_at_ms);
   put32(p + 34, e->flags);
@@ -63,6 +63,7 @@ uint8_t *ak_envelope_encode(const ak_envelope_t *e, size_t *out_len) {
 }
 
 void ak_envelope_set_seq(uint8_t *rec, uint64_t seq) { put64(rec + AK_ENV_SEQ_OFFSET, seq); }
+void ak_envelope_set_id(uint8_t *rec, const uint8_t id[16]) { memcpy(rec + AK_ENV_ID_OFFSET, id, 16); }
 
 typedef struct {
   const uint8_t *p, *end;

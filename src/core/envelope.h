@@ -51,11 +51,15 @@ typedef struct ak_envelope {
 #define AK_ENV_VERSION_DEDUPE 2
 /* byte offset of the seq inside an encoded record: the writer stamps it in place */
 #define AK_ENV_SEQ_OFFSET 18
+/* byte offset of the 16-byte id: the writer stamps the sealed id in place (core/ids.h) */
+#define AK_ENV_ID_OFFSET 2
 
 /* Encode into a fresh malloc'd buffer. Strings are (ptr,len); NULL ptr = empty. */
 uint8_t *ak_envelope_encode(const ak_envelope_t *env, size_t *out_len);
 /* Stamp a seq into an encoded record. */
 void ak_envelope_set_seq(uint8_t *rec, uint64_t seq);
+/* Stamp an id into an encoded record. */
+void ak_envelope_set_id(uint8_t *rec, const uint8_t id[16]);
 /* Decode `rec` (which must outlive env). Allocates env->headers; free with
  * ak_envelope_clear. Returns 0, or -1 on a malformed/truncated record. */
 int ak_envelope_decode(const uint8_t *rec, size_t len, ak_envelope_t *env);

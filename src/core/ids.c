@@ -88,3 +88,66 @@ int64_t ak_uuid7_ms(const uint8_t id[16]) {
   for (int i = 0; i < 6; i++) ms = (ms << 8) | id[i];
   return ms;
 }
+
+static uint64_t rd64le(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+static inline uint64_t rotl64(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+#define SIP_ROUND(v0, v1, v2, v3)                                                                        \
+  do {                                                                                                   \
+    v0 += v1; v1 = rotl64(v1, 13); v1 ^= v0; v0 = rotl64(v0, 32);                                        \
+    v2 += v3; v3 = rotl64(v3, 16); v3 ^= v2;                                                             \
+    v0 += v3; v3 = rotl64(v3, 21); v3 ^= v0;                                                             \
+    v2 += v1; v1 = rotl64(v1, 17); v1 ^= v2; v2 = rotl64(v2, 32);                                        \
+  } while (0)
+
+/* Two compression rounds per 8-byte little-endian word, the length in the last word's
+ * top byte, four finalisation rounds (Aumasson & Bernstein, 2012). */
+uint64_t ak_siphash24(const uint8_t key[16], const uint8_t *m, size_t n) {
+  uint64_t k0 = rd64le(key), k1 = rd64le(key + 8);
+  uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull, v2 = k0 ^ 0x6c7967656e657261ull,
+           v3 = k1 ^ 0x7465646279746573ull;
+  size_t full = n & ~(size_t)7;
+  for (size_t i = 0; i < full; i += 8) {
+    uint64_t w = rd64le(m + i);
+    v3 ^= w;
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    v0 ^= w;
+  }
+  uint64_t last = (uint64_t)(n & 0xFF) << 56;
+  for (size_t i = 0; i < (n & 7); i++) last |= (uint64_t)m[full + i] << (8 * i);
+  v3 ^= last;
+  SIP_ROUND(v0, v1, v2, v3);
+  SIP_ROUND(v0, v1, v2, v3);
+  v0 ^= last;
+  v2 ^= 0xFF;
+  for (int r = 0; r < 4; r++) SIP_ROUND(v0, v1, v2, v3);
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* rand_b: the 62 bits after the variant (bytes 8..15, less byte 8's top two bits) */
+static uint64_t rand_b(const uint8_t id[16]) {
+  uint64_t x = id[8] & 0x3F;
+  for (int i = 9; i < 16; i++) x = (x << 8) | id[i];
+  return x;
+}
+
+bool ak_uuid7_seal(const uint8_t key[16], uint8_t id[16], uint64_t seq) {
+  if (seq > AK_SEALED_SEQ_MAX) return false;
+  uint64_t x = (seq ^ ak_siphash24(key, id, 8)) & AK_SEALED_SEQ_MAX;
+  id[8] = (uint8_t)(0x80 | ((x >> 56) & 0x3F));
+  for (int i = 15; i >= 9; i--) {
+    id[i] = (uint8_t)x;
+    x >>= 8;
+  }
+  return true;
+}
+
+uint64_t ak_uuid7_unseal(const uint8_t key[16], const uint8_t id[16]) {
+  return (rand_b(id) ^ ak_siphash24(key, id, 8)) & AK_SEALED_SEQ_MAX;
+}

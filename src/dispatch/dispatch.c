@@ -24,6 +24,7 @@
 #include "dispatch/dispatch.h"
 #include "core/clock.h"
 #include "core/envelope.h"
+#include "core/ids.h"
 #include "core/log.h"
 #include "core/sources.h"
 #include "dispatch/breaker.h"
@@ -622,7 +623,7 @@ static int any_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx)
 }
 
 /* A hook whose delivery rows and archive obligation are all gone is deleted with its id
- * entry. Runs after the outcome batch that cleared its last row was written. */
+ * index entry, if it has one. Runs after the outcome batch that cleared its last row was written. */
 static void reclaim(ak_dispatch_t *d) {
   if (!d->nreclaim) return;
   ak_store_t *st = d->inst->store;
@@ -645,7 +646,11 @@ static void reclaim(ak_dispatch_t *d) {
     ak_key_id(ik, d->reclaim_id[i]);
     if (ak_store_pin(st) != 0) break;
     rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_HOOKS), (const char *)hk, sizeof hk);
-    rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_INDEX), (const char *)ik, sizeof ik);
+    /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
+     * sealed, or released from the pen) has */
+    const uint8_t *idk = ak_store_id_key(st);
+    if (!idk || ak_uuid7_unseal(idk, d->reclaim_id[i]) != seq)
+      rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_INDEX), (const char *)ik, sizeof ik);
     ak_store_unpin(st);
   }
   d->nreclaim = 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "core/clock.h"
 #include "core/envelope.h"
+#include "core/ids.h"
 #include "core/log.h"
 #include "queue/dedupe.h"
 #include "queue/tenantshare.h"
@@ -381,6 +382,8 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
   int64_t pen_delta = 0;
   bool pen_touched = false;
   int64_t now_ms = ak_now_ms();
+  const uint8_t *id_key = ak_store_id_key(w->store);
+  size_t nidx = 0;            /* hooks that still need an 'i' index key */
   /* Puts are grouped by column family and key family: consecutive ascending keys let
    * each memtable's skiplist reuse its insert position instead of searching. */
   for (ak_write_req_t *r = keep; r; r = r->next) {
@@ -388,6 +391,11 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     nh++;
     seq = r->seq + 1;
     ak_envelope_set_seq(r->rec, r->seq);
+    /* The id now names its seq, so no index key is needed to find it. Not for a hook
+     * released from the pen: its id was given out when it was held, and stays. */
+    r->id_sealed = id_key && !r->unpen && ak_uuid7_seal(id_key, r->id, r->seq);
+    if (r->id_sealed) ak_envelope_set_id(r->rec, r->id);
+    else nidx++;
     uint8_t hk[AK_HOOK_KEY_LEN];
     ak_key_hook(hk, r->seq);
     rocksdb_writebatch_put_cf(wb, cf_hooks, (const char *)hk, sizeof hk, (const char *)r->rec, r->rec_len);
@@ -415,8 +423,8 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
       size_t vl = ak_due_value(dv, sizeof dv, 0, type, strlen(type), NULL);
       rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)due, kl, (const char *)dv, vl);
     }
-  for (ak_write_req_t *r = keep; r; r = r->next) {
-    if (r->kind != AK_WRITE_HOOK) continue;
+  for (ak_write_req_t *r = keep; nidx && r; r = r->next) {
+    if (r->kind != AK_WRITE_HOOK || r->id_sealed) continue;
     uint8_t ik[AK_ID_KEY_LEN], sv[8];
     ak_key_id(ik, r->id);
     ak_put_u64(sv, r->seq);

@@ -52,6 +52,8 @@ typedef struct ak_write_req {
   int64_t deadline_ns;        /* set by submit */
   ak_wr_status_t status;      /* final status, valid when done() runs */
   uint64_t seq;
+  bool id_sealed;             /* set by the writer: id (and the record's copy) now carries seq
+                                 sealed (core/ids.h), so the commit writes no 'i' index key */
   struct ak_dedupe_claim *dedupe; /* AK_WRITE_HOOK with a provider event key (queue/dedupe.h), else NULL */
   void (*done)(struct ak_write_req *req, void *ctx);
   void *ctx;

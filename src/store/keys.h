@@ -20,6 +20,8 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_KEY_READY_PROBE "m:ready_probe"
 #define AK_KEY_STORE_ID "m:store_id"
 #define AK_KEY_FORMAT "m:format"
+/* m:id_key -> 16 random bytes that seal hook ids (core/ids.h; store.c makes it) */
+#define AK_KEY_ID_SEAL "m:id_key"
 /* m:quarantine_bytes:<w> (writer thread w) and m:quarantine_bytes:admin (purges): int64
  * two's complement running totals of pen body bytes; the pen holds their sum */
 #define AK_KEY_QUARANTINE_BYTES "m:quarantine_bytes"
@@ -35,7 +37,7 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_DUE 'd'     /* 'd' tlen:8 tenant at:64 seq:64 sink:16 -> due value v1 */
 #define AK_IDX_DEAD 'x'    /* 'x' dead_at:64 seq:64 sink:16 -> dead entry v1 */
 #define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32 */
-#define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64 */
+#define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64, only for ids that do not carry their seq sealed */
 #define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 seq:64 -> a commit's keys (queue/dedupe_record.c) */
 
 /* audit CF (admin/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is

@@ -3,12 +3,15 @@
  * that holds data files without CURRENT (never "starts empty" over lost data). */
 #include <dirent.h>
 #include <errno.h>
+#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "core/clock.h"
+#include "core/envelope.h"
+#include "core/ids.h"
 #include "core/log.h"
 #include "store/crc32c.h"
 #include "store/store.h"
@@ -28,6 +31,8 @@ struct ak_store {
   rocksdb_readoptions_t *ropts;
   uint64_t next_seq, hook_count;
   double open_seconds;
+  uint8_t id_key[AK_ID_KEY_LEN_BYTES]; /* seals hook ids (core/ids.h); fixed once read */
+  bool has_id_key;
 };
 
 ak_store_t *ak_store_new(const char *path, bool read_only) {
@@ -234,6 +239,51 @@ static int read_meta(ak_store_t *st, char **err) {
   return rc;
 }
 
+/* The key that seals hook ids (m:id_key, 16 random bytes): made, synced, the first time
+ * a store opens writable without one (new, or written before ids were sealed). It never
+ * changes: a reopen that reads another one refuses the store. A read-only open of a
+ * store without one has none (lookups then use the 'i' index alone). */
+static int read_id_key(ak_store_t *st, char **err) {
+  char *e = NULL;
+  size_t vl = 0;
+  char *v = rocksdb_get_cf(st->db, st->ropts, st->cf[AK_CF_DEFAULT], AK_KEY_ID_SEAL, strlen(AK_KEY_ID_SEAL), &vl, &e);
+  if (e) {
+    *err = fmt_err("store at %s: reading meta key id_key failed: %s", st->path, e);
+    free(e);
+    return -1;
+  }
+  uint8_t key[AK_ID_KEY_LEN_BYTES];
+  if (v) {
+    bool ok = vl == sizeof key;
+    if (ok) memcpy(key, v, sizeof key);
+    free(v);
+    if (!ok) {
+      *err = fmt_err("store at %s: meta key %s is damaged (wrong length)", st->path, "id_key");
+      return -1;
+    }
+  } else {
+    if (st->read_only) return 0;
+    if (RAND_bytes(key, sizeof key) != 1) {
+      *err = fmt_err("store at %s: no random bytes for the id key%s", st->path, NULL);
+      return -1;
+    }
+    rocksdb_put_cf(st->db, st->wsync, st->cf[AK_CF_DEFAULT], AK_KEY_ID_SEAL, strlen(AK_KEY_ID_SEAL),
+                   (const char *)key, sizeof key, &e);
+    if (e) {
+      *err = fmt_err("store at %s: writing meta key id_key failed: %s", st->path, e);
+      free(e);
+      return -1;
+    }
+  }
+  if (st->has_id_key && memcmp(st->id_key, key, sizeof key) != 0) {
+    *err = fmt_err("store at %s: meta key id_key changed while the node ran; refusing the store%s", st->path, NULL);
+    return -1;
+  }
+  if (!st->has_id_key) memcpy(st->id_key, key, sizeof key);
+  st->has_id_key = true;
+  return 0;
+}
+
 void ak_store_thread_init(void) { rocksdb_set_perf_level(rocksdb_disable); }
 
 int ak_store_open(ak_store_t *st, char **err) {
@@ -290,7 +340,7 @@ int ak_store_open(ak_store_t *st, char **err) {
     pthread_rwlock_unlock(&st->lock);
     return -1;
   }
-  if (st->cf[AK_CF_DEFAULT] && read_meta(st, err) != 0) {
+  if (st->cf[AK_CF_DEFAULT] && (read_meta(st, err) != 0 || read_id_key(st, err) != 0)) {
     close_locked(st);
     pthread_rwlock_unlock(&st->lock);
     return -1;
@@ -318,6 +368,47 @@ const char *ak_store_path(const ak_store_t *st) { return st->path; }
 double ak_store_last_open_seconds(const ak_store_t *st) { return st->open_seconds; }
 uint64_t ak_store_next_seq(const ak_store_t *st) { return st->next_seq; }
 uint64_t ak_store_hook_count(const ak_store_t *st) { return st->hook_count; }
+const uint8_t *ak_store_id_key(const ak_store_t *st) { return st->has_id_key ? st->id_key : NULL; }
+
+/* A sealed id names its seq; the record read there must carry the very id (any UUID
+ * unseals to some seq). Else, or without a key: the 'i' index, which holds the ids of
+ * hooks stored before ids were sealed and of hooks released from the quarantine pen. */
+int ak_store_find_hook(ak_store_t *st, const uint8_t id[16], uint64_t *seq, char **rec, size_t *len) {
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  *rec = NULL;
+  *len = 0;
+  const uint8_t *key = ak_store_id_key(st);
+  if (key) {
+    uint64_t s = ak_uuid7_unseal(key, id);
+    ak_key_hook(hk, s);
+    int rc = ak_store_get(st, AK_CF_HOOKS, hk, sizeof hk, rec, len);
+    if (rc < 0) return -1;
+    if (rc == 0 && *len >= AK_ENV_ID_OFFSET + 16 && memcmp(*rec + AK_ENV_ID_OFFSET, id, 16) == 0) {
+      *seq = s;
+      return 0;
+    }
+    free(*rec);
+    *rec = NULL;
+    *len = 0;
+  }
+  uint8_t ik[AK_ID_KEY_LEN];
+  ak_key_id(ik, id);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, AK_CF_INDEX, ik, sizeof ik, &v, &vl);
+  if (rc < 0) return -1;
+  if (rc == 1 || vl != 8) {
+    free(v);
+    return 1;
+  }
+  uint64_t s = ak_get_u64((const uint8_t *)v);
+  free(v);
+  ak_key_hook(hk, s);
+  rc = ak_store_get(st, AK_CF_HOOKS, hk, sizeof hk, rec, len);
+  if (rc != 0) return rc;
+  *seq = s;
+  return 0;
+}
 rocksdb_column_family_handle_t *ak_store_cf(ak_store_t *st, int cf) { return st->cf[cf]; }
 
 ak_wf_class_t ak_store_classify(const char *e) {

@@ -43,6 +43,12 @@ double ak_store_last_open_seconds(const ak_store_t *st);
 /* Values read at open. */
 uint64_t ak_store_next_seq(const ak_store_t *st);
 uint64_t ak_store_hook_count(const ak_store_t *st);
+/* The 16-byte key that seals this store's hook ids (core/ids.h), or NULL (a read-only
+ * open of a store that has none). Valid while the store object lives. */
+const uint8_t *ak_store_id_key(const ak_store_t *st);
+/* The stored hook with this id, found through its sealed seq or else the 'i' index:
+ * 0 (*rec malloc'd, the encoded envelope; *seq set), 1 not found, -1 store unavailable. */
+int ak_store_find_hook(ak_store_t *st, const uint8_t id[16], uint64_t *seq, char **rec, size_t *len);
 
 /* Column family handle. Only the thread that opens/closes the store may hold it across
  * calls (the writer thread). */

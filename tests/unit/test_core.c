@@ -1,5 +1,8 @@
 /* Unit tests: UUIDv7 ids, the envelope record codec, store key codecs, metrics rendering. */
 #include <criterion/criterion.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/envelope.h"
@@ -36,6 +39,72 @@ Test(ids, clock_going_back_keeps_order) {
   ak_uuid7_new(&g, 5000, a);
   ak_uuid7_new(&g, 4000, b);
   cr_assert(memcmp(a, b, 16) < 0);
+}
+
+/* SipHash-2-4 against the paper's vectors (key 00..0f, message 00..n-1) and OpenSSL's
+ * implementation on every length from 0 to 64. */
+static uint64_t openssl_siphash(const uint8_t key[16], const uint8_t *m, size_t n) {
+  EVP_MAC *mac = EVP_MAC_fetch(NULL, "SIPHASH", NULL);
+  cr_assert_not_null(mac);
+  EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
+  size_t size = 8;
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_size_t("size", &size), OSSL_PARAM_construct_end()};
+  cr_assert_eq(EVP_MAC_init(ctx, key, 16, params), 1);
+  cr_assert_eq(EVP_MAC_update(ctx, m, n), 1);
+  uint8_t out[8];
+  size_t ol = 0;
+  cr_assert_eq(EVP_MAC_final(ctx, out, &ol, sizeof out), 1);
+  cr_assert_eq(ol, 8);
+  EVP_MAC_CTX_free(ctx);
+  EVP_MAC_free(mac);
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | out[i];
+  return v;
+}
+
+Test(ids, siphash24_matches_the_paper_and_openssl) {
+  uint8_t key[16], m[64];
+  for (int i = 0; i < 16; i++) key[i] = (uint8_t)i;
+  for (int i = 0; i < 64; i++) m[i] = (uint8_t)i;
+  cr_assert_eq(ak_siphash24(key, m, 0), 0x726fdb47dd0e0e31ull);
+  cr_assert_eq(ak_siphash24(key, m, 15), 0xa129ca6149be45e5ull);
+  for (size_t n = 0; n <= 64; n++) cr_assert_eq(ak_siphash24(key, m, n), openssl_siphash(key, m, n), "length %zu", n);
+  key[3] ^= 0x40;
+  for (size_t n = 0; n <= 64; n += 8) cr_assert_eq(ak_siphash24(key, m, n), openssl_siphash(key, m, n));
+}
+
+/* Sealing keeps what an id says about time and order and swaps its 62 random bits for a
+ * keyed mask of the seq: unseal gives the seq back, another key does not, and neither
+ * the seq nor seq order shows. */
+Test(ids, seal_keeps_time_and_order_and_hides_the_seq) {
+  ak_idgen_t g;
+  ak_idgen_init(&g);
+  uint8_t key[16], other[16];
+  for (int i = 0; i < 16; i++) key[i] = (uint8_t)(i * 7 + 1), other[i] = (uint8_t)(i * 7 + 2);
+  uint8_t prev[16] = {0};
+  int same_low = 0;
+  for (uint64_t seq = 1; seq <= 2000; seq++) {
+    uint8_t id[16], orig[16];
+    ak_uuid7_new(&g, 1796008626701LL, id);
+    memcpy(orig, id, 16);
+    cr_assert(ak_uuid7_seal(key, id, seq));
+    cr_assert_eq(memcmp(id, orig, 8), 0, "ms, version and counter are kept");
+    cr_assert_eq(id[8] >> 6, 2, "RFC 9562 variant");
+    cr_assert_eq(ak_uuid7_unseal(key, id), seq);
+    cr_assert_neq(ak_uuid7_unseal(other, id), seq);
+    cr_assert(memcmp(prev, id, 16) < 0, "sealed ids keep their order");
+    uint64_t low = (uint64_t)id[14] << 8 | id[15];
+    if (low == (seq & 0xFFFF)) same_low++;
+    memcpy(prev, id, 16);
+  }
+  cr_assert_lt(same_low, 5, "the seq does not show in the id (%d of 2000)", same_low);
+  uint8_t id[16], orig[16];
+  ak_uuid7_new(&g, 5, id);
+  memcpy(orig, id, 16);
+  cr_assert_not(ak_uuid7_seal(key, id, AK_SEALED_SEQ_MAX + 1), "a seq over 62 bits is not sealed");
+  cr_assert_eq(memcmp(id, orig, 16), 0, "and the id is left alone");
+  cr_assert(ak_uuid7_seal(key, id, AK_SEALED_SEQ_MAX));
+  cr_assert_eq(ak_uuid7_unseal(key, id), AK_SEALED_SEQ_MAX);
 }
 
 Test(ids, format_parse_roundtrip_and_rejects) {

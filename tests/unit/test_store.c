@@ -11,9 +11,11 @@
 #include <unistd.h>
 #include "core/config.h"
 #include "core/envelope.h"
+#include "core/ids.h"
 #include "core/instance.h"
 #include "queue/writer.h"
 #include "store/crc32c.h"
+#include "store/keys.h"
 #include "store/store.h"
 #include "writer_waiter.h"
 
@@ -159,10 +161,12 @@ static void writer_roundtrip(const char *batcher_yaml) {
   cr_assert_eq(ak_writer_start(w), 0);
   enum { N = 300 };
   static ak_write_req_t reqs[N];
+  static uint8_t minted[N][16];
   waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   for (int i = 0; i < N; i++) {
     memset(&reqs[i], 0, sizeof reqs[i]);
     reqs[i].rec = make_rec(&inst.ids, reqs[i].id, &reqs[i].rec_len, "hello");
+    memcpy(minted[i], reqs[i].id, 16);
     reqs[i].body_len = 5;
     reqs[i].source = &inst.cfg->sources[0];
     reqs[i].done = on_done;
@@ -176,6 +180,13 @@ static void writer_roundtrip(const char *batcher_yaml) {
     ak_envelope_t d;
     cr_assert_eq(ak_envelope_decode(reqs[i].rec, reqs[i].rec_len, &d), 0);
     cr_assert_eq(d.seq, reqs[i].seq, "the stored record carries its seq");
+    /* the id was sealed: same version, variant, ms and counter; rand_b carries the seq */
+    cr_assert(reqs[i].id_sealed);
+    cr_assert_eq(memcmp(d.id, reqs[i].id, 16), 0, "the record carries the sealed id");
+    cr_assert_eq(memcmp(reqs[i].id, minted[i], 8), 0, "ms, version and counter are kept");
+    cr_assert_neq(memcmp(reqs[i].id + 8, minted[i] + 8, 8), 0);
+    cr_assert_eq(reqs[i].id[8] >> 6, 2, "RFC 9562 variant");
+    cr_assert_eq(ak_uuid7_unseal(ak_store_id_key(inst.store), reqs[i].id), reqs[i].seq);
     ak_envelope_clear(&d);
     free(reqs[i].rec);
   }
@@ -192,7 +203,17 @@ static void writer_roundtrip(const char *batcher_yaml) {
   cr_assert_eq(deliveries, 2 * N, "one delivery row per sink");
   cr_assert_eq(due, 2 * N, "one due key per sink");
   cr_assert_eq(arch, N, "one archive obligation per hook");
-  cr_assert_eq(ids, N);
+  cr_assert_eq(ids, 0, "sealed ids need no index key");
+  for (int i = 0; i < N; i += 7) {
+    char *v = NULL;
+    size_t vl = 0;
+    uint64_t seq = 0;
+    cr_assert_eq(ak_store_find_hook(inst.store, reqs[i].id, &seq, &v, &vl), 0);
+    cr_assert_eq(seq, reqs[i].seq);
+    cr_assert_eq(memcmp(v + AK_ENV_ID_OFFSET, reqs[i].id, 16), 0);
+    free(v);
+    cr_assert_eq(ak_store_find_hook(inst.store, minted[i], &seq, &v, &vl), 1, "the unsealed id names nothing");
+  }
   ak_writer_free(w);
   /* reopen: the seq marker and hook count were committed with the hooks */
   ak_store_close(inst.store);
@@ -237,6 +258,152 @@ Test(store, writer_bounds_and_closed_store) {
   ak_store_free(inst.store);
   ak_metrics_free(inst.metrics);
   ak_config_free(inst.cfg);
+}
+
+/* ---- hook ids: sealed seqs, the id key, the 'i' index for the rest ---- */
+
+static void put_raw(ak_store_t *st, int cf, const void *k, size_t kl, const void *v, size_t vl) {
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, cf), k, kl, v, vl);
+  ak_wf_class_t cls;
+  char *err = NULL;
+  cr_assert_eq(ak_store_write(st, wb, true, &cls, &err), 0, "%s", err ? err : "");
+  rocksdb_writebatch_destroy(wb);
+}
+
+static void put_hook(ak_store_t *st, ak_idgen_t *ids, uint64_t seq, uint8_t id[16], bool index_key) {
+  size_t rl = 0;
+  uint8_t *rec = make_rec(ids, id, &rl, "legacy");
+  ak_envelope_set_seq(rec, seq);
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  ak_key_hook(hk, seq);
+  put_raw(st, AK_CF_HOOKS, hk, sizeof hk, rec, rl);
+  free(rec);
+  if (index_key) {
+    uint8_t ik[AK_ID_KEY_LEN], sv[8];
+    ak_key_id(ik, id);
+    ak_put_u64(sv, seq);
+    put_raw(st, AK_CF_INDEX, ik, sizeof ik, sv, sizeof sv);
+  }
+}
+
+static void expect_found(ak_store_t *st, const uint8_t id[16], uint64_t want_seq) {
+  char *v = NULL;
+  size_t vl = 0;
+  uint64_t seq = 0;
+  cr_assert_eq(ak_store_find_hook(st, id, &seq, &v, &vl), 0);
+  cr_assert_eq(seq, want_seq);
+  cr_assert_eq(memcmp(v + AK_ENV_ID_OFFSET, id, 16), 0);
+  free(v);
+}
+
+static int find_rc(ak_store_t *st, const uint8_t id[16]) {
+  char *v = NULL;
+  size_t vl = 0;
+  uint64_t seq = 0;
+  int rc = ak_store_find_hook(st, id, &seq, &v, &vl);
+  free(v);
+  return rc;
+}
+
+/* A store keeps one id key for life: made at the first writable open, the same after a
+ * reopen and in a read-only open. */
+Test(store, the_id_key_is_made_once_and_kept) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/store", dir);
+  ak_store_t *st = ak_store_new(p, false);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
+  cr_assert_not_null(ak_store_id_key(st));
+  uint8_t k1[16];
+  memcpy(k1, ak_store_id_key(st), 16);
+  ak_store_close(st);
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  cr_assert_eq(memcmp(ak_store_id_key(st), k1, 16), 0, "a reopen reads the same key");
+  ak_store_free(st);
+  st = ak_store_new(p, false);
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  cr_assert_eq(memcmp(ak_store_id_key(st), k1, 16), 0, "a new process reads the same key");
+  ak_store_free(st);
+  st = ak_store_new(p, true);
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  cr_assert_eq(memcmp(ak_store_id_key(st), k1, 16), 0, "so does a read-only open");
+  ak_store_free(st);
+  /* another store gets another key */
+  char q[300];
+  snprintf(q, sizeof q, "%s/store2", dir);
+  st = ak_store_new(q, false);
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  cr_assert_neq(memcmp(ak_store_id_key(st), k1, 16), 0);
+  ak_store_free(st);
+}
+
+/* A damaged id key refuses the store, naming it; it is never silently replaced (that
+ * would orphan every id the store gave out). */
+Test(store, a_damaged_id_key_refuses_the_open) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/store", dir);
+  ak_store_t *st = ak_store_new(p, false);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  put_raw(st, AK_CF_DEFAULT, AK_KEY_ID_SEAL, strlen(AK_KEY_ID_SEAL), "short", 5);
+  ak_store_close(st);
+  cr_assert_neq(ak_store_open(st, &err), 0);
+  cr_assert_not_null(strstr(err, "id_key"), "%s", err);
+  cr_assert_not_null(strstr(err, "damaged"), "%s", err);
+  free(err);
+  ak_store_free(st);
+}
+
+/* Hooks stored before ids were sealed (random rand_b, an 'i' key each), and hooks
+ * released from the pen, are found through the index; a sealed id through its seq; an
+ * id that merely unseals to a stored seq is not that hook. */
+Test(store, find_hook_by_sealed_id_or_the_index) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/store", dir);
+  ak_store_t *st = ak_store_new(p, false);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  ak_idgen_t ids;
+  ak_idgen_init(&ids);
+  const uint8_t *key = ak_store_id_key(st);
+  uint8_t legacy[16], sealed[16], unindexed[16];
+  put_hook(st, &ids, 1, legacy, true);
+  /* a sealed hook: the id is made first, then sealed with its seq, as the writer does */
+  {
+    size_t rl = 0;
+    uint8_t *rec = make_rec(&ids, sealed, &rl, "sealed");
+    cr_assert(ak_uuid7_seal(key, sealed, 2));
+    ak_envelope_set_id(rec, sealed);
+    ak_envelope_set_seq(rec, 2);
+    uint8_t hk[AK_HOOK_KEY_LEN];
+    ak_key_hook(hk, 2);
+    put_raw(st, AK_CF_HOOKS, hk, sizeof hk, rec, rl);
+    free(rec);
+  }
+  put_hook(st, &ids, 3, unindexed, false);
+  expect_found(st, legacy, 1);
+  expect_found(st, sealed, 2);
+  cr_assert_eq(find_rc(st, unindexed), 1, "neither sealed nor indexed: not found");
+  /* any id unseals to some seq: one made to unseal to 1 or 3 still names nothing */
+  uint8_t forged[16];
+  memcpy(forged, legacy, 16);
+  cr_assert(ak_uuid7_seal(key, forged, 1));
+  cr_assert_eq(find_rc(st, forged), 1, "unseals to seq 1, but seq 1 holds another id");
+  memcpy(forged, sealed, 16);
+  forged[5] ^= 1; /* another ms: the seal no longer opens to 2 */
+  cr_assert_eq(find_rc(st, forged), 1);
+  memcpy(forged, sealed, 16);
+  forged[15] ^= 1; /* rand_b off by one bit: seq 3, whose id differs */
+  cr_assert_eq(ak_uuid7_unseal(key, forged), 3);
+  cr_assert_eq(find_rc(st, forged), 1);
+  /* a read-only open finds both kinds the same way */
+  ak_store_free(st);
+  st = ak_store_new(p, true);
+  cr_assert_eq(ak_store_open(st, &err), 0);
+  expect_found(st, legacy, 1);
+  expect_found(st, sealed, 2);
+  ak_store_free(st);
 }
 
 /* ---- CRC32C: ankusa's definition of rocksdb::crc32c::Extend (store/crc32c.c) ---- */

@@ -7,14 +7,26 @@
 #include <strings.h>
 #include "edge/headers.h"
 
-const char *const ak_credential_headers[] = {
-  "authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key",
-  "x-auth-token", "x-access-token", "x-amz-security-token", "x-goog-api-key", "x-csrf-token",
-  NULL,
-};
+#define CREDENTIAL_HEADERS(X)                                                                            \
+  X("authorization") X("proxy-authorization") X("cookie") X("set-cookie") X("x-api-key") X("api-key")        \
+  X("x-auth-token") X("x-access-token") X("x-amz-security-token") X("x-goog-api-key") X("x-csrf-token")
+
+#define AS_NAME(s) s,
+const char *const ak_credential_headers[] = {CREDENTIAL_HEADERS(AS_NAME) NULL};
+
+/* A name and its length: a header is compared only with names of its own length (most
+ * headers match none, and cost one length check per name). */
+typedef struct {
+  const char *s;
+  size_t len;
+} name_t;
+
+#define AS_ENTRY(s) {s, sizeof s - 1},
+static const name_t credentials[] = {CREDENTIAL_HEADERS(AS_ENTRY)};
+#define N_CREDENTIALS (sizeof credentials / sizeof credentials[0])
 
 typedef struct {
-  char **v;
+  name_t *v;
   size_t n;
 } names_t;
 
@@ -28,18 +40,21 @@ static void names_from(names_t *out, const json_t *list) {
   size_t n = json_array_size(list);
   if (!n) return;
   out->v = calloc(n, sizeof *out->v);
+  if (!out->v) return;
   for (size_t i = 0; i < n; i++) {
     const char *s = json_string_value(json_array_get(list, i));
     if (!s) continue;
     char *l = strdup(s);
+    if (!l) continue;
     for (char *c = l; *c; c++)
       if (*c >= 'A' && *c <= 'Z') *c = (char)(*c + 32);
-    out->v[out->n++] = l;
+    out->v[out->n].s = l;
+    out->v[out->n++].len = strlen(l);
   }
 }
 
 static void names_free(names_t *n) {
-  for (size_t i = 0; i < n->n; i++) free(n->v[i]);
+  for (size_t i = 0; i < n->n; i++) free((char *)n->v[i].s);
   free(n->v);
 }
 
@@ -60,23 +75,23 @@ void ak_header_policy_free(ak_header_policy_t *p) {
   free(p);
 }
 
-static int eq(const char *lower, const char *name, size_t len) {
-  return strlen(lower) == len && strncasecmp(lower, name, len) == 0;
+static int eq(const name_t *lower, const char *name, size_t len) {
+  return lower->len == len && strncasecmp(lower->s, name, len) == 0;
 }
 
-static int in_names(const names_t *n, const char *name, size_t len) {
-  for (size_t i = 0; i < n->n; i++)
-    if (eq(n->v[i], name, len)) return 1;
+static int in_names(const name_t *v, size_t n, const char *name, size_t len) {
+  for (size_t i = 0; i < n; i++)
+    if (eq(&v[i], name, len)) return 1;
   return 0;
 }
 
 ak_hdr_action_t ak_header_policy_action(const ak_header_policy_t *p, const char *name, size_t len,
                                         const char *extra_drop) {
-  if (extra_drop && eq(extra_drop, name, len)) return AK_HDR_DROP;
-  if (in_names(&p->hash, name, len)) return AK_HDR_HASH;
-  if (in_names(&p->drop, name, len)) return AK_HDR_DROP;
-  for (size_t i = 0; ak_credential_headers[i]; i++)
-    if (eq(ak_credential_headers[i], name, len)) return in_names(&p->keep, name, len) ? AK_HDR_KEEP : AK_HDR_DROP;
+  if (extra_drop && strlen(extra_drop) == len && strncasecmp(extra_drop, name, len) == 0) return AK_HDR_DROP;
+  if (in_names(p->hash.v, p->hash.n, name, len)) return AK_HDR_HASH;
+  if (in_names(p->drop.v, p->drop.n, name, len)) return AK_HDR_DROP;
+  if (in_names(credentials, N_CREDENTIALS, name, len))
+    return in_names(p->keep.v, p->keep.n, name, len) ? AK_HDR_KEEP : AK_HDR_DROP;
   return AK_HDR_KEEP;
 }
 

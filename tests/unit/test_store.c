@@ -262,6 +262,16 @@ Test(store, writer_bounds_and_closed_store) {
 
 /* ---- hook ids: sealed seqs, the id key, the 'i' index for the rest ---- */
 
+/* a store at dir/name, opened (asserted) */
+static ak_store_t *open_at(const char *name, bool read_only) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  ak_store_t *st = ak_store_new(p, read_only);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
+  return st;
+}
+
 static void put_raw(ak_store_t *st, int cf, const void *k, size_t kl, const void *v, size_t vl) {
   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
   rocksdb_writebatch_put_cf(wb, ak_store_cf(st, cf), k, kl, v, vl);
@@ -309,43 +319,31 @@ static int find_rc(ak_store_t *st, const uint8_t id[16]) {
 /* A store keeps one id key for life: made at the first writable open, the same after a
  * reopen and in a read-only open. */
 Test(store, the_id_key_is_made_once_and_kept) {
-  char p[300];
-  snprintf(p, sizeof p, "%s/store", dir);
-  ak_store_t *st = ak_store_new(p, false);
-  char *err = NULL;
-  cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
+  ak_store_t *st = open_at("store", false);
   cr_assert_not_null(ak_store_id_key(st));
   uint8_t k1[16];
   memcpy(k1, ak_store_id_key(st), 16);
   ak_store_close(st);
+  char *err = NULL;
   cr_assert_eq(ak_store_open(st, &err), 0);
   cr_assert_eq(memcmp(ak_store_id_key(st), k1, 16), 0, "a reopen reads the same key");
   ak_store_free(st);
-  st = ak_store_new(p, false);
-  cr_assert_eq(ak_store_open(st, &err), 0);
+  st = open_at("store", false);
   cr_assert_eq(memcmp(ak_store_id_key(st), k1, 16), 0, "a new process reads the same key");
   ak_store_free(st);
-  st = ak_store_new(p, true);
-  cr_assert_eq(ak_store_open(st, &err), 0);
+  st = open_at("store", true);
   cr_assert_eq(memcmp(ak_store_id_key(st), k1, 16), 0, "so does a read-only open");
   ak_store_free(st);
-  /* another store gets another key */
-  char q[300];
-  snprintf(q, sizeof q, "%s/store2", dir);
-  st = ak_store_new(q, false);
-  cr_assert_eq(ak_store_open(st, &err), 0);
-  cr_assert_neq(memcmp(ak_store_id_key(st), k1, 16), 0);
+  st = open_at("store2", false);
+  cr_assert_neq(memcmp(ak_store_id_key(st), k1, 16), 0, "another store gets another key");
   ak_store_free(st);
 }
 
 /* A damaged id key refuses the store, naming it; it is never silently replaced (that
  * would orphan every id the store gave out). */
 Test(store, a_damaged_id_key_refuses_the_open) {
-  char p[300];
-  snprintf(p, sizeof p, "%s/store", dir);
-  ak_store_t *st = ak_store_new(p, false);
+  ak_store_t *st = open_at("store", false);
   char *err = NULL;
-  cr_assert_eq(ak_store_open(st, &err), 0);
   put_raw(st, AK_CF_DEFAULT, AK_KEY_ID_SEAL, strlen(AK_KEY_ID_SEAL), "short", 5);
   ak_store_close(st);
   cr_assert_neq(ak_store_open(st, &err), 0);
@@ -359,11 +357,7 @@ Test(store, a_damaged_id_key_refuses_the_open) {
  * released from the pen, are found through the index; a sealed id through its seq; an
  * id that merely unseals to a stored seq is not that hook. */
 Test(store, find_hook_by_sealed_id_or_the_index) {
-  char p[300];
-  snprintf(p, sizeof p, "%s/store", dir);
-  ak_store_t *st = ak_store_new(p, false);
-  char *err = NULL;
-  cr_assert_eq(ak_store_open(st, &err), 0);
+  ak_store_t *st = open_at("store", false);
   ak_idgen_t ids;
   ak_idgen_init(&ids);
   const uint8_t *key = ak_store_id_key(st);
@@ -399,8 +393,7 @@ Test(store, find_hook_by_sealed_id_or_the_index) {
   cr_assert_eq(find_rc(st, forged), 1);
   /* a read-only open finds both kinds the same way */
   ak_store_free(st);
-  st = ak_store_new(p, true);
-  cr_assert_eq(ak_store_open(st, &err), 0);
+  st = open_at("store", true);
   expect_found(st, legacy, 1);
   expect_found(st, sealed, 2);
   ak_store_free(st);

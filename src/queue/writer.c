@@ -65,6 +65,7 @@ struct ak_writer {
   int64_t *pen_bytes;       /* per writer thread: its own m:quarantine_bytes:<i> (may go negative) */
   _Atomic uint64_t hooks_total;
   int64_t test_commit_delay_ms;
+  int test_commit_mode;     /* test builds only: 0 synced, 1 unsynced, 2 no store write */
   int64_t deadline_ms;
   uint64_t min_free_bytes;
   int64_t last_space_log_ns;
@@ -160,6 +161,13 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   /* test builds only: stall every commit, shorten the record deadline */
   const char *d = getenv("ANKUSA_TEST_COMMIT_DELAY_MS");
   if (d) w->test_commit_delay_ms = atoll(d);
+  /* bench/ingest_ceiling.sh: what the edge and the writer could do if the fsync, or the
+   * whole store write, were free. Such a node acknowledges what it has not stored. */
+  const char *cm = getenv("ANKUSA_TEST_COMMIT_MODE");
+  if (cm && strcmp(cm, "nosync") == 0) w->test_commit_mode = 1;
+  else if (cm && strcmp(cm, "nostore") == 0) w->test_commit_mode = 2;
+  if (w->test_commit_mode)
+    ak_log(AK_LOG_WARNING, "store", "test build: commits are NOT durable", "mode=%s", cm);
   const char *dl = getenv("ANKUSA_TEST_RECORD_DEADLINE_MS");
   if (dl && atoll(dl) > 0) w->deadline_ms = atoll(dl);
 #endif
@@ -489,7 +497,7 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
   int64_t t0 = ak_mono_ns();
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
-  int rc = ak_store_write_pinned(w->store, wb, true, &cls, &err);
+  int rc = w->test_commit_mode == 2 ? 0 : ak_store_write_pinned(w->store, wb, w->test_commit_mode == 0, &cls, &err);
   ak_store_unpin(w->store);
   double dur = (double)(ak_mono_ns() - t0) / 1e9;
   rocksdb_writebatch_destroy(wb);

@@ -254,3 +254,24 @@ def test_sigterm_closes_new_connections_while_in_flight_requests_finish(ankusa):
     assert not isinstance(r, Exception) and r.status == 201, r
     hooks = s.inspect()
     assert [h["size"] for h in hooks] == [len(b"in-flight")], hooks
+
+
+def test_the_ceiling_bench_commit_modes_do_what_they_say(ankusa):
+    """bench/ingest_ceiling.sh runs the test build with ANKUSA_TEST_COMMIT_MODE to measure
+    what the node could do if the store write (nostore) or its fsync (nosync) were free.
+    The figures only mean that if the modes skip exactly that: nostore answers 201 and
+    writes nothing, nosync stores the hook, and both say in the log that they are not
+    durable. A normal node is checked beside them, so the test fails if the knob is
+    ignored."""
+    stored = {}
+    for mode in ("nostore", "nosync", None):
+        s = ankusa(env={"ANKUSA_TEST_COMMIT_MODE": mode} if mode else {})
+        bodies = [f"{mode}-{i}".encode() for i in range(20)]
+        for b in bodies:
+            r = s.post("/webhooks/demo", b)
+            assert r.status == 201, (mode, r)
+        s.stop()
+        stored[mode] = len(s.inspect())
+        warned = "commits are NOT durable" in s.log_text()
+        assert warned == (mode is not None), (mode, s.log_tail(20))
+    assert stored == {"nostore": 0, "nosync": 20, None: 20}, stored

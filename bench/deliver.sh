@@ -58,9 +58,7 @@ BENCH_NAME=deliver.sh
 # shellcheck source=bench/lib.sh
 . "$REPO/bench/lib.sh"
 
-for v in DURATION CONNECTIONS THREADS RUNS DRAIN_HOOKS DRAIN_TIMEOUT ${CONCURRENCY:+CONCURRENCY}; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
-done
+need_positive DURATION CONNECTIONS THREADS RUNS DRAIN_HOOKS DRAIN_TIMEOUT ${CONCURRENCY:+CONCURRENCY}
 ((DRAIN_HOOKS % THREADS == 0)) || die "DRAIN_HOOKS must be a multiple of THREADS"
 ((CONNECTIONS >= THREADS)) || die "CONNECTIONS must be at least THREADS"
 [ -x "$ANKUSA" ] || die "$ANKUSA not found: run 'make' first"

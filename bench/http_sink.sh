@@ -30,9 +30,7 @@ BENCH_NAME=http_sink.sh
 # shellcheck source=bench/lib.sh
 . "$REPO/bench/lib.sh"
 
-for v in RUNS REQUESTS CONCURRENCY; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
-done
+need_positive RUNS REQUESTS CONCURRENCY
 [ -x "$NGINX" ] || die "$NGINX not found: install nginx-light (scripts/deps.sh)"
 [ -f "$BUILD/build.ninja" ] || die "$BUILD is not a meson build dir: run 'make' first"
 ninja -C "$BUILD" http_sink >/dev/null || die "building http_sink failed (ninja -C $BUILD http_sink)"

@@ -48,9 +48,7 @@ BENCH_NAME=ingest.sh
 # shellcheck source=bench/lib.sh
 . "$REPO/bench/lib.sh"
 
-for v in DURATION CONNECTIONS THREADS RUNS; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
-done
+need_positive DURATION CONNECTIONS THREADS RUNS
 [ -x "$ANKUSA" ] || die "$ANKUSA not found: run 'make' first (or 'make bench')"
 [ -x "$NGINX" ] || die "$NGINX not found: install nginx-light (scripts/deps.sh)"
 command -v "$WRK" >/dev/null || die "wrk not found: install wrk (scripts/deps.sh)"
@@ -131,7 +129,7 @@ metric_sum() { # FILE NAME: sum of every series of a family without a suffix
 
 # ---------------------------------------------------------------- nginx
 nginx_run() { # RUN_INDEX
-  local i=$1 pid kids c
+  local i=$1 pid kids
   sync # as before every ankusa load: no writeback of an earlier run under this one
   nginx_static_start
   pid=$NGINX_PID kids=$NGINX_STATIC_KIDS
@@ -148,12 +146,7 @@ nginx_run() { # RUN_INDEX
   report_wrk_errors nginx
   [ "$W_NON2XX" = 0 ] && [ "$W_SOCKERR" = 0 ] || N_ERRORS=1
 
-  stop_pid "$pid" 10 || true # nginx exits 0 on SIGTERM (fast shutdown)
-  forget_pid "$pid"
-  for c in $kids; do
-    alive "$c" && stop_pid "$c" 5 || true
-    forget_pid "$c"
-  done
+  nginx_static_stop
 }
 
 # ---------------------------------------------------------------- ankusa

@@ -34,9 +34,7 @@ BENCH_NAME=ingest_ceiling.sh
 # shellcheck source=bench/lib.sh
 . "$REPO/bench/lib.sh"
 
-for v in ROUNDS DURATION CONNECTIONS THREADS; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
-done
+need_positive ROUNDS DURATION CONNECTIONS THREADS
 [ -x "$ANKUSA" ] || die "$ANKUSA not found: run 'make test-build' first"
 [ -x "$NGINX" ] || die "$NGINX not found: install nginx-light (scripts/deps.sh)"
 command -v wrk >/dev/null || die "wrk not found: install wrk (scripts/deps.sh)"
@@ -94,12 +92,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   sync
   nginx_static_start
   load "http://127.0.0.1:$NGINX_PORT/webhooks/bench"
-  stop_pid "$NGINX_PID" 10 || true
-  forget_pid "$NGINX_PID"
-  for c in $NGINX_STATIC_KIDS; do
-    if alive "$c"; then stop_pid "$c" 5 || true; fi
-    forget_pid "$c"
-  done
+  nginx_static_stop
   R[nginx]+="$RPS "
   line="  round $r: nginx $RPS req/s"
   for mode in nostore nosync durable; do

@@ -58,6 +58,13 @@ for s in ss: s.close()
 ')
 }
 
+need_positive() { # VAR...: each must hold a positive integer, else die naming it
+  local v
+  for v in "$@"; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
+  done
+}
+
 median() { # median of the arguments (mean of the middle two for an even count)
   printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
     if (NR == 0) { print "nan"; exit }
@@ -100,4 +107,16 @@ nginx_static_start() {
   # the workers too, by PID, in case the master is killed before it can stop them
   NGINX_STATIC_KIDS=$(ps -o pid= --ppid "$NGINX_PID" || true)
   for c in $NGINX_STATIC_KIDS; do PIDS+=("$c"); done
+}
+
+# nginx_static_stop: stop what nginx_static_start started (the master, then any worker
+# still alive), by PID, and drop them from PIDS. nginx exits 0 on SIGTERM (fast shutdown).
+nginx_static_stop() {
+  local c
+  stop_pid "$NGINX_PID" 10 || true
+  forget_pid "$NGINX_PID"
+  for c in $NGINX_STATIC_KIDS; do
+    if alive "$c"; then stop_pid "$c" 5 || true; fi
+    forget_pid "$c"
+  done
 }

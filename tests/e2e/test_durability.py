@@ -275,3 +275,21 @@ def test_the_ceiling_bench_commit_modes_do_what_they_say(ankusa):
         warned = "commits are NOT durable" in s.log_text()
         assert warned == (mode is not None), (mode, s.log_tail(20))
     assert stored == {"nostore": 0, "nosync": 20, None: 20}, stored
+
+
+def test_the_release_binary_ignores_the_commit_modes(ankusa, monkeypatch):
+    """The switch above acknowledges hooks it has not stored, so it must not exist outside
+    test builds: the release binary (build/ankusa, which `make test` builds first) run with
+    ANKUSA_TEST_COMMIT_MODE=nostore stores every hook it answers 201 and logs no warning."""
+    import helpers
+    release = helpers.REPO / "build" / "ankusa"
+    if not release.exists():
+        pytest.skip(f"{release} not built (make builds it; make test does too)")
+    monkeypatch.setattr(helpers, "BIN", str(release))
+    s = ankusa(env={"ANKUSA_TEST_COMMIT_MODE": "nostore"})
+    for i in range(20):
+        r = s.post("/webhooks/demo", f"release-{i}".encode())
+        assert r.status == 201, r
+    s.stop()
+    assert len(s.inspect()) == 20
+    assert "commits are NOT durable" not in s.log_text()

@@ -45,6 +45,17 @@
 #include "dispatch/dispatch.h"
 #include "store/keys.h"
 #include "store/store.h"
+#include "modules.h"
+#include "core/node.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
 
 #define BODY_LEN 1024
 #define BATCH 128
@@ -310,11 +321,11 @@ int main(int argc, char **argv) {
   ak_log_set_level(AK_LOG_WARNING);
   ak_config_t *cfg = NULL;
   char *cerr = NULL;
-  if (ak_config_load_string(yaml, strlen(yaml), (const char *const[]){NULL}, &cfg, &cerr) != 0) {
+  if (ak_config_load_string(ak_modules(), yaml, strlen(yaml), (const char *const[]){NULL}, &cfg, &cerr) != 0) {
     fprintf(stderr, "dispatch_tick: config: %s\n", cerr ? cerr : "?");
     return 1;
   }
-  if (cfg->dispatch_batch != BATCH) die("dispatch.batch is not 128");
+  if (ak_dispatch_cfg(cfg)->batch != BATCH) die("dispatch.batch is not 128");
 
   char tmpl[4096];
   snprintf(tmpl, sizeof tmpl, "%s/dispatch_tick.XXXXXX", parent);

@@ -13,6 +13,20 @@
 #include <string.h>
 #include "core/config.h"
 #include "edge/route.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 #define CHECK(cond)                                                                  \
   do {                                                                               \
@@ -85,7 +99,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   static const char *const no_env[] = {NULL};
   for (size_t i = 0; i < NCFG; i++) {
     char *err = NULL;
-    if (ak_config_load_string(yaml_cfgs[i], strlen(yaml_cfgs[i]), no_env, &cfgs[i], &err) != 0) {
+    if (ak_config_load_string(ak_modules(), yaml_cfgs[i], strlen(yaml_cfgs[i]), no_env, &cfgs[i], &err) != 0) {
       fprintf(stderr, "fuzz_route: built-in config %zu does not load: %s\n", i, err ? err : "?");
       abort();
     }
@@ -140,7 +154,7 @@ static size_t split(const char *s, seg_t *out, size_t max) {
 static ak_route_status_t ref_parse(const ak_config_t *cfg, const char *path, seg_t *tenant,
                                    seg_t *source) {
   seg_t pre[32], segs[64];
-  size_t np = split(cfg->http_prefix, pre, 32);
+  size_t np = split(ak_http_cfg(cfg)->prefix, pre, 32);
   CHECK(np <= 32);
   size_t ns = split(path, segs, 64);
   size_t kept = ns < 64 ? ns : 64;
@@ -149,7 +163,7 @@ static ak_route_status_t ref_parse(const ak_config_t *cfg, const char *path, seg
     if (i >= kept || segs[i].n != pre[i].n || memcmp(segs[i].p, pre[i].p, pre[i].n))
       return AK_ROUTE_NOT_FOUND;
   size_t rest = ns - np;
-  size_t want = cfg->http_routing == AK_ROUTING_TENANT_PATH ? 2 : 1;
+  size_t want = ak_http_cfg(cfg)->routing == AK_ROUTING_TENANT_PATH ? 2 : 1;
   if (rest != want) return rest == 0 && np == 0 ? AK_ROUTE_NOT_FOUND : AK_ROUTE_UNKNOWN_SOURCE;
   if (np + want > kept) return AK_ROUTE_UNKNOWN_SOURCE; /* cannot happen: want <= 2 */
   *source = segs[np + want - 1];
@@ -164,7 +178,7 @@ static ak_route_status_t ref_parse(const ak_config_t *cfg, const char *path, seg
 static void check_route(const ak_config_t *cfg, const char *path) {
   ak_route_t r;
   memset(&r, 0x5A, sizeof r); /* parse must fully initialise it */
-  ak_route_status_t st = ak_route_parse(cfg, path, &r);
+  ak_route_status_t st = ak_route_parse(ak_http_cfg(cfg), path, &r);
   seg_t t = {0}, s = {0};
   ak_route_status_t want = ref_parse(cfg, path, &t, &s);
   CHECK(st == want);
@@ -174,7 +188,7 @@ static void check_route(const ak_config_t *cfg, const char *path) {
   size_t sl = strlen(r.source_id), tl = strlen(r.url_tenant);
   CHECK(sl > 0 && ak_tenant_valid(r.source_id, sl));
   CHECK(sl == s.n && memcmp(r.source_id, s.p, sl) == 0);
-  if (cfg->http_routing == AK_ROUTING_TENANT_PATH) {
+  if (ak_http_cfg(cfg)->routing == AK_ROUTING_TENANT_PATH) {
     CHECK(tl > 0 && ak_tenant_valid(r.url_tenant, tl));
     CHECK(tl == t.n && memcmp(r.url_tenant, t.p, tl) == 0);
   } else {
@@ -186,11 +200,11 @@ static void check_route(const ak_config_t *cfg, const char *path) {
   ak_route_status_t bst = ak_route_bind(cfg, &r, &src, &tenant);
 
   const ak_source_cfg_t *expect_src = NULL;
-  for (size_t i = 0; i < cfg->nsources; i++)
-    if (!strcmp(cfg->sources[i].id, r.source_id)) expect_src = &cfg->sources[i];
+  for (size_t i = 0; i < ak_sources_cfg(cfg)->n; i++)
+    if (!strcmp(ak_sources_cfg(cfg)->v[i].id, r.source_id)) expect_src = &ak_sources_cfg(cfg)->v[i];
   const char *expect_tenant = NULL;
   if (expect_src) {
-    if (cfg->http_routing != AK_ROUTING_TENANT_PATH) expect_tenant = expect_src->tenant;
+    if (ak_http_cfg(cfg)->routing != AK_ROUTING_TENANT_PATH) expect_tenant = expect_src->tenant;
     else if (!strcmp(expect_src->tenant, "default")) expect_tenant = r.url_tenant;
     else if (!strcmp(expect_src->tenant, r.url_tenant)) expect_tenant = expect_src->tenant;
   }

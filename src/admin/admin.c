@@ -336,7 +336,7 @@ static enum MHD_Result post_dlq_replay(ak_admin_call_t *call, const ak_pen_filte
   const char *tenant = NULL;
   if (!ak_admin_may_source(call, f->source_id, &tenant) || (call->scope && !tenant))
     return ak_admin_forbidden_tenant(call, tenant);
-  if (!(inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!(inst->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
   if (!inst->replays) return ak_admin_error(call, 503, "store_unavailable");
   ak_replay_filter_t rf = {.source_id = f->source_id, .has_id = f->has_id, .who = call->who, .tenant = tenant};
   memcpy(rf.id, f->id, 16);
@@ -426,7 +426,7 @@ static enum MHD_Result post_replay(ak_admin_call_t *call) {
   enum MHD_Result refused = MHD_NO;
   bool refuse = true;
   if (!ak_admin_may_source(call, f.source_id, &t)) refused = ak_admin_forbidden_tenant(call, t);
-  else if (!(inst->cfg->roles & AK_ROLE_EDGE)) refused = role_not_enabled(call, "edge");
+  else if (!(inst->roles & AK_ROLE_EDGE)) refused = role_not_enabled(call, "edge");
   else refuse = false;
   if (refuse) {
     json_decref(filter);
@@ -476,7 +476,7 @@ static json_t *visible_job(ak_admin_call_t *call, json_t *j, const char **tenant
 /* GET /v1/replays: dlq jobs (a quarantine release finishes in its request and is not
  * kept), newest first. */
 static enum MHD_Result list_replays(ak_admin_call_t *call) {
-  if (!(call->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!(call->inst->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
   if (!call->inst->replays) return ak_admin_error(call, 503, "store_unavailable");
   json_t *all = ak_replays_list(call->inst->replays);
   if (call->scope) {
@@ -493,7 +493,7 @@ static enum MHD_Result list_replays(ak_admin_call_t *call) {
 }
 
 static enum MHD_Result get_replay(ak_admin_call_t *call) {
-  if (!(call->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!(call->inst->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
   if (!call->inst->replays) return ak_admin_error(call, 503, "store_unavailable");
   uint8_t id[16];
   json_t *j = ak_uuid_parse(call->id, id) ? ak_replays_get(call->inst->replays, id) : NULL;
@@ -538,7 +538,7 @@ static enum MHD_Result patch_replay(ak_admin_call_t *call) {
   }
   json_decref(b);
   ak_instance_t *inst = call->inst;
-  if (!(inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!(inst->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
   if (!inst->replays) return ak_admin_error(call, 503, "store_unavailable");
   uint8_t id[16];
   json_t *cur = ak_uuid_parse(call->id, id) ? ak_replays_get(inst->replays, id) : NULL;
@@ -571,7 +571,7 @@ static enum MHD_Result dlq_list(ak_admin_call_t *call) {
   if (source && !*source) return invalid_filter(call, "source_id");
   const char *t;
   if (!ak_admin_may_source(call, source, &t)) return ak_admin_forbidden_tenant(call, t);
-  if (!(call->inst->cfg->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
+  if (!(call->inst->roles & AK_ROLE_DISPATCH)) return role_not_enabled(call, "dispatch");
   json_t *out = NULL;
   if (ak_replays_dlq_list(call->inst->store, source, call->scope, since, limit, &out) != 0)
     return ak_admin_error(call, 503, "store_unavailable");
@@ -581,19 +581,19 @@ static enum MHD_Result dlq_list(ak_admin_call_t *call) {
 /* ------------------------------------------------------------ rate limits ---- */
 
 static enum MHD_Result rate_limit_gate(ak_admin_call_t *call) {
-  if (!(call->inst->cfg->roles & AK_ROLE_EDGE)) return role_not_enabled(call, "edge");
+  if (!(call->inst->roles & AK_ROLE_EDGE)) return role_not_enabled(call, "edge");
   return ak_admin_error(call, 503, "store_unavailable");
 }
 
 static enum MHD_Result get_rate_limit(ak_admin_call_t *call) {
   ak_instance_t *inst = call->inst;
-  if (!(inst->cfg->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
+  if (!(inst->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
   return ak_admin_json(call, 200, ak_quota_tenant_json(inst->quota, call->tenant));
 }
 
 static enum MHD_Result delete_rate_limit(ak_admin_call_t *call) {
   ak_instance_t *inst = call->inst;
-  if (!(inst->cfg->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
+  if (!(inst->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
   int rc = ak_quota_delete(inst->quota, call->tenant, call->who);
   if (rc == 1) return ak_admin_error(call, 404, "rate_limit_not_found");
   if (rc != 0) return ak_admin_error(call, 503, "store_unavailable");
@@ -604,7 +604,7 @@ static enum MHD_Result delete_rate_limit(ak_admin_call_t *call) {
 
 static enum MHD_Result put_rate_limit(ak_admin_call_t *call) {
   ak_instance_t *inst = call->inst;
-  if (!(inst->cfg->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
+  if (!(inst->roles & AK_ROLE_EDGE) || !inst->quota) return rate_limit_gate(call);
   json_t *b = call->body_len ? json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
   ak_ratelimit_t l;
   char field[96] = "", msg[96] = "";
@@ -625,7 +625,7 @@ static enum MHD_Result put_rate_limit(ak_admin_call_t *call) {
 }
 
 static enum MHD_Result list_rate_limits(ak_admin_call_t *call) {
-  if (!(call->inst->cfg->roles & AK_ROLE_EDGE) || !call->inst->quota) return rate_limit_gate(call);
+  if (!(call->inst->roles & AK_ROLE_EDGE) || !call->inst->quota) return rate_limit_gate(call);
   json_t *all = ak_quota_list_json(call->inst->quota);
   if (call->scope) {
     json_t *keep = json_array();
@@ -925,7 +925,7 @@ ak_admin_t *ak_admin_new(ak_instance_t *inst) {
   a->inst = inst;
   pthread_mutex_init(&a->log_mu, NULL);
   char *err = NULL;
-  a->auth = ak_auth_new(inst->cfg->admin_principals, &err);
+  a->auth = ak_auth_new(ak_admin_cfg(inst->cfg)->principals, &err);
   if (!a->auth) {
     ak_log(AK_LOG_ERROR, "admin", "cannot build the admin principals", "reason=\"%s\"", err ? err : "out of memory");
     free(err);
@@ -937,23 +937,23 @@ ak_admin_t *ak_admin_new(ak_instance_t *inst) {
 }
 
 int ak_admin_start(ak_admin_t *a, char **err) {
-  const ak_config_t *cfg = a->inst->cfg;
+  const ak_admin_cfg_t *cfg = ak_admin_cfg(a->inst->cfg);
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
-  if (strchr(cfg->admin_ip, ':')) {
+  if (strchr(cfg->ip, ':')) {
     struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
     s6->sin6_family = AF_INET6;
-    s6->sin6_port = htons((uint16_t)cfg->admin_port);
-    inet_pton(AF_INET6, cfg->admin_ip, &s6->sin6_addr);
+    s6->sin6_port = htons((uint16_t)cfg->port);
+    inet_pton(AF_INET6, cfg->ip, &s6->sin6_addr);
     flags |= MHD_USE_IPv6;
   } else {
     struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
     s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)cfg->admin_port);
-    inet_pton(AF_INET, cfg->admin_ip, &s4->sin_addr);
+    s4->sin_port = htons((uint16_t)cfg->port);
+    inet_pton(AF_INET, cfg->ip, &s4->sin_addr);
   }
-  a->d = MHD_start_daemon(flags, (uint16_t)cfg->admin_port, NULL, NULL, handler, a,
+  a->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, a,
                           MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
                           MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
@@ -961,20 +961,20 @@ int ak_admin_start(ak_admin_t *a, char **err) {
                           MHD_OPTION_END);
   if (!a->d) {
     char b[200];
-    snprintf(b, sizeof b, "cannot listen on admin.ip %s admin.port %d (in use, or no permission)", cfg->admin_ip,
-             cfg->admin_port);
+    snprintf(b, sizeof b, "cannot listen on admin.ip %s admin.port %d (in use, or no permission)", cfg->ip,
+             (int)cfg->port);
     *err = strdup(b);
     return -1;
   }
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
-  a->port = di ? di->port : cfg->admin_port;
+  a->port = di ? di->port : (int)cfg->port;
   if (ak_auth_count(a->auth) == 0)
     ak_log(AK_LOG_WARNING, "admin",
            "admin.principals is empty: the admin API answers without authentication, on loopback only",
-           "admin_ip=%s admin_port=%d", cfg->admin_ip, a->port);
+           "admin_ip=%s admin_port=%d", cfg->ip, a->port);
   else
     ak_log(AK_LOG_INFO, "admin", "admin API requires a bearer token", "principals=%zu admin_ip=%s admin_port=%d",
-           ak_auth_count(a->auth), cfg->admin_ip, a->port);
+           ak_auth_count(a->auth), cfg->ip, a->port);
   return 0;
 }
 

@@ -6,7 +6,25 @@
 #ifndef AK_ADMIN_ADMIN_H
 #define AK_ADMIN_ADMIN_H
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <jansson.h>
 #include "core/instance.h"
+#include "core/module.h"
+
+/* The `admin` section. */
+typedef struct ak_admin_cfg {
+  bool enabled;
+  const char *ip;
+  int64_t port;
+  int64_t gauge_interval_ms;   /* read by the gauge sampler (core/gauges.c) from the tree */
+  const json_t *principals;    /* [{name, token_sha256, scopes, tenants}] (admin/auth.c builds them) */
+} ak_admin_cfg_t;
+
+/* The `admin` section and the admin listener's lifecycle (inst->admin; off with
+ * admin.enabled false). */
+extern const ak_module_t ak_mod_admin;
+const ak_admin_cfg_t *ak_admin_cfg(const ak_config_t *cfg);
 
 typedef struct ak_admin ak_admin_t;
 

@@ -129,7 +129,8 @@ ak_audit_t *ak_audit_open(ak_instance_t *inst, char **err) {
     return NULL;
   }
   a->store = inst->store;
-  a->retention_ms = (inst->cfg->audit_retention_days > 0 ? inst->cfg->audit_retention_days : 365) * 86400000LL;
+  const ak_audit_cfg_t *ac = ak_config_of(inst->cfg, &ak_mod_audit);
+  a->retention_ms = (ac && ac->retention_days > 0 ? ac->retention_days : 365) * 86400000LL;
   pthread_mutex_init(&a->order, NULL);
   pthread_mutex_init(&a->mu, NULL);
   pthread_cond_init(&a->cv, NULL);
@@ -576,3 +577,41 @@ void ak_audit_free(ak_audit_t *a) {
   pthread_cond_destroy(&a->cv);
   free(a);
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+static const ak_opt_t audit_rows[] = {
+  {.key = "retention_days", .type = AK_OPT_INT, .def = "365", .min = 1, .max = 36500,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "audit rows older than this are pruned (checked hourly)",
+   AK_AT(ak_audit_cfg_t, retention_days)},
+  {0},
+};
+
+/* Opened before everything an operator can change: each change writes its row. */
+static int audit_open(ak_instance_t *inst, char **err) {
+  char *why = NULL;
+  inst->audit = ak_audit_open(inst, &why);
+  if (!inst->audit || ak_audit_start(inst->audit) != 0) {
+    ak_log(AK_LOG_ERROR, "audit", "cannot open the audit trail", "reason=\"%s\"", why ? why : "no thread");
+    ak_audit_free(inst->audit);
+    inst->audit = NULL;
+    *err = why ? why : strdup("cannot start the audit thread");
+    return AK_MODULE_FAILED;
+  }
+  return 0;
+}
+
+static void audit_close(ak_instance_t *inst) {
+  ak_audit_free(inst->audit);
+  inst->audit = NULL;
+}
+
+const ak_module_t ak_mod_audit = {
+  .name = "audit",
+  .section = "audit",
+  .doc = "the trail of operator changes",
+  .options = audit_rows,
+  .cfg_size = sizeof(ak_audit_cfg_t),
+  .open = audit_open,
+  .close = audit_close,
+};

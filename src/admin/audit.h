@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/instance.h"
+#include "core/module.h"
 #include "core/tenants.h"
 #include "store/store.h"
 
@@ -119,5 +120,11 @@ int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms);
 
 /* The next seq the trail will hand out (tests, GET /v1/wal-like views). */
 uint64_t ak_audit_next_seq(ak_audit_t *a);
+
+/* The `audit` section and the trail's lifecycle (inst->audit). */
+typedef struct ak_audit_cfg {
+  int64_t retention_days;
+} ak_audit_cfg_t;
+extern const ak_module_t ak_mod_audit;
 
 #endif

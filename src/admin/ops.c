@@ -33,7 +33,7 @@ static int64_t dir_bytes(const char *path) {
 
 json_t *ak_admin_wal_view(ak_instance_t *inst) {
   json_t *w = json_object();
-  json_object_set_new(w, "type", json_string(ak_config_wal_text(inst->cfg->wal_type)));
+  json_object_set_new(w, "type", json_string(ak_wal_type_text(ak_wal_cfg(inst->cfg)->type)));
   const char *path = inst->store ? ak_store_path(inst->store) : NULL;
   json_object_set_new(w, "store_path", path ? json_string(path) : json_null());
   json_object_set_new(w, "open", json_boolean(inst->store && ak_store_is_open(inst->store)));

@@ -116,7 +116,7 @@ static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ct
   load_ctx_t *lc = ctx;
   ak_instance_t *inst = lc->inst;
   lc->n++;
-  if (!inst->cfg->source_store_persistent) return 0;
+  if (!ak_source_store_persistent(inst->cfg)) return 0;
   size_t pl = strlen(AK_KEY_SOURCE);
   const char *tenant = k + pl, *sep = memchr(tenant, '\0', kl - pl);
   json_t *rec = json_loadb(v, vl, JSON_REJECT_DUPLICATES, NULL);
@@ -138,7 +138,7 @@ static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ct
   }
   json_t *checked = NULL;
   char *warning = NULL, *why = NULL;
-  if (ak_config_source_check(inst->cfg, name, spec, AK_SOURCE_CHECK_STORED, &checked, &warning, &why) != 0) {
+  if (ak_sources_check_spec(inst->cfg, name, spec, AK_SOURCE_CHECK_STORED, &checked, &warning, &why) != 0) {
     if (asprintf(&lc->err, "stored source %s is not valid under this configuration: %s", label, why) < 0)
       lc->err = NULL;
     free(why);
@@ -193,7 +193,7 @@ int ak_sources_api_load(ak_instance_t *inst, char **err) {
     *err = strdup("the stored sources cannot be read from the store");
     return -1;
   }
-  if (lc.n && !inst->cfg->source_store_persistent)
+  if (lc.n && !ak_source_store_persistent(inst->cfg))
     ak_log(AK_LOG_WARNING, "sources",
            "the store holds sources created over the admin API, not served: source_store.type is static",
            "stored=%zu", lc.n);
@@ -205,13 +205,13 @@ int ak_sources_api_load(ak_instance_t *inst, char **err) {
 /* ------------------------------------------------------------------ views ---- */
 
 static json_t *view(const ak_instance_t *inst, const ak_source_t *s) {
-  const ak_config_t *cfg = inst->cfg;
+  const ak_http_cfg_t *hc = ak_http_cfg(inst->cfg);
   bool shared = !strcmp(s->cfg.tenant, "default");
   char path[400];
-  if (cfg->http_routing == AK_ROUTING_TENANT_PATH)
-    snprintf(path, sizeof path, "%s/%s/%s", cfg->http_prefix, shared ? "{tenant}" : s->cfg.tenant, s->cfg.id);
+  if (hc->routing == AK_ROUTING_TENANT_PATH)
+    snprintf(path, sizeof path, "%s/%s/%s", hc->prefix, shared ? "{tenant}" : s->cfg.tenant, s->cfg.id);
   else
-    snprintf(path, sizeof path, "%s/%s", cfg->http_prefix, s->cfg.id);
+    snprintf(path, sizeof path, "%s/%s", hc->prefix, s->cfg.id);
   json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s}", "tenant", s->cfg.tenant, "name", s->cfg.id, "source_id",
                         s->cfg.id, "ingest_path", path, "managed_by",
                         s->origin == AK_SOURCE_API ? "api" : "config");
@@ -220,7 +220,7 @@ static json_t *view(const ak_instance_t *inst, const ak_source_t *s) {
     json_object_set_new(j, "created_at", json_integer(s->born_ms));
     json_object_set_new(j, "updated_at", json_integer(s->updated_ms));
   }
-  json_t *red = ak_config_redact_tree(s->spec, ak_config_source_options());
+  json_t *red = ak_config_redact_tree(inst->cfg, s->spec, ak_sources_options());
   const char *k;
   json_t *v;
   json_object_foreach(red, k, v) if (strcmp(k, "tenant") != 0) json_object_set(j, k, v);
@@ -314,7 +314,7 @@ static enum MHD_Result write_source(ak_instance_t *inst, ak_admin_call_t *c, con
   char *why = NULL;
   ak_source_t *old = NULL, *s = NULL;
   ak_sources_write_lock(inst->sources);
-  if (ak_config_source_check(inst->cfg, name, spec, 0, &checked, NULL, &why) != 0) {
+  if (ak_sources_check_spec(inst->cfg, name, spec, 0, &checked, NULL, &why) != 0) {
     res = invalid_source(c, why);
     goto out;
   }
@@ -528,7 +528,95 @@ enum MHD_Result ak_sources_api_handle(ak_admin_call_t *c) {
     ak_sources_list_free(v, n);
     return ak_admin_json(c, 200, json_pack("{s:s,s:o}", "tenant", tenant, "entries", arr));
   }
-  if (!inst->cfg->source_store_persistent) return read_only(c, NULL);
+  if (!ak_source_store_persistent(inst->cfg)) return read_only(c, NULL);
   if (!strcmp(method, "DELETE")) return delete_source(inst, c, who, tenant, name);
   return write_source(inst, c, who, tenant, has_name ? name : NULL, !has_name, body, len);
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+/* Where sources come from besides the config file. redis (shared by a fleet) is Ankusa's
+ * third type; url, namespace and tick_ms belong to it alone. A url without a type means
+ * redis, so type has no default here: check_source_store() resolves it. */
+static const ak_opt_t source_store_rows[] = {
+  {.key = "type", .type = AK_OPT_ENUM, .enum_vals = "static|persistent|redis", .flags = AK_OPTF_NULLABLE,
+   .doc = "static: the config file's sources only, the API refuses writes; persistent: also sources "
+          "created over the admin API, kept in the node's store; redis: not supported yet. "
+          "Default static (redis when url is set)"},
+  {.key = "url", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET,
+   .env = "ANKUSA_SOURCE_STORE_URL", .doc = "redis only: the shared store"},
+  {.key = "namespace", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE,
+   .doc = "redis only: key namespace (ankusa:sources:<instance>)"},
+  {.key = "tick_ms", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "redis only: how often the shared store is re-read (30000)"},
+  {0},
+};
+
+#define NOT_YET_SECTION(name, what) \
+  {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
+
+/* source_store.type: null resolves to redis when a url is set (Ankusa's rule), else
+ * static; the redis-only keys are refused on the other types. */
+static void source_store_check(ak_check_t *c, json_t *ss, json_t *root) {
+  (void)root;
+  json_t *type = json_object_get(ss, "type");
+  bool has_url = json_is_string(json_object_get(ss, "url"));
+  if (json_is_null(type)) json_object_set_new(ss, "type", json_string(has_url ? "redis" : "static"));
+  const char *t = json_string_value(json_object_get(ss, "type"));
+  if (!t) return;
+  if (!strcmp(t, "redis")) {
+    ak_check_error(c, "source_store.type: \"redis\" is not supported yet%s; use static or persistent",
+         json_is_null(type) ? " (a url without a type means redis)" : "");
+    return;
+  }
+  static const char *const redis_only[] = {"url", "namespace", "tick_ms"};
+  for (size_t i = 0; i < sizeof redis_only / sizeof redis_only[0]; i++)
+    if (!json_is_null(json_object_get(ss, redis_only[i])) && json_object_get(ss, redis_only[i]))
+      ak_check_error(c, "source_store.%s: only valid with type redis, not %s", redis_only[i], t);
+}
+
+
+typedef struct {
+  bool persistent;
+} source_store_cfg_t;
+
+static int source_store_finish(void *typed, const json_t *section, const json_t *root, char **err) {
+  (void)root;
+  (void)err;
+  const char *t = json_string_value(json_object_get(section, "type"));
+  ((source_store_cfg_t *)typed)->persistent = t && !strcmp(t, "persistent");
+  return 0;
+}
+
+bool ak_source_store_persistent(const ak_config_t *cfg) {
+  const source_store_cfg_t *sc = ak_config_of(cfg, &ak_mod_source_store);
+  return sc && sc->persistent;
+}
+
+/* After the config file's sources (the sources module), before every module that
+ * attaches per-source state or scans hooks of a source: the stored ones are served too. */
+static int source_store_open(ak_instance_t *inst, char **err) {
+  char *why = NULL;
+  if (ak_sources_api_load(inst, &why) != 0) {
+    ak_log(AK_LOG_ERROR, "sources", "cannot load the stored sources: refusing to start", "reason=\"%s\"",
+           why ? why : "?");
+    if (asprintf(err, "source_store: %s", why ? why : "cannot be read") < 0) *err = NULL;
+    free(why);
+    return AK_MODULE_FAILED;
+  }
+  if (ak_sources_count(inst->sources) == 0 && !ak_source_store_persistent(inst->cfg))
+    ak_log(AK_LOG_WARNING, "config", "no sources configured: every POST will get 404", "config=%s",
+           inst->cfg->path ? inst->cfg->path : "(none)");
+  return 0;
+}
+
+const ak_module_t ak_mod_source_store = {
+  .name = "source_store",
+  .section = "source_store",
+  .doc = "where sources come from besides the config file (the admin API's sources)",
+  .options = source_store_rows,
+  .cfg_size = sizeof(source_store_cfg_t),
+  .check = source_store_check,
+  .finish = source_store_finish,
+  .open = source_store_open,
+};

@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include "admin/audit.h"
 #include "core/instance.h"
+#include "core/module.h"
 
 /* Boot: with source_store.type persistent, every stored source is checked and added to
  * inst->sources (before the modules that attach to sources are built). 0, or -1 with
@@ -20,6 +21,11 @@
  * row refuses the boot rather than silently dropping a source. With a static store,
  * stored sources are left alone (a warning says how many). */
 int ak_sources_api_load(ak_instance_t *inst, char **err);
+
+/* The `source_store` section; its open loads the stored sources. */
+extern const ak_module_t ak_mod_source_store;
+/* source_store.type is persistent: the admin API's sources are served and kept. */
+bool ak_source_store_persistent(const ak_config_t *cfg);
 
 /* True for /v1/tenants/{t}/sources and /v1/tenants/{t}/sources/{name}. */
 bool ak_sources_api_match(const char *url);

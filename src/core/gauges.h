@@ -8,13 +8,18 @@
 
 #include <stdint.h>
 #include "core/instance.h"
+#include "core/module.h"
 
 typedef struct ak_gauges ak_gauges_t;
 typedef void (*ak_gauges_fn)(void *ctx);
 
+/* The sampler's lifecycle (inst->gauges): opened early so other modules' opens can add
+ * their samplers, started after them; it stops (joins) before any sampled module is freed. */
+extern const ak_module_t ak_mod_gauges;
+
 /* interval_ms <= 0 means admin.gauge_interval_ms of inst->cfg. */
 ak_gauges_t *ak_gauges_new(ak_instance_t *inst, int64_t interval_ms);
-/* Before start. 0, or -1 when the sampler table is full. */
+/* Before start. 0, or -1 when the sampler table is full. g NULL (no sampler): 0. */
 int ak_gauges_add(ak_gauges_t *g, ak_gauges_fn fn, void *ctx);
 /* Samples once at once (so the first scrape has values), then starts the thread. */
 int ak_gauges_start(ak_gauges_t *g);

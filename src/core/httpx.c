@@ -55,10 +55,10 @@ enum MHD_Result ak_http_ready(ak_instance_t *inst, struct MHD_Connection *c, uns
 
 enum MHD_Result ak_http_health(ak_instance_t *inst, struct MHD_Connection *c) {
   json_t *roles = json_array();
-  if (inst->cfg->roles & AK_ROLE_EDGE) json_array_append_new(roles, json_string("edge"));
-  if (inst->cfg->roles & AK_ROLE_DISPATCH) json_array_append_new(roles, json_string("dispatch"));
-  if (inst->cfg->roles & AK_ROLE_STORAGE) json_array_append_new(roles, json_string("storage"));
-  if (inst->cfg->roles & AK_ROLE_CLAIM_CHECK) json_array_append_new(roles, json_string("claim_check"));
+  if (inst->roles & AK_ROLE_EDGE) json_array_append_new(roles, json_string("edge"));
+  if (inst->roles & AK_ROLE_DISPATCH) json_array_append_new(roles, json_string("dispatch"));
+  if (inst->roles & AK_ROLE_STORAGE) json_array_append_new(roles, json_string("storage"));
+  if (inst->roles & AK_ROLE_CLAIM_CHECK) json_array_append_new(roles, json_string("claim_check"));
   json_t *j = json_pack("{s:s,s:s,s:s,s:o}", "status", "ok", "instance", inst->name, "version", AK_VERSION,
                         "roles", roles);
   return ak_http_json(c, 200, j, 0);

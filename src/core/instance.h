@@ -1,5 +1,6 @@
 /* The instance: everything one running node owns (config, metrics, ids, store, writer,
- * listeners). main.c builds it; modules receive it. Never a second instance per store. */
+ * listeners). core/node.c builds it and each module's open fills its own pointer;
+ * modules receive it. Never a second instance per store. */
 #ifndef AK_CORE_INSTANCE_H
 #define AK_CORE_INSTANCE_H
 
@@ -20,10 +21,13 @@ struct ak_egress;
 struct ak_dedupe;
 struct ak_audit;
 struct ak_sources;
+struct ak_gauges;
+struct ak_sweeper;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
   ak_config_t *cfg;
+  unsigned roles;              /* AK_ROLE_* this node runs (node.roles), set by core/node.c */
   ak_metrics_t *metrics;
   ak_idgen_t ids;
   struct ak_store *store;
@@ -32,6 +36,7 @@ typedef struct ak_instance {
   struct ak_admin *admin;
   struct ak_pen *pen;           /* quarantine pen (queue/quarantine.h) */
   struct ak_dedupe *dedupe;     /* dedupe index (queue/dedupe.h); NULL in tools and some tests */
+  struct ak_sweeper *sweeper;   /* its sweeper thread (queue/sweeper.h), while started */
   struct ak_quota *quota;       /* tenant rate limits and their overrides (edge/quota.h) */
   struct ak_egress *egress;     /* egress.* guard shared by every sink (sinks/egress.h) */
   struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
@@ -40,6 +45,7 @@ typedef struct ak_instance {
   _Atomic int draining;        /* SIGTERM seen: /ready and new requests answer 503 draining,
                                   new connections are closed as soon as accepted (edge.c) */
   struct ak_sources *sources;  /* every source served, with its verifier (core/sources.h) */
+  struct ak_gauges *gauges;    /* the gauge sampler; modules add their samplers at open (core/gauges.h) */
 } ak_instance_t;
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/instance.h"
 #include "core/log.h"
 
 static _Atomic int threshold = AK_LOG_INFO;
@@ -52,3 +53,27 @@ void ak_log(ak_log_level_t level, const char *component, const char *msg, const 
   ssize_t w = write(STDERR_FILENO, line, (size_t)n);
   (void)w;
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+static const ak_opt_t log_rows[] = {
+  {.key = "level", .type = AK_OPT_ENUM, .def = "info", .enum_vals = "debug|info|warning|error",
+   .env = "ANKUSA_LOG_LEVEL", .doc = "lowest level written to stderr", AK_AT(ak_log_cfg_t, level)},
+  {0},
+};
+
+static int log_open(ak_instance_t *inst, char **err) {
+  (void)err;
+  const ak_log_cfg_t *lc = ak_config_of(inst->cfg, &ak_mod_log);
+  if (lc) ak_log_set_level(lc->level);
+  return 0;
+}
+
+const ak_module_t ak_mod_log = {
+  .name = "log",
+  .section = "log",
+  .doc = "logging",
+  .options = log_rows,
+  .cfg_size = sizeof(ak_log_cfg_t),
+  .open = log_open,
+};

@@ -4,7 +4,15 @@
 #ifndef AK_CORE_LOG_H
 #define AK_CORE_LOG_H
 
-#include "core/config.h"
+#include "core/module.h"
+
+typedef enum { AK_LOG_DEBUG = 0, AK_LOG_INFO = 1, AK_LOG_WARNING = 2, AK_LOG_ERROR = 3 } ak_log_level_t;
+
+/* The `log` section; its open sets the process's level. */
+typedef struct ak_log_cfg {
+  ak_log_level_t level;
+} ak_log_cfg_t;
+extern const ak_module_t ak_mod_log;
 
 void ak_log_set_level(ak_log_level_t level);
 ak_log_level_t ak_log_get_level(void);

@@ -1,9 +1,13 @@
-/* Option tables: the one description of a config key (type, default, bounds, doc).
- * Owns the declaration format only. The loader (config.c) validates against these rows,
- * print-config redacts by them, docs can be generated from them. Never holds values. */
+/* Option tables: the one description of a config key (type, default, bounds, doc, and
+ * where its value goes in the owning module's typed struct). Owns the declaration format
+ * only. The engine (config.c) validates against these rows and binds the values,
+ * print-config walks and redacts by them, `ankusa options --markdown` prints them as the
+ * reference in docs/configuration.md. Never holds values. */
 #ifndef AK_CORE_OPTIONS_H
 #define AK_CORE_OPTIONS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -21,10 +25,9 @@ typedef enum {
   AK_OPT_IP,       /* an IPv4 or IPv6 address literal (inet_pton), never a host name */
   AK_OPT_URL_PREFIX, /* a URL path prefix: split on "/", empty parts dropped, "" = none */
   AK_OPT_MAP_OF,   /* a mapping of id ([A-Za-z0-9_-]{1,64}) -> mapping validated by `children` */
-  AK_OPT_VERIFIER, /* a mapping whose required `type` row (in children) is checked first;
-                      absent, null or {} means {type: none} */
-  AK_OPT_SINK_LIST, /* a non-empty list of sink mappings: `type` from the sink registry,
-                       the other keys from that sink's option rows */
+  AK_OPT_PLUGIN,    /* a mapping whose `type` names a plug-in of .kind; the other keys are
+                       that plug-in's rows (absent, null or {} = the kind's none_type) */
+  AK_OPT_PLUGIN_LIST, /* a non-empty list of such mappings (sources.<id>.sinks) */
   AK_OPT_LIST_OF,  /* a list of mappings, each validated by `children` (admin.principals);
                       absent or null = [] */
 } ak_opt_type_t;
@@ -56,6 +59,24 @@ typedef struct ak_opt {
   const struct ak_opt *children; /* for MAP: rows, terminated by a row with key == NULL */
   const char *enum_unsupported; /* subset of enum_vals known to Ankusa but refused by this
                                    build with "not supported yet" ("a|b"), or NULL */
+  const char *kind;             /* PLUGIN, PLUGIN_LIST: the plug-in kind ("sink", "verify") */
+  /* Binding (AK_AT): the value is stored at .off in the owning module's typed struct,
+   * as the row's type says: STRING, IP, URL_PREFIX -> const char * (NULL when null);
+   * INT -> int64_t; NUMBER -> double; BOOL -> bool; ENUM -> an int-sized field holding
+   * the index in enum_vals; STRLIST -> ak_strlist_t; MAP -> its children bind at .off
+   * (the start of a nested struct); every other type -> const json_t *. Strings and
+   * trees are borrowed from the effective tree: they live as long as the config (null
+   * reads as 0, NULL or false). */
+  size_t off;
+  bool bound;
 } ak_opt_t;
+
+#define AK_AT(type, field) .off = offsetof(type, field), .bound = true
+
+/* A bound STRLIST: the strings live in the effective tree. */
+typedef struct ak_strlist {
+  const char **v;
+  size_t n;
+} ak_strlist_t;
 
 #endif

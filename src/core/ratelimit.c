@@ -91,3 +91,46 @@ json_t *ak_ratelimit_json(const ak_ratelimit_t *l) {
   if (l->max_body_bytes > 0) json_object_set_new(o, "max_body_bytes", json_integer(l->max_body_bytes));
   return o;
 }
+
+/* ---------------------------------------------------------------- option rows ---- */
+
+const ak_opt_t ak_ratelimit_lane_rows[] = {
+  {.key = "rate", .type = AK_OPT_NUMBER, .min = 0, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "units per second (> 0, fractions allowed)"},
+  {.key = "burst", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "units at once"},
+  {0},
+};
+
+/* rate and burst are required unless the entry sets only additions (the pairing rule
+ * is ak_ratelimit_parse's, reported by ak_ratelimit_report_entry). */
+const ak_opt_t ak_ratelimit_entry_rows[] = {
+  {.key = "rate", .type = AK_OPT_NUMBER, .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "hooks per second (> 0, fractions allowed), charged after verification"},
+  {.key = "burst", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_HAS_MIN, .doc = "hooks at once"},
+  {.key = "bytes", .type = AK_OPT_MAP, .children = ak_ratelimit_lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "body bytes per second ({rate, burst}), charged with the hooks"},
+  {.key = "max_body_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "a larger body of this tenant gets 413 before it is read"},
+  {0},
+};
+
+void ak_ratelimit_report_entry(ak_check_t *c, const char *label, const json_t *entry) {
+  ak_ratelimit_t rl;
+  char field[96], msg[96];
+  if (ak_check_reported_under(c, label) ||
+      ak_ratelimit_parse(entry, &rl, field, sizeof field, msg, sizeof msg) == 0)
+    return;
+  if (!strcmp(msg, "missing required key")) ak_check_error(c, "%s: missing required key \"%s\"", label, field);
+  else if (*field) ak_check_error(c, "%s.%s %s", label, field, msg);
+  else ak_check_error(c, "%s %s", label, msg);
+}
+
+void ak_ratelimit_report_lane(ak_check_t *c, const char *label, const json_t *lane) {
+  ak_rate_t r;
+  char field[32], msg[96];
+  if (!json_is_object(lane) || ak_check_reported_under(c, label) ||
+      ak_ratelimit_parse_rate(lane, &r, field, sizeof field, msg, sizeof msg) == 0)
+    return;
+  ak_check_error(c, "%s.%s %s", label, field, msg);
+}

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "core/config.h"
 
 typedef struct ak_rate {
   double rate;                /* units per second; 0 = this lane is not limited */
@@ -38,5 +39,15 @@ int ak_ratelimit_parse_rate(const json_t *j, ak_rate_t *out, char *field, size_t
 /* The entry as JSON: {rate, burst[, bytes: {rate, burst}][, max_body_bytes]}; rate and
  * burst are null when only bytes or max_body_bytes is set. New reference. */
 json_t *ak_ratelimit_json(const ak_ratelimit_t *l);
+
+/* Rows of {rate, burst} (rate_limits.*.bytes, admission.*, sources.*.admission_bytes)
+ * and of one tenant's entry (rate_limits.default, rate_limits.tenants.<t>). */
+extern const ak_opt_t ak_ratelimit_lane_rows[];
+extern const ak_opt_t ak_ratelimit_entry_rows[];
+
+/* The pairing rules of an entry / a lane, reported under label unless the schema pass
+ * already reported something there (its partial entry would only repeat that). */
+void ak_ratelimit_report_entry(ak_check_t *c, const char *label, const json_t *entry);
+void ak_ratelimit_report_lane(ak_check_t *c, const char *label, const json_t *lane);
 
 #endif

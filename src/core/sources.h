@@ -21,9 +21,74 @@
 #include <stdint.h>
 #include <jansson.h>
 #include "core/config.h"
+#include "core/sources.h"
 #include "core/metrics.h"
+#include "core/module.h"
 
 struct ak_verifier;
+
+/* ------------------------------------------------------ the `sources` section ---- */
+
+typedef enum { AK_OVF_REJECT = 0, AK_OVF_QUARANTINE = 1, AK_OVF_ACCEPT_FLAG = 2 } ak_on_verify_failure_t;
+
+/* Where a source's provider event key comes from (sources.<id>.dedupe). */
+typedef enum { AK_DEDUPE_NONE = 0, AK_DEDUPE_HEADER = 1, AK_DEDUPE_JSON = 2 } ak_dedupe_from_t;
+
+typedef struct ak_sink_cfg {
+  char *type;     /* e.g. "log" */
+  json_t *opts;   /* the validated mapping with defaults filled in (owned reference) */
+} ak_sink_cfg_t;
+
+typedef struct ak_source_cfg {
+  char *id;                    /* map key: the catch-URL segment */
+  char *tenant;                /* default "default" */
+  ak_on_verify_failure_t on_verify_failure;
+  char *verify_type;           /* "none" when verify is absent or {} */
+  json_t *verify;              /* validated verify mapping, or NULL */
+  bool trust_url_tenant;
+  /* dedupe: the key is the header dedupe_field (lowercased) or the JSON dot path
+   * dedupe_field of the body; AK_DEDUPE_NONE = every hook is new */
+  ak_dedupe_from_t dedupe_from;
+  char *dedupe_field;
+  int64_t dedupe_ttl_ms;
+  /* forward_headers: absent -> forward_default true (every provider header except the
+   * deny set); a list -> only these lowercased names (still minus the deny set); [] -> none */
+  bool forward_default;
+  char **forward_headers;
+  size_t nforward_headers;
+  ak_sink_cfg_t *sinks;
+  size_t nsinks;
+} ak_source_cfg_t;
+
+/* The config file's sources, typed, sorted by id. */
+typedef struct ak_sources_cfg {
+  const json_t *tree;          /* sources: the checked mapping (bound) */
+  ak_source_cfg_t *v;
+  size_t n;
+} ak_sources_cfg_t;
+
+/* The `sources` section and the table's lifecycle (built at open, freed last). */
+extern const ak_module_t ak_mod_sources;
+
+const ak_sources_cfg_t *ak_sources_cfg(const ak_config_t *cfg);
+/* The config file's source of this id, or NULL. */
+const ak_source_cfg_t *ak_source_cfg_find(const ak_config_t *cfg, const char *id);
+
+/* One source spec, checked by the same code as a source of the config file: the schema
+ * of sources.<id>, then its rules across keys (forward_headers, dedupe, its sinks' and
+ * verifier's own rules, admission_bytes, the trust rule under tenant_path). spec is the
+ * mapping as JSON, taken literally (no ${VAR}). 0 with *checked (the effective spec,
+ * defaults filled in: new reference); -1 with *err (malloc'd, one line per problem, each
+ * naming sources.<id>.<key>). With AK_SOURCE_CHECK_STORED (a source read back from the
+ * store) the trust rule is a *warning (malloc'd) instead of an error; warning may be NULL. */
+#define AK_SOURCE_CHECK_STORED 1u
+int ak_sources_check_spec(const ak_config_t *cfg, const char *id, const json_t *spec, unsigned flags,
+                          json_t **checked, char **warning, char **err);
+/* The typed source of a checked spec. 0, or -1 (out of memory; *out cleared). */
+int ak_source_cfg_build(const char *id, const json_t *checked, ak_source_cfg_t *out);
+void ak_source_cfg_clear(ak_source_cfg_t *s);
+/* The option rows of one source (redaction: ak_config_redact_tree(cfg, spec, these)). */
+const ak_opt_t *ak_sources_options(void);
 
 typedef enum {
   AK_SOURCE_EXT_EDGE = 0,      /* edge/edge.c: pen bucket, admission byte bucket, weak-hash series */
@@ -58,7 +123,8 @@ typedef struct ak_source {
 
 typedef struct ak_sources ak_sources_t;
 
-/* The table with every source of cfg (origin config), verifiers built. NULL with err. */
+/* The table with every source of cfg (origin config), verifiers built (through the
+ * schema's "verify" plug-in kind). NULL with err. */
 ak_sources_t *ak_sources_new(const ak_config_t *cfg, char *err, size_t errlen);
 /* Drops the table's references; versions still held elsewhere are freed by their last
  * holder. Extension free functions may run here, after the modules that built them. */

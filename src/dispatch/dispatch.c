@@ -14,6 +14,7 @@
  * twice. A scan therefore costs the tenants it serves and the rows it claims, not the
  * backlog or the number of tenants. */
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "core/envelope.h"
 #include "core/ids.h"
 #include "core/log.h"
+#include "core/node.h"
 #include "core/sources.h"
 #include "dispatch/breaker.h"
 #include "dispatch/retry.h"
@@ -151,7 +153,7 @@ struct dsinks {
 struct ak_dispatch {
   uint64_t jitter_state; /* splitmix64 state for retry jitter (dispatch thread only) */
   ak_instance_t *inst;
-  const ak_config_t *cfg;
+  const ak_dispatch_cfg_t *cfg;
   ak_retry_policy_t retry;
   ak_breaker_config_t bcfg;
   pthread_mutex_t smu;           /* sets: sink sets are built and freed on other threads */
@@ -328,7 +330,7 @@ static uint64_t row_id(uint64_t seq, uint16_t sink) { return seq << 16 | sink; }
 
 /* ------------------------------------------------------------------ tenant places ---- */
 
-static int64_t tenant_cap_inflight(const ak_dispatch_t *d) { return d->cfg->dispatch_tenant_max_inflight; }
+static int64_t tenant_cap_inflight(const ak_dispatch_t *d) { return d->cfg->tenants.max_inflight; }
 
 /* A window whose next row did not fit its bytes has room again only once that row fits:
  * judged on bytes alone it would look open after every settle, and the dispatcher would
@@ -336,14 +338,14 @@ static int64_t tenant_cap_inflight(const ak_dispatch_t *d) { return d->cfg->disp
  * slow sink holds large hooks). A window holding no row always has room for one. */
 static bool tenant_has_room(const ak_dispatch_t *d, const tenant_t *t) {
   if (t->inflight >= tenant_cap_inflight(d)) return false;
-  int64_t cap = d->cfg->dispatch_tenant_max_inflight_bytes;
+  int64_t cap = d->cfg->tenants.max_inflight_bytes;
   if (t->need_bytes && t->inflight > 0) return t->inflight_bytes + t->need_bytes <= cap;
   return t->inflight_bytes < cap;
 }
 
 static bool global_has_room(const ak_dispatch_t *d) {
-  if (d->inflight >= d->cfg->dispatch_max_inflight) return false;
-  int64_t cap = d->cfg->dispatch_max_inflight_bytes;
+  if (d->inflight >= d->cfg->max_inflight) return false;
+  int64_t cap = d->cfg->max_inflight_bytes;
   if (d->need_bytes && d->inflight > 0) return d->inflight_bytes + d->need_bytes <= cap;
   return d->inflight_bytes < cap;
 }
@@ -354,7 +356,7 @@ static bool global_has_room(const ak_dispatch_t *d) {
  * window is worth a scan once a page of it is free, or once the rows it holds waiting
  * for a slot run short of its slots (its attempts would otherwise idle). */
 static int64_t scan_page(const ak_dispatch_t *d, int64_t cap) {
-  int64_t p = d->cfg->dispatch_batch / 4;
+  int64_t p = d->cfg->batch / 4;
   if (p > cap / 4) p = cap / 4;
   return p < 1 ? 1 : p;
 }
@@ -362,13 +364,13 @@ static int64_t scan_page(const ak_dispatch_t *d, int64_t cap) {
 static bool tenant_wants_claims(const ak_dispatch_t *d, const tenant_t *t) {
   if (!tenant_has_room(d, t)) return false;
   int64_t cap = tenant_cap_inflight(d);
-  return cap - t->inflight >= scan_page(d, cap) || t->inflight - t->running < d->cfg->dispatch_tenant_concurrency;
+  return cap - t->inflight >= scan_page(d, cap) || t->inflight - t->running < d->cfg->tenants.concurrency;
 }
 
 static bool global_wants_claims(const ak_dispatch_t *d) {
   if (!global_has_room(d)) return false;
-  int64_t cap = d->cfg->dispatch_max_inflight;
-  return cap - d->inflight >= scan_page(d, cap) || d->inflight - d->running < d->cfg->dispatch_concurrency;
+  int64_t cap = d->cfg->max_inflight;
+  return cap - d->inflight >= scan_page(d, cap) || d->inflight - d->running < d->cfg->concurrency;
 }
 
 static void heap_swap(ak_dispatch_t *d, size_t a, size_t b) {
@@ -593,7 +595,7 @@ static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
    * here, and asking the store ('a' point reads, mostly from SST files) was a fifth of
    * this thread's time in bench/deliver.sh. The compactor, when it clears obligations
    * (in seq order), owns reclaiming the hooks whose rows are gone by then. */
-  if (d->cfg->roles & AK_ROLE_STORAGE) return;
+  if (d->inst->roles & AK_ROLE_STORAGE) return;
   if (d->nreclaim == d->capreclaim) {
     size_t nc = d->capreclaim ? d->capreclaim * 2 : 64;
     uint64_t *ns = realloc(d->reclaim_seq, nc * sizeof *ns);
@@ -851,7 +853,7 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
   tenant_t *t = r->t;
   sink_inst_t *si = &r->ds->v[k->sink];
   double dur = (double)(ak_mono_ns() - r->start_ns) / 1e9;
-  if (timeout) dur = (double)d->cfg->dispatch_attempt_timeout_ms / 1000.0;
+  if (timeout) dur = (double)d->cfg->attempt_timeout_ms / 1000.0;
   r->running = false;
   if (r->rprev) r->rprev->rnext = r->rnext;
   else d->run_head = r->rnext;
@@ -989,9 +991,9 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
     return CLAIM_SKIP;
   }
   /* windows: always let a tenant hold one row, however large, or it could never move */
-  if (t->inflight > 0 && (t->inflight_bytes + (int64_t)rl > d->cfg->dispatch_tenant_max_inflight_bytes ||
-                          d->inflight_bytes + (int64_t)rl > d->cfg->dispatch_max_inflight_bytes)) {
-    if (t->inflight_bytes + (int64_t)rl > d->cfg->dispatch_tenant_max_inflight_bytes) t->need_bytes = (int64_t)rl;
+  if (t->inflight > 0 && (t->inflight_bytes + (int64_t)rl > d->cfg->tenants.max_inflight_bytes ||
+                          d->inflight_bytes + (int64_t)rl > d->cfg->max_inflight_bytes)) {
+    if (t->inflight_bytes + (int64_t)rl > d->cfg->tenants.max_inflight_bytes) t->need_bytes = (int64_t)rl;
     else d->need_bytes = (int64_t)rl;
     free(rec);
     return CLAIM_STOP;
@@ -1170,8 +1172,8 @@ static void scan(ak_dispatch_t *d, int64_t now) {
   rocksdb_readoptions_set_fill_cache(ro, 0);
   rocksdb_iterator_t *it = NULL;
   it = rocksdb_create_iterator_cf(ak_store_db(d->inst->store), ro, ak_store_cf(d->inst->store, AK_CF_INDEX));
-  int64_t room = d->cfg->dispatch_batch;
-  int64_t gl = d->cfg->dispatch_max_inflight - d->inflight;
+  int64_t room = d->cfg->batch;
+  int64_t gl = d->cfg->max_inflight - d->inflight;
   if (gl < room) room = gl;
   bool store_err = false;
   while (room > 0 && d->ready && !store_err && global_has_room(d)) {
@@ -1229,7 +1231,7 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
   sink_inst_t *si = &r->ds->v[k->sink];
   r->running = true;
   r->start_ns = ak_mono_ns();
-  r->deadline_ms = now + d->cfg->dispatch_attempt_timeout_ms;
+  r->deadline_ms = now + d->cfg->attempt_timeout_ms;
   r->rprev = d->run_tail;
   r->rnext = NULL;
   if (d->run_tail) d->run_tail->rnext = r;
@@ -1276,10 +1278,10 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
 /* Hand free slots round-robin across tenants with queued rows, then across the
  * tenant's sink keys, within every cap. */
 static void start_attempts(ak_dispatch_t *d, int64_t now) {
-  int64_t tcap = d->cfg->dispatch_tenant_concurrency;
-  int64_t kcap = d->cfg->dispatch_sink_concurrency;
+  int64_t tcap = d->cfg->tenants.concurrency;
+  int64_t kcap = d->cfg->sink_concurrency;
   size_t idle = 0;
-  while (d->running < d->cfg->dispatch_concurrency && d->slots && idle < d->nslots) {
+  while (d->running < d->cfg->concurrency && d->slots && idle < d->nslots) {
     tenant_t *t = d->slots;
     d->slots = t->snext;
     if (t->running >= tcap) {
@@ -1320,7 +1322,7 @@ static void check_timeouts(ak_dispatch_t *d, int64_t now) {
   while (d->run_head && d->run_head->deadline_ms <= now) {
     row_t *r = d->run_head;
     ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
-    snprintf(o.reason, sizeof o.reason, "{attempt_timeout, %lld}", (long long)d->cfg->dispatch_attempt_timeout_ms);
+    snprintf(o.reason, sizeof o.reason, "{attempt_timeout, %lld}", (long long)d->cfg->attempt_timeout_ms);
     settle(d, r, &o, true, now);
     r->zombie = true; /* freed when the sink's callback finally arrives */
   }
@@ -1623,7 +1625,7 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
   for (size_t j = 0; j < s->nsinks; j++) {
     sink_inst_t *si = &ds->v[j];
     si->vt = ak_sinks_find(s->sinks[j].type);
-    if (!si->vt || !si->vt->supported) {
+    if (!si->vt || si->vt->plugin.unsupported) {
       snprintf(err, errlen, "sources.%s.sinks[%zu]: sink type %s is not supported", s->id, j, s->sinks[j].type);
       goto fail;
     }
@@ -1659,17 +1661,17 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
     return NULL;
   }
   d->inst = inst;
-  d->cfg = inst->cfg;
-  const ak_config_t *c = d->cfg;
+  d->cfg = ak_dispatch_cfg(inst->cfg);
+  const ak_dispatch_cfg_t *c = d->cfg;
   if (RAND_bytes((unsigned char *)&d->jitter_state, sizeof d->jitter_state) != 1)
     d->jitter_state = (uint64_t)ak_mono_ns() ^ ((uint64_t)getpid() << 32);
   pthread_mutex_init(&d->mu, NULL);
   pthread_mutex_init(&d->smu, NULL);
   pthread_cond_init(&d->cv, NULL);
-  d->retry = (ak_retry_policy_t){.base_ms = c->dispatch_retry_base_ms, .max_ms = c->dispatch_retry_max_ms,
-                                 .max_attempts = (int)c->dispatch_retry_max_attempts, .jitter = c->dispatch_retry_jitter};
-  d->bcfg = (ak_breaker_config_t){.failures = (int)c->dispatch_breaker_failures, .open_ms = c->dispatch_breaker_open_ms,
-                                  .max_open_ms = c->dispatch_breaker_max_open_ms};
+  d->retry = (ak_retry_policy_t){.base_ms = c->retry.base_ms, .max_ms = c->retry.max_ms,
+                                 .max_attempts = (int)c->retry.max_attempts, .jitter = c->retry.jitter};
+  d->bcfg = (ak_breaker_config_t){.failures = (int)c->breaker_failures, .open_ms = c->breaker_open_ms,
+                                  .max_open_ms = c->breaker_max_open_ms};
   if (ak_retry_policy_check(&d->retry, err, errlen) != 0 ||
       (d->bcfg.failures > 0 && ak_breaker_config_check(&d->bcfg, err, errlen) != 0)) {
     ak_dispatch_free(d);
@@ -1896,3 +1898,150 @@ void ak_dispatch_on_tick(ak_dispatch_t *d, ak_dispatch_tick_fn fn, void *ctx) {
   d->tick = fn;
   d->tick_ctx = ctx;
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+static const ak_opt_t dispatch_retry_rows[] = {
+  {.key = "base_ms", .type = AK_OPT_INT, .def = "100", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "delay after the first failed attempt; it doubles after each further one",
+   AK_AT(ak_dispatch_retry_cfg_t, base_ms)},
+  {.key = "max_ms", .type = AK_OPT_INT, .def = "300000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "cap on the delay, applied before jitter; at least base_ms", AK_AT(ak_dispatch_retry_cfg_t, max_ms)},
+  {.key = "max_attempts", .type = AK_OPT_INT, .def = "84", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "attempts in all; the last failed one dead-letters the row", AK_AT(ak_dispatch_retry_cfg_t, max_attempts)},
+  {.key = "jitter", .type = AK_OPT_BOOL, .def = "true",
+   .doc = "scale each delay by a random factor in [0.5, 1.0]", AK_AT(ak_dispatch_retry_cfg_t, jitter)},
+  {0},
+};
+
+/* Each null resolves at load to a share of the node's window (dispatch_check). */
+static const ak_opt_t dispatch_tenant_rows[] = {
+  {.key = "max_inflight", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "claimed, unfinished rows of one tenant; null = dispatch.max_inflight / 4",
+   AK_AT(ak_dispatch_tenant_cfg_t, max_inflight)},
+  {.key = "max_inflight_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "stored bytes of those rows; null = dispatch.max_inflight_bytes / 4",
+   AK_AT(ak_dispatch_tenant_cfg_t, max_inflight_bytes)},
+  {.key = "concurrency", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "attempts in flight for one tenant; null = dispatch.concurrency / 2",
+   AK_AT(ak_dispatch_tenant_cfg_t, concurrency)},
+  {0},
+};
+
+static const ak_opt_t dispatch_rows[] = {
+  {.key = "batch", .type = AK_OPT_INT, .def = "128", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "delivery rows claimed per scan", AK_AT(ak_dispatch_cfg_t, batch)},
+  {.key = "concurrency", .type = AK_OPT_INT, .def = "32", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "attempts in flight on the node", AK_AT(ak_dispatch_cfg_t, concurrency)},
+  {.key = "max_inflight", .type = AK_OPT_INT, .def = "4096", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "claimed, unfinished rows; claiming stops when full", AK_AT(ak_dispatch_cfg_t, max_inflight)},
+  {.key = "max_inflight_bytes", .type = AK_OPT_INT, .def = "134217728", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "stored hook bytes of those rows; claiming stops when full", AK_AT(ak_dispatch_cfg_t, max_inflight_bytes)},
+  {.key = "attempt_timeout_ms", .type = AK_OPT_INT, .def = "30000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "an attempt running longer counts as a transient failure", AK_AT(ak_dispatch_cfg_t, attempt_timeout_ms)},
+  {.key = "sink_concurrency", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "attempts in flight per sink key {source, sink index, type}; null = no cap of its own",
+   AK_AT(ak_dispatch_cfg_t, sink_concurrency)},
+  {.key = "breaker_failures", .type = AK_OPT_INT, .def = "5", .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "consecutive transient failures that open a sink key's breaker; 0 = no breaker",
+   AK_AT(ak_dispatch_cfg_t, breaker_failures)},
+  {.key = "breaker_open_ms", .type = AK_OPT_INT, .def = "30000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "first open period of a breaker", AK_AT(ak_dispatch_cfg_t, breaker_open_ms)},
+  {.key = "breaker_max_open_ms", .type = AK_OPT_INT, .def = "300000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "the open period doubles after each failed probe, up to this; at least breaker_open_ms",
+   AK_AT(ak_dispatch_cfg_t, breaker_max_open_ms)},
+  {.key = "retry", .type = AK_OPT_MAP, .children = dispatch_retry_rows, .doc = "retry policy (dispatch-wide)",
+   AK_AT(ak_dispatch_cfg_t, retry)},
+  {.key = "tenants", .type = AK_OPT_MAP, .children = dispatch_tenant_rows,
+   .doc = "the share of the dispatch window one tenant may hold", AK_AT(ak_dispatch_cfg_t, tenants)},
+  {0},
+};
+
+/* The scheduler keeps these in an int. */
+static void check_int_range(ak_check_t *c, const json_t *obj, const char *key, const char *label) {
+  int64_t v;
+  if (ak_check_int_at(obj, key, &v) && v > INT_MAX)
+    ak_check_error(c, "%s must be at most %d, got %lld", label, INT_MAX, (long long)v);
+}
+
+/* Keys bounded by another key of dispatch, and the tenant window: a null resolves to a
+ * share of the node's window, so that one tenant whose sink is slow cannot hold every
+ * claim and slot of the node; an explicit value may not exceed the node's own. */
+static void dispatch_check(ak_check_t *c, json_t *d, json_t *root) {
+  (void)root;
+  int64_t conc = 0, v = 0, lo = 0;
+  bool have_conc = ak_check_int_at(d, "concurrency", &conc);
+  if (have_conc && ak_check_int_at(d, "sink_concurrency", &v) && v > conc)
+    ak_check_error(c, "dispatch.sink_concurrency must be between 1 and %lld (dispatch.concurrency), got %lld",
+                   (long long)conc, (long long)v);
+  check_int_range(c, d, "breaker_failures", "dispatch.breaker_failures");
+  if (ak_check_int_at(d, "breaker_open_ms", &lo) && ak_check_int_at(d, "breaker_max_open_ms", &v) && v < lo)
+    ak_check_error(c, "dispatch.breaker_max_open_ms must be at least %lld (dispatch.breaker_open_ms), got %lld",
+                   (long long)lo, (long long)v);
+  json_t *retry = json_object_get(d, "retry");
+  if (ak_check_int_at(retry, "base_ms", &lo) && ak_check_int_at(retry, "max_ms", &v) && v < lo)
+    ak_check_error(c, "dispatch.retry.max_ms must be at least %lld (dispatch.retry.base_ms), got %lld",
+                   (long long)lo, (long long)v);
+  check_int_range(c, retry, "max_attempts", "dispatch.retry.max_attempts");
+
+  json_t *tenants = json_object_get(d, "tenants");
+  if (!json_is_object(tenants)) return;
+  static const struct { const char *key; int64_t div; } share[] = {
+    {"max_inflight", 4}, {"max_inflight_bytes", 4}, {"concurrency", 2},
+  };
+  for (size_t i = 0; i < sizeof share / sizeof share[0]; i++) {
+    int64_t global;
+    if (!ak_check_int_at(d, share[i].key, &global)) continue;
+    json_t *tv = json_object_get(tenants, share[i].key);
+    if (json_is_null(tv)) {
+      int64_t derived = global / share[i].div;
+      json_object_set_new(tenants, share[i].key, json_integer(derived < 1 ? 1 : derived));
+    } else if (ak_check_int_at(tenants, share[i].key, &v) && v > global) {
+      ak_check_error(c, "dispatch.tenants.%s must be between 1 and %lld (dispatch.%s), got %lld", share[i].key,
+                     (long long)global, share[i].key, (long long)v);
+    }
+  }
+}
+
+const ak_dispatch_cfg_t *ak_dispatch_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_dispatch); }
+
+static int dispatch_open(ak_instance_t *inst, char **err) {
+  char derr[512] = "";
+  inst->dispatch = ak_dispatch_new(inst, derr, sizeof derr);
+  if (inst->dispatch) return 0;
+  ak_log(AK_LOG_ERROR, "dispatch", "cannot build the sinks", "reason=\"%s\"", derr);
+  *err = strdup(derr);
+  return AK_MODULE_BAD_CONFIG;
+}
+
+/* Before the writer starts (the writer comes later in the table): the due-index scan and
+ * the commit notices must not both count a row. */
+static int dispatch_start(ak_instance_t *inst, char **err) {
+  char derr[512] = "";
+  if (ak_dispatch_start(inst->dispatch, derr, sizeof derr) == 0) return 0;
+  ak_log(AK_LOG_ERROR, "dispatch", "cannot start the dispatcher", "reason=\"%s\"", derr);
+  *err = strdup(derr);
+  return AK_MODULE_FAILED;
+}
+
+/* Deliveries in flight get a few seconds to settle; what is still claimed stays due. */
+static void dispatch_stop(ak_instance_t *inst) { ak_dispatch_stop(inst->dispatch, 5000); }
+
+static void dispatch_close(ak_instance_t *inst) {
+  ak_dispatch_free(inst->dispatch);
+  inst->dispatch = NULL;
+}
+
+const ak_module_t ak_mod_dispatch = {
+  .name = "dispatch",
+  .section = "dispatch",
+  .doc = "delivery scheduler",
+  .options = dispatch_rows,
+  .cfg_size = sizeof(ak_dispatch_cfg_t),
+  .check = dispatch_check,
+  .roles = AK_ROLE_DISPATCH,
+  .open = dispatch_open,
+  .start = dispatch_start,
+  .stop = dispatch_stop,
+  .close = dispatch_close,
+};

@@ -15,6 +15,37 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/instance.h"
+#include "core/module.h"
+
+/* The `dispatch` section. */
+typedef struct ak_dispatch_retry_cfg {
+  int64_t base_ms, max_ms, max_attempts;
+  bool jitter;
+} ak_dispatch_retry_cfg_t;
+
+/* dispatch.tenants: the window every tenant is held to (nulls resolved at load to a
+ * share of the node's: max_inflight / 4, max_inflight_bytes / 4, max(1, concurrency / 2)) */
+typedef struct ak_dispatch_tenant_cfg {
+  int64_t max_inflight, max_inflight_bytes, concurrency;
+} ak_dispatch_tenant_cfg_t;
+
+typedef struct ak_dispatch_cfg {
+  int64_t batch;              /* rows claimed per scan */
+  int64_t concurrency;        /* attempts in flight */
+  int64_t max_inflight;       /* claimed, unfinished rows */
+  int64_t max_inflight_bytes; /* stored bytes of those rows */
+  int64_t attempt_timeout_ms;
+  int64_t sink_concurrency;   /* per sink key; 0 when null (no cap beyond the others) */
+  int64_t breaker_failures;   /* 0 = no breaker */
+  int64_t breaker_open_ms;
+  int64_t breaker_max_open_ms;
+  ak_dispatch_retry_cfg_t retry;
+  ak_dispatch_tenant_cfg_t tenants;
+} ak_dispatch_cfg_t;
+
+/* The `dispatch` section and the dispatcher's lifecycle (inst->dispatch; dispatch role). */
+extern const ak_module_t ak_mod_dispatch;
+const ak_dispatch_cfg_t *ak_dispatch_cfg(const ak_config_t *cfg);
 
 typedef struct ak_dispatch ak_dispatch_t;
 

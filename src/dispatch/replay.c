@@ -859,3 +859,33 @@ int ak_replays_dlq_list(ak_store_t *st, const char *source_id, const ak_tenant_s
   *out = json_pack("{s:I,s:o}", "total", (json_int_t)c.total, "entries", c.entries);
   return 0;
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+static int replay_open(ak_instance_t *inst, char **err) {
+  char *why = NULL;
+  inst->replays = ak_replays_new(inst);
+  if (!inst->replays || ak_replays_load(inst->replays, &why) != 0) {
+    ak_log(AK_LOG_ERROR, "replay", "cannot read the replay jobs from the store", "reason=\"%s\"",
+           why ? why : "out of memory");
+    ak_replays_free(inst->replays);
+    inst->replays = NULL;
+    *err = why ? why : strdup("replay: out of memory");
+    return AK_MODULE_FAILED;
+  }
+  ak_dispatch_on_tick(inst->dispatch, ak_replays_tick, inst->replays);
+  ak_dispatch_on_replay_settled(inst->dispatch, ak_replays_settled, inst->replays);
+  return 0;
+}
+
+static void replay_close(ak_instance_t *inst) {
+  ak_replays_free(inst->replays);
+  inst->replays = NULL;
+}
+
+const ak_module_t ak_mod_replay = {
+  .name = "replay",
+  .roles = AK_ROLE_DISPATCH,
+  .open = replay_open,
+  .close = replay_close,
+};

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/instance.h"
+#include "core/module.h"
 #include "core/tenants.h"
 
 struct ak_store;
@@ -118,5 +119,8 @@ int ak_replays_state_parse(const char *s);
  * store cannot be read. */
 int ak_replays_dlq_list(struct ak_store *st, const char *source_id, const ak_tenant_scope_t *scope, int64_t since_ms,
                         int64_t limit, json_t **out);
+
+/* The replay jobs' lifecycle (inst->replays; dispatch role), hooked into the dispatcher. */
+extern const ak_module_t ak_mod_replay;
 
 #endif

@@ -3,6 +3,7 @@
  * arithmetic operations under it). The client address needs X-Forwarded-For only when
  * the peer is a trusted proxy, so the headers are walked only then. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -40,25 +41,30 @@ static bool lane(const json_t *j, ak_gcra_t *g) {
   return true;
 }
 
+static bool cfg_lane(const ak_rate_t *r, ak_gcra_t *g) {
+  if (!(r->rate > 0)) return false;
+  ak_gcra_init(g, r->rate, (double)r->burst);
+  return true;
+}
+
 ak_admission_t *ak_admission_new(const ak_config_t *cfg) {
   ak_admission_t *a = calloc(1, sizeof *a);
   if (!a) return NULL;
-  const json_t *adm = json_object_get(cfg->effective, "admission");
+  static const ak_admission_cfg_t off = {.max_addresses = 65536};
+  const ak_admission_cfg_t *ac = ak_config_of(cfg, &ak_mod_admission);
+  if (!ac) ac = &off;
   pthread_mutex_init(&a->node.mu, NULL);
-  a->node.on = lane(json_object_get(adm, "node"), &a->node.g);
-  a->ip_on = lane(json_object_get(adm, "per_ip"), &a->ip);
+  a->node.on = cfg_lane(&ac->node, &a->node.g);
+  a->ip_on = cfg_lane(&ac->per_ip, &a->ip);
   if (a->ip_on) {
-    json_int_t slots = json_integer_value(json_object_get(adm, "max_addresses"));
-    a->ips = ak_ratetable_new(slots > 0 ? (size_t)slots : 65536, 0);
+    a->ips = ak_ratetable_new(ac->max_addresses > 0 ? (size_t)ac->max_addresses : 65536, 0);
     if (!a->ips) goto fail;
   }
-  const json_t *list = json_object_get(adm, "trusted_proxies");
-  a->proxies = calloc(json_array_size(list) + 1, sizeof *a->proxies);
+  a->proxies = calloc(ac->trusted_proxies.n + 1, sizeof *a->proxies);
   if (!a->proxies) goto fail;
-  for (size_t i = 0; i < json_array_size(list); i++)
-    if (ak_netaddr_parse_cidr(json_string_value(json_array_get(list, i)), &a->proxies[a->nproxies], NULL))
-      a->nproxies++;
-  a->has_def = lane(json_object_get(adm, "source_bytes"), &a->def);
+  for (size_t i = 0; i < ac->trusted_proxies.n; i++)
+    if (ak_netaddr_parse_cidr(ac->trusted_proxies.v[i], &a->proxies[a->nproxies], NULL)) a->nproxies++;
+  a->has_def = cfg_lane(&ac->source_bytes, &a->def);
   return a;
 fail:
   ak_admission_free(a);
@@ -175,3 +181,63 @@ bool ak_admission_charge_body(ak_admission_source_t *src, size_t n, int64_t now_
 uint64_t ak_admission_evictions(const ak_admission_t *a) { return a && a->ips ? ak_ratetable_evictions(a->ips) : 0; }
 
 size_t ak_admission_table_slots(const ak_admission_t *a) { return a && a->ips ? ak_ratetable_capacity(a->ips) : 0; }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+/* {rate, burst} bound into an ak_rate_t (the lane rows are ratelimit.c's, unbound). */
+static const ak_opt_t lane_rows[] = {
+  {.key = "rate", .type = AK_OPT_NUMBER, .min = 0, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "units per second (> 0, fractions allowed)", AK_AT(ak_rate_t, rate)},
+  {.key = "burst", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "units at once", AK_AT(ak_rate_t, burst)},
+  {0},
+};
+
+/* Pre-read admission: refusals before a body is read or a signature computed. */
+static const ak_opt_t admission_rows[] = {
+  {.key = "per_ip", .type = AK_OPT_MAP, .children = lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "requests per second per client address ({rate, burst}); null = off", AK_AT(ak_admission_cfg_t, per_ip)},
+  {.key = "node", .type = AK_OPT_MAP, .children = lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "requests per second the node takes ({rate, burst}); null = off", AK_AT(ak_admission_cfg_t, node)},
+  {.key = "source_bytes", .type = AK_OPT_MAP, .children = lane_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "body bytes per second each source takes ({rate, burst}); null = off",
+   AK_AT(ak_admission_cfg_t, source_bytes)},
+  {.key = "trusted_proxies", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "CIDRs of proxies whose X-Forwarded-For names the client", AK_AT(ak_admission_cfg_t, trusted_proxies)},
+  {.key = "max_addresses", .type = AK_OPT_INT, .def = "65536", .min = 8, .max = 16777216,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "client addresses whose per_ip state is kept at once",
+   AK_AT(ak_admission_cfg_t, max_addresses)},
+  {0},
+};
+
+/* Lanes that are off show as null in print-config, so an operator sees every knob. */
+static void admission_check(ak_check_t *c, json_t *adm, json_t *root) {
+  (void)root;
+  ak_check_show_off(adm, admission_rows);
+  static const char *const lanes[] = {"per_ip", "node", "source_bytes"};
+  for (size_t i = 0; i < sizeof lanes / sizeof lanes[0]; i++) {
+    char label[64];
+    snprintf(label, sizeof label, "admission.%s", lanes[i]);
+    ak_ratelimit_report_lane(c, label, json_object_get(adm, lanes[i]));
+  }
+  size_t i;
+  json_t *item;
+  json_array_foreach(json_object_get(adm, "trusted_proxies"), i, item) {
+    ak_cidr_t cidr;
+    const char *why = NULL;
+    if (!ak_netaddr_parse_cidr(json_string_value(item), &cidr, &why)) {
+      char *r = ak_check_render(item, false);
+      ak_check_error(c, "admission.trusted_proxies[%zu]: %s %s", i, r ? r : "?", why);
+      free(r);
+    }
+  }
+}
+
+const ak_module_t ak_mod_admission = {
+  .name = "admission",
+  .section = "admission",
+  .doc = "limits applied before a body is read: per client address, per node, per source",
+  .options = admission_rows,
+  .cfg_size = sizeof(ak_admission_cfg_t),
+  .check = admission_check,
+};

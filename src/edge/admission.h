@@ -14,7 +14,18 @@
 #include <stdint.h>
 #include <microhttpd.h>
 #include "core/config.h"
+#include "core/module.h"
 #include "core/netaddr.h"
+#include "core/ratelimit.h"
+
+/* The `admission` section (a lane that is off has rate 0). */
+typedef struct ak_admission_cfg {
+  ak_rate_t per_ip, node, source_bytes;
+  ak_strlist_t trusted_proxies;
+  int64_t max_addresses;
+} ak_admission_cfg_t;
+
+extern const ak_module_t ak_mod_admission;
 
 typedef struct ak_admission ak_admission_t;
 typedef struct ak_admission_source ak_admission_source_t;
@@ -26,7 +37,7 @@ typedef enum {
   AK_ADMIT_SOURCE,            /* 429 source_rate_limited */
 } ak_admit_t;
 
-/* From cfg->effective (admission; the loader validated it). Nothing is allocated for a
+/* From the admission section (the loader validated it). Nothing is allocated for a
  * limit that is off. NULL when out of memory. */
 ak_admission_t *ak_admission_new(const ak_config_t *cfg);
 void ak_admission_free(ak_admission_t *a);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/config.h"
+#include "core/sources.h"
 #include "core/envelope.h"
 
 /* Keys longer than this are kept as "sha256:" + 64 lowercase hex digits of the key. */

@@ -55,6 +55,7 @@ static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 413, 
 
 struct ak_edge {
   ak_instance_t *inst;
+  const ak_http_cfg_t *hc;     /* the http section */
   struct MHD_Daemon *d, *tls_d; /* plain ingest; TLS ingest (http.tls) */
   int port, tls_port;
   _Atomic int waiting; /* requests suspended on the writer */
@@ -469,11 +470,11 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   }
   if (strcmp(method, "POST") != 0) return refuse(e, mc, 404, R_NOT_FOUND, "not_found", 0, t0);
   ak_route_t route;
-  ak_route_status_t rs = ak_route_parse(inst->cfg, url, &route);
+  ak_route_status_t rs = ak_route_parse(e->hc, url, &route);
   if (rs == AK_ROUTE_NOT_FOUND) return refuse(e, mc, 404, R_NOT_FOUND, "not_found", 0, t0);
   if (rs != AK_ROUTE_OK) return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
 
-  int64_t max = inst->cfg->http_max_body_bytes;
+  int64_t max = e->hc->max_body_bytes;
   const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   long long clen = -1;
   if (cl) {
@@ -493,7 +494,7 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   ak_source_t *sv = ak_sources_get(inst->sources, route.source_id, strlen(route.source_id));
   const ak_source_cfg_t *src = sv ? &sv->cfg : NULL;
   const char *tenant;
-  if (!sv || ak_route_bind_source(inst->cfg, &route, src, &tenant) != AK_ROUTE_OK) {
+  if (!sv || ak_route_bind_source(e->hc, &route, src, &tenant) != AK_ROUTE_OK) {
     ak_source_release(sv);
     return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
   }
@@ -697,6 +698,7 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   ak_edge_t *e = calloc(1, sizeof *e);
   if (!e) return NULL;
   e->inst = inst;
+  e->hc = ak_http_cfg(inst->cfg);
   ak_metrics_t *m = inst->metrics;
   const char *const sl[] = {"instance", "status", NULL};
   ak_family_t *sf = ak_metrics_family(m, "ankusa_ingest_requests_total", "Ingest requests by HTTP status.",
@@ -732,7 +734,7 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
                                                       "Ack latency: time to answer one ingest request.",
                                                       AK_METRIC_HISTOGRAM, il, ak_latency_bounds,
                                                       ak_latency_nbounds), iv);
-  e->hpol = ak_header_policy_new(inst->cfg->store_headers);
+  e->hpol = ak_header_policy_new(ak_store_headers_spec(inst->cfg));
 #ifdef AK_TEST_HOOKS
   const char *tn = getenv("ANKUSA_TEST_NOW");
   if (tn) e->test_now_s = atoll(tn);
@@ -778,7 +780,7 @@ static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, soc
 }
 
 int ak_edge_start(ak_edge_t *e, char **err) {
-  const ak_config_t *cfg = e->inst->cfg;
+  const ak_http_cfg_t *cfg = e->hc;
   long nproc = sysconf(_SC_NPROCESSORS_ONLN);
   unsigned threads = nproc > 0 ? (unsigned)nproc : 2;
   unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
@@ -793,34 +795,34 @@ int ak_edge_start(ak_edge_t *e, char **err) {
     {MHD_OPTION_STRICT_FOR_CLIENT, 1, NULL},
     {MHD_OPTION_END, 0, NULL},
   };
-  e->d = MHD_start_daemon(flags, (uint16_t)cfg->http_port, accept_policy, e, handler, e,
+  e->d = MHD_start_daemon(flags, (uint16_t)cfg->port, accept_policy, e, handler, e,
                           MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
   if (!e->d) {
     char b[160];
-    snprintf(b, sizeof b, "cannot listen on http.port %d (in use, or no permission)", cfg->http_port);
+    snprintf(b, sizeof b, "cannot listen on http.port %d (in use, or no permission)", (int)cfg->port);
     *err = strdup(b);
     return -1;
   }
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(e->d, MHD_DAEMON_INFO_BIND_PORT);
-  e->port = di ? di->port : cfg->http_port;
-  if (cfg->http_tls_enabled) {
+  e->port = di ? di->port : (int)cfg->port;
+  if (cfg->tls.enabled) {
     struct MHD_OptionItem tls[AK_TLS_MHD_OPTIONS_MAX];
-    if (ak_tls_mhd_options(cfg, tls, AK_TLS_MHD_OPTIONS_MAX) == 0) {
+    if (ak_tls_mhd_options(&cfg->tls, tls, AK_TLS_MHD_OPTIONS_MAX) == 0) {
       *err = strdup("http.tls: the TLS listener's certificate options could not be built");
       return -1;
     }
-    e->tls_d = MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->http_tls_port, accept_policy, e, handler, e,
+    e->tls_d = MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->tls.port, accept_policy, e, handler, e,
                                 MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common,
                                 MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (!e->tls_d) {
       char b[160];
       snprintf(b, sizeof b, "cannot listen on http.tls.port %d (in use, no permission, or TLS refused the "
-               "certificate)", cfg->http_tls_port);
+               "certificate)", (int)cfg->tls.port);
       *err = strdup(b);
       return -1;
     }
     di = MHD_get_daemon_info(e->tls_d, MHD_DAEMON_INFO_BIND_PORT);
-    e->tls_port = di ? di->port : cfg->http_tls_port;
+    e->tls_port = di ? di->port : (int)cfg->tls.port;
     e->peer_cert = ak_tls_peer_cert_sha256;
   }
   return 0;
@@ -847,3 +849,112 @@ void ak_edge_free(ak_edge_t *e) {
   ak_admission_free(e->adm);
   free(e);
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+/* http.tls: the PEM files are read (and parsed) at load, by edge/tls.c. */
+static const ak_opt_t http_tls_rows[] = {
+  {.key = "port", .type = AK_OPT_INT, .def = "4443", .min = 0, .max = 65535,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = "ANKUSA_HTTP_TLS_PORT",
+   .doc = "TLS ingest listener port (0 = pick a free port)", AK_AT(ak_http_tls_cfg_t, port)},
+  {.key = "cert", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "PEM file: the server certificate chain, leaf first", AK_AT(ak_http_tls_cfg_t, cert)},
+  {.key = "key", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "PEM file: the server certificate's private key (not encrypted); never printed",
+   AK_AT(ak_http_tls_cfg_t, key)},
+  {.key = "client_ca", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "PEM file: the CA bundle client certificates must chain to (client_cert verifier)",
+   AK_AT(ak_http_tls_cfg_t, client_ca)},
+  {.key = "client_cert", .type = AK_OPT_ENUM, .enum_vals = "none|request|require",
+   .flags = AK_OPTF_NULLABLE,
+   .doc = "request: ask for a client certificate; require: refuse the handshake without one "
+          "from client_ca; default request when client_ca is set, else none",
+   AK_AT(ak_http_tls_cfg_t, client_cert)},
+  {0},
+};
+
+static const ak_opt_t http_rows[] = {
+  {.key = "port", .type = AK_OPT_INT, .def = "4000", .min = 0, .max = 65535,
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = "ANKUSA_HTTP_PORT|PORT",
+   .doc = "ingest listener port (0 = pick a free port)", AK_AT(ak_http_cfg_t, port)},
+  {.key = "max_body_bytes", .type = AK_OPT_INT, .def = "8000000", .min = 1,
+   .flags = AK_OPTF_HAS_MIN, .doc = "a larger body gets 413", AK_AT(ak_http_cfg_t, max_body_bytes)},
+  {.key = "routing", .type = AK_OPT_ENUM, .def = "path", .enum_vals = "path|tenant_path",
+   .doc = "path: POST <prefix>/<source>; tenant_path: POST <prefix>/<tenant>/<source>",
+   AK_AT(ak_http_cfg_t, routing)},
+  {.key = "prefix", .type = AK_OPT_URL_PREFIX, .def = "/webhooks",
+   .doc = "URL path prefix of the catch URLs; \"/\" or \"\" means none", AK_AT(ak_http_cfg_t, prefix)},
+  {.key = "tls", .type = AK_OPT_MAP, .children = http_tls_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "a second ingest listener over TLS (client certificates); absent or null = none",
+   AK_AT(ak_http_cfg_t, tls)},
+  {0},
+};
+
+/* http.tls.client_cert defaults to request when client_ca is set, else none. Asking for
+ * a certificate needs the bundle it is checked against. http.tls absent or null = no
+ * listener. */
+static void http_check(ak_check_t *c, json_t *http, json_t *root) {
+  (void)root;
+  json_t *tls = json_object_get(http, "tls");
+  if (!json_is_object(tls)) return;
+  bool has_ca = json_is_string(json_object_get(tls, "client_ca"));
+  json_t *m = json_object_get(tls, "client_cert");
+  if (json_is_null(m)) json_object_set_new(tls, "client_cert", json_string(has_ca ? "request" : "none"));
+  const char *mode = json_string_value(json_object_get(tls, "client_cert"));
+  if (mode && strcmp(mode, "none") && !has_ca)
+    ak_check_error(c, "http.tls.client_cert: \"%s\" needs http.tls.client_ca (the CA bundle client certificates "
+                      "are checked against)", mode);
+}
+
+/* After the schema: a named PEM file that is missing or bad is a config error too. */
+static int http_finish(void *typed, const json_t *section, const json_t *root, char **err) {
+  (void)root;
+  ak_http_cfg_t *hc = typed;
+  hc->tls.enabled = json_is_object(json_object_get(section, "tls"));
+  return ak_tls_load_files(&hc->tls, err);
+}
+
+static void http_release(void *typed) { ak_tls_free_files(&((ak_http_cfg_t *)typed)->tls); }
+
+const ak_http_cfg_t *ak_http_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_edge); }
+
+static int edge_open(ak_instance_t *inst, char **err) {
+  (void)err;
+  inst->edge = ak_edge_new(inst);
+  return inst->edge ? 0 : AK_MODULE_FAILED;
+}
+
+static int edge_start(ak_instance_t *inst, char **err) {
+  char *why = NULL;
+  if (ak_edge_start(inst->edge, &why) == 0) return 0;
+  ak_log(AK_LOG_ERROR, "edge", "cannot start the ingest listener", "reason=\"%s\"", why ? why : "?");
+  *err = why;
+  return AK_MODULE_FAILED;
+}
+
+/* After the writer answered everything queued (its stop runs first): wait for those
+ * answers, and give them a moment to go out before the listeners close. */
+static void edge_stop(ak_instance_t *inst) {
+  ak_edge_wait_idle(inst->edge, 5000);
+  usleep(200000);
+}
+
+static void edge_close(ak_instance_t *inst) {
+  ak_edge_free(inst->edge);
+  inst->edge = NULL;
+}
+
+const ak_module_t ak_mod_edge = {
+  .name = "edge",
+  .section = "http",
+  .doc = "ingest listener",
+  .options = http_rows,
+  .cfg_size = sizeof(ak_http_cfg_t),
+  .check = http_check,
+  .finish = http_finish,
+  .release = http_release,
+  .open = edge_open,
+  .start = edge_start,
+  .stop = edge_stop,
+  .close = edge_close,
+};

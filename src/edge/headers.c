@@ -121,3 +121,40 @@ size_t ak_header_policy_apply(const ak_header_policy_t *p, const ak_header_t *in
   }
   return k;
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+typedef struct {
+  const json_t *spec;
+} store_headers_cfg_t;
+
+static const ak_opt_t store_headers_rows[] = {
+  {.key = "drop", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "header names never stored, besides the built-in credential headers"},
+  {.key = "hash", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "header names stored as sha256:<hex> of their value instead of the value"},
+  {.key = "keep", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "built-in credential headers to store anyway (a verifier's token header never is)"},
+  {0},
+};
+
+static int store_headers_finish(void *typed, const json_t *section, const json_t *root, char **err) {
+  (void)root;
+  (void)err;
+  ((store_headers_cfg_t *)typed)->spec = section;
+  return 0;
+}
+
+const ak_module_t ak_mod_store_headers = {
+  .name = "store_headers",
+  .section = "store_headers",
+  .doc = "which request headers are stored with a hook",
+  .options = store_headers_rows,
+  .cfg_size = sizeof(store_headers_cfg_t),
+  .finish = store_headers_finish,
+};
+
+const json_t *ak_store_headers_spec(const ak_config_t *cfg) {
+  const store_headers_cfg_t *sc = ak_config_of(cfg, &ak_mod_store_headers);
+  return sc ? sc->spec : NULL;
+}

@@ -6,7 +6,9 @@
 
 #include <stddef.h>
 #include <jansson.h>
+#include "core/config.h"
 #include "core/envelope.h"
+#include "core/module.h"
 
 typedef enum { AK_HDR_KEEP = 0, AK_HDR_DROP, AK_HDR_HASH } ak_hdr_action_t;
 
@@ -14,6 +16,10 @@ typedef struct ak_header_policy ak_header_policy_t;
 
 /* spec: the validated `store_headers` mapping ({drop, hash, keep}); NULL = defaults. */
 ak_header_policy_t *ak_header_policy_new(const json_t *spec);
+
+/* The `store_headers` section (its checked mapping is the policy's spec). */
+extern const ak_module_t ak_mod_store_headers;
+const json_t *ak_store_headers_spec(const ak_config_t *cfg);
 void ak_header_policy_free(ak_header_policy_t *p);
 
 /* extra_drop: a verifier's credential header (lowercase) or NULL; it is dropped even

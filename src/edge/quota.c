@@ -167,9 +167,14 @@ static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ct
   return 0;
 }
 
+typedef struct {
+  const json_t *section;
+} rate_limits_cfg_t;
+
 ak_quota_t *ak_quota_new(ak_instance_t *inst, char **err) {
   *err = NULL;
-  ak_quota_t *q = build(json_object_get(inst->cfg->effective, "rate_limits"));
+  const rate_limits_cfg_t *rlc = ak_config_of(inst->cfg, &ak_mod_rate_limits);
+  ak_quota_t *q = build(rlc ? rlc->section : NULL);
   if (!q) {
     *err = strdup("out of memory");
     return NULL;
@@ -415,3 +420,63 @@ int ak_quota_delete(ak_quota_t *q, const char *tenant, const ak_audit_who_t *who
   pthread_mutex_unlock(&q->admin_mu);
   return rc;
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+static const ak_opt_t rate_limits_rows[] = {
+  {.key = "default", .type = AK_OPT_MAP, .children = ak_ratelimit_entry_rows, .flags = AK_OPTF_NULLABLE,
+   .doc = "limits of every tenant without an entry or override; null = unlimited"},
+  {.key = "tenants", .type = AK_OPT_MAP_OF, .children = ak_ratelimit_entry_rows,
+   .doc = "tenant id -> limits (an admin override beats it)"},
+  {0},
+};
+
+/* The pairing rules of each entry (core/ratelimit.c); a default that is off shows as
+ * null in print-config. */
+static void rate_limits_check(ak_check_t *c, json_t *rl, json_t *root) {
+  (void)root;
+  ak_check_show_off(rl, rate_limits_rows);
+  json_t *def = json_object_get(rl, "default");
+  if (json_is_object(def)) ak_ratelimit_report_entry(c, "rate_limits.default", def);
+  const char *t;
+  json_t *e;
+  json_object_foreach(json_object_get(rl, "tenants"), t, e) {
+    char label[128];
+    snprintf(label, sizeof label, "rate_limits.tenants.%s", t);
+    ak_ratelimit_report_entry(c, label, e);
+  }
+}
+
+static int rate_limits_finish(void *typed, const json_t *section, const json_t *root, char **err) {
+  (void)root;
+  (void)err;
+  ((rate_limits_cfg_t *)typed)->section = section;
+  return 0;
+}
+
+static int rate_limits_open(ak_instance_t *inst, char **err) {
+  char *why = NULL;
+  inst->quota = ak_quota_new(inst, &why);
+  if (inst->quota) return 0;
+  ak_log(AK_LOG_ERROR, "rate_limit", "cannot read the rate-limit overrides from the store", "reason=\"%s\"",
+         why ? why : "?");
+  *err = why;
+  return AK_MODULE_FAILED;
+}
+
+static void rate_limits_close(ak_instance_t *inst) {
+  ak_quota_free(inst->quota);
+  inst->quota = NULL;
+}
+
+const ak_module_t ak_mod_rate_limits = {
+  .name = "rate_limits",
+  .section = "rate_limits",
+  .doc = "per-tenant limits: hooks and body bytes per second, max_body_bytes",
+  .options = rate_limits_rows,
+  .cfg_size = sizeof(rate_limits_cfg_t),
+  .check = rate_limits_check,
+  .finish = rate_limits_finish,
+  .open = rate_limits_open,
+  .close = rate_limits_close,
+};

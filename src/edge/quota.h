@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <jansson.h>
 #include "core/instance.h"
+#include "core/module.h"
 #include "core/ratelimit.h"
 
 typedef struct ak_quota ak_quota_t;
@@ -32,6 +33,9 @@ typedef enum {
  * (malloc'd) when a stored override cannot be read: a limiter that lost its state must
  * not start as if there were none. */
 ak_quota_t *ak_quota_new(ak_instance_t *inst, char **err);
+
+/* The `rate_limits` section and the quota's lifecycle (inst->quota). */
+extern const ak_module_t ak_mod_rate_limits;
 /* Bare (tests): entries from a rate_limits mapping, no store, no overrides at start. */
 ak_quota_t *ak_quota_new_raw(const json_t *rate_limits);
 void ak_quota_free(ak_quota_t *q);

@@ -42,9 +42,9 @@ static size_t next_seg(const char **p, const char **seg) {
   return (size_t)(e - s);
 }
 
-ak_route_status_t ak_route_parse(const ak_config_t *cfg, const char *path, ak_route_t *out) {
+ak_route_status_t ak_route_parse(const ak_http_cfg_t *hc, const char *path, ak_route_t *out) {
   memset(out, 0, sizeof *out);
-  const char *p = path, *seg, *pre = cfg->http_prefix, *pseg;
+  const char *p = path, *seg, *pre = hc->prefix, *pseg;
   /* every prefix part must match, in order */
   for (;;) {
     size_t pl = next_seg(&pre, &pseg);
@@ -62,8 +62,8 @@ ak_route_status_t ak_route_parse(const ak_config_t *cfg, const char *path, ak_ro
     segs[n] = seg;
     lens[n++] = sl;
   }
-  int want = cfg->http_routing == AK_ROUTING_TENANT_PATH ? 2 : 1;
-  if (n != want) return n == 0 && cfg->http_prefix[0] == 0 ? AK_ROUTE_NOT_FOUND : AK_ROUTE_UNKNOWN_SOURCE;
+  int want = hc->routing == AK_ROUTING_TENANT_PATH ? 2 : 1;
+  if (n != want) return n == 0 && hc->prefix[0] == 0 ? AK_ROUTE_NOT_FOUND : AK_ROUTE_UNKNOWN_SOURCE;
   const char *src = segs[want - 1];
   size_t sl = lens[want - 1];
   if (!ak_tenant_valid(src, sl)) return AK_ROUTE_UNKNOWN_SOURCE; /* ids share the tenant alphabet */
@@ -75,11 +75,11 @@ ak_route_status_t ak_route_parse(const ak_config_t *cfg, const char *path, ak_ro
   return AK_ROUTE_OK;
 }
 
-ak_route_status_t ak_route_bind_source(const ak_config_t *cfg, const ak_route_t *r, const ak_source_cfg_t *src,
+ak_route_status_t ak_route_bind_source(const ak_http_cfg_t *hc, const ak_route_t *r, const ak_source_cfg_t *src,
                                        const char **tenant_out) {
   if (!src) return AK_ROUTE_UNKNOWN_SOURCE;
   const char *tenant = src->tenant;
-  if (cfg->http_routing == AK_ROUTING_TENANT_PATH) {
+  if (hc->routing == AK_ROUTING_TENANT_PATH) {
     if (strcmp(src->tenant, "default") == 0) tenant = r->url_tenant; /* shared source */
     else if (strcmp(src->tenant, r->url_tenant) != 0) return AK_ROUTE_UNKNOWN_SOURCE;
   }
@@ -89,8 +89,8 @@ ak_route_status_t ak_route_bind_source(const ak_config_t *cfg, const ak_route_t 
 
 ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
                                 const ak_source_cfg_t **src_out, const char **tenant_out) {
-  const ak_source_cfg_t *src = ak_config_source(cfg, r->source_id);
-  ak_route_status_t st = ak_route_bind_source(cfg, r, src, tenant_out);
+  const ak_source_cfg_t *src = ak_source_cfg_find(cfg, r->source_id);
+  ak_route_status_t st = ak_route_bind_source(ak_http_cfg(cfg), r, src, tenant_out);
   if (st == AK_ROUTE_OK) *src_out = src;
   return st;
 }

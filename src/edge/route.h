@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "core/config.h"
+#include "core/sources.h"
+#include "edge/edge.h"
 
 typedef enum {
   AK_ROUTE_OK = 0,
@@ -21,11 +23,11 @@ typedef struct ak_route {
 } ak_route_t;
 
 /* Shape only: split the path (without query) into prefix + segments. */
-ak_route_status_t ak_route_parse(const ak_config_t *cfg, const char *path, ak_route_t *out);
+ak_route_status_t ak_route_parse(const ak_http_cfg_t *hc, const char *path, ak_route_t *out);
 /* The tenant binding of a source already looked up (src NULL: unknown): an owned source
  * answers only under its tenant, a shared one ("default") files the hook under the URL's
  * tenant with tenant_path. *tenant_out gets the tenant the hook is filed under. */
-ak_route_status_t ak_route_bind_source(const ak_config_t *cfg, const ak_route_t *r, const ak_source_cfg_t *src,
+ak_route_status_t ak_route_bind_source(const ak_http_cfg_t *hc, const ak_route_t *r, const ak_source_cfg_t *src,
                                        const char **tenant_out);
 /* The same with the lookup in the config file's sources (tests, tools; the edge looks
  * sources up in core/sources.h). */

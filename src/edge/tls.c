@@ -116,13 +116,12 @@ static int check_pair(const char *cert, size_t clen, const char *key, size_t kle
   return rc;
 }
 
-int ak_tls_load_files(ak_config_t *cfg, char **err) {
+int ak_tls_load_files(ak_http_tls_cfg_t *tc, char **err) {
   *err = NULL;
-  json_t *tls = json_object_get(json_object_get(cfg->effective, "http"), "tls");
-  if (!json_is_object(tls)) return 0;
-  const char *cert_path = json_string_value(json_object_get(tls, "cert"));
-  const char *key_path = json_string_value(json_object_get(tls, "key"));
-  const char *ca_path = json_string_value(json_object_get(tls, "client_ca"));
+  if (!tc->enabled) return 0;
+  const char *cert_path = tc->cert;
+  const char *key_path = tc->key;
+  const char *ca_path = tc->client_ca;
   lines_t errs = {0};
   size_t clen = 0, klen = 0, calen = 0;
   char *cert = cert_path ? read_pem(&errs, "http.tls.cert", cert_path, &clen) : NULL;
@@ -160,32 +159,35 @@ int ak_tls_load_files(ak_config_t *cfg, char **err) {
     *err = errs.s ? errs.s : strdup("http.tls: out of memory");
     return -1;
   }
-  free(cfg->http_tls_cert_pem);
-  free(cfg->http_tls_client_ca_pem);
-  if (cfg->http_tls_key_pem) {
-    explicit_bzero(cfg->http_tls_key_pem, strlen(cfg->http_tls_key_pem));
-    free(cfg->http_tls_key_pem);
-  }
-  cfg->http_tls_cert_pem = cert;
-  cfg->http_tls_key_pem = key;
-  cfg->http_tls_client_ca_pem = ca;
+  ak_tls_free_files(tc);
+  tc->cert_pem = cert;
+  tc->key_pem = key;
+  tc->client_ca_pem = ca;
   return 0;
+}
+
+void ak_tls_free_files(ak_http_tls_cfg_t *tc) {
+  free(tc->cert_pem);
+  free(tc->client_ca_pem);
+  if (tc->key_pem) explicit_bzero(tc->key_pem, strlen(tc->key_pem));
+  free(tc->key_pem);
+  tc->cert_pem = tc->key_pem = tc->client_ca_pem = NULL;
 }
 
 /* --------------------------------------------------------------- the daemon ---- */
 
-size_t ak_tls_mhd_options(const ak_config_t *cfg, struct MHD_OptionItem *out, size_t max) {
+size_t ak_tls_mhd_options(const ak_http_tls_cfg_t *cfg, struct MHD_OptionItem *out, size_t max) {
   if (!out || max == 0) return 0;
   out[0] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-  if (!cfg || max < AK_TLS_MHD_OPTIONS_MAX || !cfg->http_tls_enabled || !cfg->http_tls_cert_pem ||
-      !cfg->http_tls_key_pem)
+  if (!cfg || max < AK_TLS_MHD_OPTIONS_MAX || !cfg->enabled || !cfg->cert_pem ||
+      !cfg->key_pem)
     return 0;
   size_t n = 0;
-  out[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cfg->http_tls_cert_pem};
-  out[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, cfg->http_tls_key_pem};
-  bool ask = cfg->http_tls_client_cert_mode != AK_TLS_CLIENT_CERT_NONE && cfg->http_tls_client_ca_pem;
-  if (ask) out[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, cfg->http_tls_client_ca_pem};
-  if (ask && cfg->http_tls_client_cert_mode == AK_TLS_CLIENT_CERT_REQUIRE)
+  out[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cfg->cert_pem};
+  out[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, cfg->key_pem};
+  bool ask = cfg->client_cert != AK_TLS_CLIENT_CERT_NONE && cfg->client_ca_pem;
+  if (ask) out[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, cfg->client_ca_pem};
+  if (ask && cfg->client_cert == AK_TLS_CLIENT_CERT_REQUIRE)
     out[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)ak_tls_notify_connection, NULL};
   out[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
   return n;

@@ -6,8 +6,8 @@
  * How the edge uses it (a second MHD daemon next to the plain one):
  *
  *   struct MHD_OptionItem tls[AK_TLS_MHD_OPTIONS_MAX];
- *   if (cfg->http_tls_enabled && ak_tls_mhd_options(cfg, tls, AK_TLS_MHD_OPTIONS_MAX) > 0)
- *     MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->http_tls_port, ..., handler, e,
+ *   if (tc->enabled && ak_tls_mhd_options(tc, tls, AK_TLS_MHD_OPTIONS_MAX) > 0)
+ *     MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)tc->port, ..., handler, e,
  *                      <same options as the plain daemon>,
  *                      MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
  *
@@ -36,25 +36,28 @@
 #include <sys/socket.h>
 #include <microhttpd.h>
 #include "core/config.h"
+#include "edge/edge.h"
 
 /* Enough room for everything ak_tls_mhd_options() writes, MHD_OPTION_END included. */
 #define AK_TLS_MHD_OPTIONS_MAX 8
 
-/* Reads http.tls.cert, .key and .client_ca (paths in cfg->effective) into
- * cfg->http_tls_cert_pem / _key_pem / _client_ca_pem and checks that GnuTLS takes them:
+/* Reads http.tls.cert, .key and .client_ca (the paths in tc) into tc->cert_pem /
+ * key_pem / client_ca_pem and checks that GnuTLS takes them:
  * a certificate chain, a private key matching its leaf, a CA bundle of at least one
  * certificate. 0, or -1 with *err (malloc'd, one line per bad key, naming the dotted key
  * and the path, never a byte of the key). Does nothing when http.tls is not configured. */
-int ak_tls_load_files(ak_config_t *cfg, char **err);
+int ak_tls_load_files(ak_http_tls_cfg_t *tc, char **err);
+/* Frees (and wipes the key of) what ak_tls_load_files read. */
+void ak_tls_free_files(ak_http_tls_cfg_t *tc);
 
 /* The options of the HTTPS daemon, written into out[0..max) and ended by MHD_OPTION_END
  * (for MHD_OPTION_ARRAY): MHD_OPTION_HTTPS_MEM_CERT, MHD_OPTION_HTTPS_MEM_KEY, and when
  * client_cert is request or require MHD_OPTION_HTTPS_MEM_TRUST (the client CA); with
  * require also MHD_OPTION_NOTIFY_CONNECTION (ak_tls_notify_connection). Returns how many
  * options were written before the END item; 0 when TLS is not configured or max is
- * smaller than AK_TLS_MHD_OPTIONS_MAX. The items point into cfg: keep it alive as long
+ * smaller than AK_TLS_MHD_OPTIONS_MAX. The items point into tc: keep it alive as long
  * as the daemon. */
-size_t ak_tls_mhd_options(const ak_config_t *cfg, struct MHD_OptionItem *out, size_t max);
+size_t ak_tls_mhd_options(const ak_http_tls_cfg_t *tc, struct MHD_OptionItem *out, size_t max);
 
 /* MHD_NotifyConnectionCallback: on MHD_CONNECTION_NOTIFY_STARTED of a TLS connection,
  * requires a client certificate that chains to the trusted bundle (refused in the

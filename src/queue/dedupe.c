@@ -36,8 +36,10 @@
 #include "core/clock.h"
 #include "core/instance.h"
 #include "core/log.h"
+#include "core/sources.h"
 #include "queue/dedupe.h"
 #include "queue/dedupe_record.h"
+#include "queue/sweeper.h"
 #include "queue/writer.h"
 #include "store/store.h"
 
@@ -612,9 +614,9 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
   }
   dx->inst = inst;
   pthread_mutex_init(&dx->mu, NULL);
-  const ak_config_t *cfg = inst->cfg;
-  dx->max_entries = cfg->dedupe_max_entries > 0 ? cfg->dedupe_max_entries : INT64_MAX;
-  dx->max_per_tenant = cfg->dedupe_max_entries_per_tenant > 0 ? cfg->dedupe_max_entries_per_tenant : INT64_MAX;
+  const ak_dedupe_cfg_t *dc = ak_dedupe_cfg(inst->cfg);
+  dx->max_entries = dc && dc->max_entries > 0 ? dc->max_entries : INT64_MAX;
+  dx->max_per_tenant = dc && dc->max_entries_per_tenant > 0 ? dc->max_entries_per_tenant : INT64_MAX;
 #ifdef AK_TEST_HOOKS
   dx->clock_file = getenv("ANKUSA_TEST_DEDUPE_CLOCK_FILE");
 #endif
@@ -629,11 +631,12 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
                                            "Expired dedupe keys removed by the sweeper.", AK_METRIC_COUNTER);
   /* ankusa_sources_without_dedupe is the source table's (core/sources.c): it follows
    * sources the admin API creates and changes */
-  for (size_t i = 0; i < cfg->nsources; i++) {
-    if (cfg->sources[i].dedupe_from != AK_DEDUPE_NONE) continue;
+  const ak_sources_cfg_t *sc = ak_sources_cfg(inst->cfg);
+  for (size_t i = 0; sc && i < sc->n; i++) {
+    if (sc->v[i].dedupe_from != AK_DEDUPE_NONE) continue;
     ak_log(AK_LOG_WARNING, "config",
            "source has no dedupe: a provider's retry of an event already stored is a new hook, stored and "
-           "delivered again", "source=%s", cfg->sources[i].id);
+           "delivered again", "source=%s", sc->v[i].id);
   }
 
   int64_t t0 = ak_mono_ns();
@@ -665,3 +668,62 @@ void ak_dedupe_free(ak_dedupe_t *dx) {
   pthread_mutex_destroy(&dx->mu);
   free(dx);
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+/* Not in Ankusa: the bounds of the dedupe index. The index holds every live key in
+ * memory (about 64 bytes each), so max_entries bounds its memory: 10 million keys (about
+ * 640 MB) is a 72 h TTL at ~38 new events per second, sustained. One tenant may hold a
+ * tenth of that, so a single noisy tenant cannot exhaust it for the others. */
+static const ak_opt_t dedupe_rows[] = {
+  {.key = "max_entries", .type = AK_OPT_INT, .def = "10000000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "dedupe keys the node keeps at most (expired ones count until swept); past it a hook "
+          "with a key gets 503 dedupe_quota",
+   AK_AT(ak_dedupe_cfg_t, max_entries)},
+  {.key = "max_entries_per_tenant", .type = AK_OPT_INT, .def = "1000000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "the same bound for one tenant's keys", AK_AT(ak_dedupe_cfg_t, max_entries_per_tenant)},
+  {.key = "sweep_interval_ms", .type = AK_OPT_INT, .def = "10000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "how often the sweeper removes expired keys", AK_AT(ak_dedupe_cfg_t, sweep_interval_ms)},
+  {0},
+};
+
+const ak_dedupe_cfg_t *ak_dedupe_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_dedupe); }
+
+static int dedupe_open(ak_instance_t *inst, char **err) {
+  char *why = NULL;
+  inst->dedupe = ak_dedupe_new(inst, &why);
+  if (inst->dedupe) return 0;
+  ak_log(AK_LOG_ERROR, "dedupe", "cannot read the dedupe index from the store", "reason=\"%s\"", why ? why : "?");
+  *err = why;
+  return AK_MODULE_FAILED;
+}
+
+static int dedupe_start(ak_instance_t *inst, char **err) {
+  inst->sweeper = ak_sweeper_start(inst, inst->dedupe);
+  if (inst->sweeper) return 0;
+  ak_log(AK_LOG_ERROR, "dedupe", "cannot start the sweeper thread", NULL);
+  *err = strdup("cannot start the dedupe sweeper thread");
+  return AK_MODULE_FAILED;
+}
+
+static void dedupe_stop(ak_instance_t *inst) {
+  ak_sweeper_stop(inst->sweeper);
+  inst->sweeper = NULL;
+}
+
+static void dedupe_close(ak_instance_t *inst) {
+  ak_dedupe_free(inst->dedupe);
+  inst->dedupe = NULL;
+}
+
+const ak_module_t ak_mod_dedupe = {
+  .name = "dedupe",
+  .section = "dedupe",
+  .doc = "bounds of the dedupe index",
+  .options = dedupe_rows,
+  .cfg_size = sizeof(ak_dedupe_cfg_t),
+  .open = dedupe_open,
+  .start = dedupe_start,
+  .stop = dedupe_stop,
+  .close = dedupe_close,
+};

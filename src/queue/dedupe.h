@@ -25,6 +25,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "core/config.h"
+#include "core/sources.h"
+#include "core/module.h"
 #include "queue/dedupe_record.h"
 
 struct ak_instance;
@@ -59,6 +62,16 @@ typedef enum { AK_DEDUPE_NEW = 0, AK_DEDUPE_DUP, AK_DEDUPE_WAIT, AK_DEDUPE_QUOTA
  * a warning per source without dedupe. NULL with *err (malloc'd) when the store cannot be
  * read or holds a damaged key: an unreadable index is never taken as empty. */
 ak_dedupe_t *ak_dedupe_new(struct ak_instance *inst, char **err);
+
+/* The `dedupe` section (bounds of the index) and the lifecycle of the index (inst->dedupe)
+ * and its sweeper thread (inst->sweeper). */
+typedef struct ak_dedupe_cfg {
+  int64_t max_entries;            /* live keys on the node */
+  int64_t max_entries_per_tenant;
+  int64_t sweep_interval_ms;
+} ak_dedupe_cfg_t;
+extern const ak_module_t ak_mod_dedupe;
+const ak_dedupe_cfg_t *ak_dedupe_cfg(const ak_config_t *cfg);
 void ak_dedupe_free(ak_dedupe_t *dx);
 
 /* A claim on key (at most 255 bytes) for a hook of (tenant, source); NULL when out of

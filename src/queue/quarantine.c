@@ -12,6 +12,7 @@
 #include <string.h>
 #include "core/clock.h"
 #include "core/envelope.h"
+#include "core/gauges.h"
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -101,15 +102,16 @@ int ak_pen_load_bytes(ak_store_t *st, int64_t *out) {
 }
 
 ak_pen_t *ak_pen_new(ak_instance_t *inst) {
-  const ak_config_t *c = inst->cfg;
+  static const ak_quarantine_cfg_t defaults = {.burst = 100, .rate = 20, .max_bytes = 1073741824};
+  const ak_quarantine_cfg_t *c = ak_config_of(inst->cfg, &ak_mod_quarantine);
+  if (!c) c = &defaults;
   int64_t bytes = 0;
   if (ak_pen_load_bytes(inst->store, &bytes) != 0) {
     ak_log(AK_LOG_ERROR, "quarantine", "cannot read the pen's byte total from the store", "path=%s",
            ak_store_path(inst->store));
     return NULL;
   }
-  ak_pen_t *pen = ak_pen_new_raw(c->quarantine_burst, c->quarantine_rate, c->quarantine_max_bytes,
-                                 bytes);
+  ak_pen_t *pen = ak_pen_new_raw(c->burst, c->rate, c->max_bytes, bytes);
   if (!pen) return NULL;
   pen->audit = inst->audit;
   ak_metrics_t *m = inst->metrics;
@@ -634,3 +636,52 @@ int ak_pen_release(ak_pen_t *pen, ak_instance_t *inst, const ak_pen_filter_t *f,
   free(es);
   return 0;
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+static const ak_opt_t quarantine_rows[] = {
+  {.key = "burst", .type = AK_OPT_INT, .def = "100", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "tokens in each source's quarantine bucket (hooks held at once before the rate applies)",
+   AK_AT(ak_quarantine_cfg_t, burst)},
+  {.key = "rate", .type = AK_OPT_NUMBER, .def = "20", .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "tokens per second refilled into each source's bucket (must be > 0)", AK_AT(ak_quarantine_cfg_t, rate)},
+  {.key = "max_bytes", .type = AK_OPT_INT, .def = "1073741824", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "body bytes the whole pen may hold; a full pen answers 503 quarantine_full, never evicts",
+   AK_AT(ak_quarantine_cfg_t, max_bytes)},
+  {0},
+};
+
+static void quarantine_check(ak_check_t *c, json_t *q, json_t *root) {
+  (void)root;
+  json_t *qrate = json_object_get(q, "rate");
+  if (qrate && json_is_number(qrate) && !(json_number_value(qrate) > 0))
+    ak_check_error(c, "quarantine.rate must be positive, got %g", json_number_value(qrate));
+}
+
+static void sample_pen(void *pen) { ak_pen_sample(pen); }
+
+static int quarantine_open(ak_instance_t *inst, char **err) {
+  inst->pen = ak_pen_new(inst);
+  if (!inst->pen) {
+    ak_log(AK_LOG_ERROR, "quarantine", "cannot read the quarantine pen's state from the store", NULL);
+    *err = strdup("cannot read the quarantine pen's state from the store");
+    return AK_MODULE_FAILED;
+  }
+  return ak_gauges_add(inst->gauges, sample_pen, inst->pen) == 0 ? 0 : AK_MODULE_FAILED;
+}
+
+static void quarantine_close(ak_instance_t *inst) {
+  ak_pen_free(inst->pen);
+  inst->pen = NULL;
+}
+
+const ak_module_t ak_mod_quarantine = {
+  .name = "quarantine",
+  .section = "quarantine",
+  .doc = "the pen for hooks that failed verification (on_verify_failure: quarantine)",
+  .options = quarantine_rows,
+  .cfg_size = sizeof(ak_quarantine_cfg_t),
+  .check = quarantine_check,
+  .open = quarantine_open,
+  .close = quarantine_close,
+};

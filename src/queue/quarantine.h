@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/config.h"
+#include "core/module.h"
 #include "core/tenants.h"
 
 struct ak_instance;
@@ -45,6 +47,14 @@ typedef struct ak_pen_bucket ak_pen_bucket_t;
  * the open store (sum of the per-writer m:quarantine_bytes:* keys) and register the
  * metrics. NULL on failure (store unreadable). Does not set inst->pen. */
 ak_pen_t *ak_pen_new(struct ak_instance *inst);
+
+/* The `quarantine` section and the pen's lifecycle (inst->pen). */
+typedef struct ak_quarantine_cfg {
+  int64_t burst;      /* tokens per source bucket */
+  double rate;        /* tokens per second (> 0) */
+  int64_t max_bytes;  /* body bytes the pen may hold */
+} ak_quarantine_cfg_t;
+extern const ak_module_t ak_mod_quarantine;
 /* Bare pen (tests, tools): no metrics, no store. rate in tokens per second. */
 ak_pen_t *ak_pen_new_raw(int64_t burst, double rate, int64_t max_bytes, int64_t bytes_now);
 void ak_pen_free(ak_pen_t *pen);

@@ -89,7 +89,8 @@ ak_sweeper_t *ak_sweeper_start(ak_instance_t *inst, struct ak_dedupe *dx) {
   if (!s) return NULL;
   s->inst = inst;
   s->dx = dx;
-  s->interval_ms = inst->cfg->dedupe_sweep_interval_ms > 0 ? inst->cfg->dedupe_sweep_interval_ms : 10000;
+  const ak_dedupe_cfg_t *dc = ak_dedupe_cfg(inst->cfg);
+  s->interval_ms = dc && dc->sweep_interval_ms > 0 ? dc->sweep_interval_ms : 10000;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
 #ifdef AK_TEST_HOOKS

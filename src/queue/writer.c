@@ -17,8 +17,10 @@
 #include <unistd.h>
 #include "core/clock.h"
 #include "core/envelope.h"
+#include "core/gauges.h"
 #include "core/ids.h"
 #include "core/log.h"
+#include "core/node.h"
 #include "queue/dedupe.h"
 #include "queue/tenantshare.h"
 #include "queue/writer.h"
@@ -141,14 +143,15 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   pthread_cond_init(&w->cv, NULL);
   pthread_cond_init(&w->reaper_cv, NULL);
   pthread_mutex_init(&w->probe_mu, NULL);
-  const ak_config_t *c = inst->cfg;
-  w->max_queue = c->batcher_max_queue;
-  w->max_queue_bytes = c->batcher_max_queue_bytes;
-  w->max_batch = c->batcher_max_batch;
-  w->max_delay_ms = c->batcher_max_delay_ms;
-  w->tshare = ak_tenantshare_new(c->batcher_tenant_max_queue, c->batcher_tenant_max_queue_bytes);
-  w->write_archive = (c->roles & AK_ROLE_STORAGE) != 0;
-  w->nthreads = c->batcher_partitions > 0 ? (int)c->batcher_partitions : 1;
+  const ak_batcher_cfg_t *c = ak_batcher_cfg(inst->cfg);
+  const ak_node_cfg_t *nc = ak_node_cfg(inst->cfg);
+  w->max_queue = c->max_queue;
+  w->max_queue_bytes = c->max_queue_bytes;
+  w->max_batch = c->max_batch;
+  w->max_delay_ms = c->max_delay_ms;
+  w->tshare = ak_tenantshare_new(c->tenant_max_queue, c->tenant_max_queue_bytes);
+  w->write_archive = (inst->roles & AK_ROLE_STORAGE) != 0;
+  w->nthreads = c->partitions > 0 ? (int)c->partitions : 1;
   if (w->nthreads > 16) w->nthreads = 16;
   w->threads = calloc((size_t)w->nthreads, sizeof *w->threads);
   w->hook_count = calloc((size_t)w->nthreads, sizeof *w->hook_count);
@@ -156,7 +159,7 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   atomic_store(&w->store_ok, ak_store_is_open(w->store) ? 1 : 0);
   load_counts(w);
   w->deadline_ms = AK_RECORD_DEADLINE_MS;
-  w->min_free_bytes = (uint64_t)c->min_free_bytes;
+  w->min_free_bytes = (uint64_t)nc->min_free_bytes;
 #ifdef AK_TEST_HOOKS
   /* test builds only: stall every commit, shorten the record deadline */
   const char *d = getenv("ANKUSA_TEST_COMMIT_DELAY_MS");
@@ -743,4 +746,114 @@ void ak_writer_sample(ak_writer_t *w) {
   ak_gauge_set(w->m_disk_free, (double)free_bytes);
   ak_gauge_set(w->m_queue_records, (double)r);
   ak_gauge_set(w->m_queue_bytes, (double)b);
+}
+
+/* ------------------------------------------------------------------- the modules ---- */
+
+static const ak_opt_t batcher_rows[] = {
+  {.key = "partitions", .type = AK_OPT_INT, .def = "1", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "group-commit writer threads; more than one overlaps commits (RocksDB pipelined writes), "
+          "worth it only with cores to spare; at most 16 are started",
+   AK_AT(ak_batcher_cfg_t, partitions)},
+  {.key = "max_batch", .type = AK_OPT_INT, .def = "256", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "records per commit at most", AK_AT(ak_batcher_cfg_t, max_batch)},
+  {.key = "max_delay_ms", .type = AK_OPT_INT, .def = "0", .min = 0, .flags = AK_OPTF_HAS_MIN,
+   .doc = "linger before a commit (0 = none: the next batch fills while one syncs)",
+   AK_AT(ak_batcher_cfg_t, max_delay_ms)},
+  {.key = "max_queue", .type = AK_OPT_INT, .def = "10000", .min = 1, .flags = AK_OPTF_HAS_MIN,
+   .doc = "records buffered plus in flight per partition; beyond it 503 overload", AK_AT(ak_batcher_cfg_t, max_queue)},
+  {.key = "max_queue_bytes", .type = AK_OPT_INT, .def = "268435456", .min = 1,
+   .flags = AK_OPTF_HAS_MIN, .doc = "the same bound in body bytes", AK_AT(ak_batcher_cfg_t, max_queue_bytes)},
+  {.key = "tenant_max_queue", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "records of one tenant buffered plus in flight; beyond it 429 tenant_overload; null = max_queue / 4",
+   AK_AT(ak_batcher_cfg_t, tenant_max_queue)},
+  {.key = "tenant_max_queue_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
+   .doc = "the same bound in body bytes; null = max_queue_bytes / 4", AK_AT(ak_batcher_cfg_t, tenant_max_queue_bytes)},
+  {0},
+};
+
+/* A null tenant share resolves to a quarter of the queue (the same share dispatch.tenants
+ * gives one tenant of the dispatch window); an explicit one may not exceed the queue. */
+static void batcher_check(ak_check_t *c, json_t *b, json_t *root) {
+  (void)root;
+  static const char *const share[][2] = {{"tenant_max_queue", "max_queue"},
+                                         {"tenant_max_queue_bytes", "max_queue_bytes"}};
+  for (size_t k = 0; k < 2; k++) {
+    int64_t global, v;
+    if (!ak_check_int_at(b, share[k][1], &global)) continue;
+    json_t *tv = json_object_get(b, share[k][0]);
+    if (json_is_null(tv)) json_object_set_new(b, share[k][0], json_integer(global / 4 < 1 ? 1 : global / 4));
+    else if (ak_check_int_at(b, share[k][0], &v) && v > global)
+      ak_check_error(c, "batcher.%s must be between 1 and %lld (batcher.%s), got %lld", share[k][0],
+                     (long long)global, share[k][1], (long long)v);
+  }
+}
+
+static void sample_writer(void *w) { ak_writer_sample(w); }
+
+static int batcher_open(ak_instance_t *inst, char **err) {
+  (void)err;
+  inst->writer = ak_writer_new(inst);
+  if (!inst->writer) return AK_MODULE_FAILED;
+  return ak_gauges_add(inst->gauges, sample_writer, inst->writer) == 0 ? 0 : AK_MODULE_FAILED;
+}
+
+static int batcher_start(ak_instance_t *inst, char **err) {
+  if (ak_writer_start(inst->writer) == 0) return 0;
+  ak_log(AK_LOG_ERROR, "writer", "cannot start the writer thread", NULL);
+  *err = strdup("cannot start the writer thread");
+  return AK_MODULE_FAILED;
+}
+
+/* First of the stops: everything queued is committed and answered before the listeners
+ * wait for their last answers. */
+static void batcher_stop(ak_instance_t *inst) { ak_writer_stop(inst->writer); }
+
+static void batcher_close(ak_instance_t *inst) {
+  ak_writer_free(inst->writer);
+  inst->writer = NULL;
+}
+
+const ak_module_t ak_mod_batcher = {
+  .name = "batcher",
+  .section = "batcher",
+  .doc = "group commit",
+  .options = batcher_rows,
+  .cfg_size = sizeof(ak_batcher_cfg_t),
+  .check = batcher_check,
+  .open = batcher_open,
+  .start = batcher_start,
+  .stop = batcher_stop,
+  .close = batcher_close,
+};
+
+const ak_batcher_cfg_t *ak_batcher_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_batcher); }
+
+static const ak_opt_t wal_rows[] = {
+  {.key = "type", .type = AK_OPT_ENUM, .def = "disk", .enum_vals = "disk|none|dual",
+   .enum_unsupported = "none|dual", .env = "ANKUSA_WAL_TYPE",
+   .doc = "disk: every hook is synced to the local store before the ack", AK_AT(ak_wal_cfg_t, type)},
+  {.key = "publish_timeout_ms", .type = AK_OPT_INT, .def = "8000", .min = 1,
+   .flags = AK_OPTF_HAS_MIN, .doc = "publish timeout of wal.type none (accepted, unused)",
+   AK_AT(ak_wal_cfg_t, publish_timeout_ms)},
+  {0},
+};
+
+const ak_module_t ak_mod_wal = {
+  .name = "wal",
+  .section = "wal",
+  .doc = "durability of the ack",
+  .options = wal_rows,
+  .cfg_size = sizeof(ak_wal_cfg_t),
+};
+
+const ak_wal_cfg_t *ak_wal_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_wal); }
+
+const char *ak_wal_type_text(ak_wal_type_t t) {
+  switch (t) {
+  case AK_WAL_DISK: return "disk";
+  case AK_WAL_NONE: return "none";
+  case AK_WAL_DUAL: return "dual";
+  }
+  return "disk";
 }

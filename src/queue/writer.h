@@ -13,6 +13,34 @@
 #include <stdint.h>
 #include "core/config.h"
 #include "core/instance.h"
+#include "core/module.h"
+#include "core/sources.h"
+
+typedef enum { AK_WAL_DISK = 0, AK_WAL_NONE = 1, AK_WAL_DUAL = 2 } ak_wal_type_t;
+
+/* The `batcher` section (group commit). */
+typedef struct ak_batcher_cfg {
+  int64_t partitions;
+  int64_t max_batch;
+  int64_t max_delay_ms;
+  int64_t max_queue;
+  int64_t max_queue_bytes;
+  int64_t tenant_max_queue;       /* one tenant's share of max_queue (429 tenant_overload); resolved */
+  int64_t tenant_max_queue_bytes; /* and of max_queue_bytes */
+} ak_batcher_cfg_t;
+
+/* The `wal` section. */
+typedef struct ak_wal_cfg {
+  ak_wal_type_t type;
+  int64_t publish_timeout_ms;
+} ak_wal_cfg_t;
+
+/* The writer's lifecycle and the batcher section; the wal section. */
+extern const ak_module_t ak_mod_batcher;
+extern const ak_module_t ak_mod_wal;
+const ak_batcher_cfg_t *ak_batcher_cfg(const ak_config_t *cfg);
+const ak_wal_cfg_t *ak_wal_cfg(const ak_config_t *cfg);
+const char *ak_wal_type_text(ak_wal_type_t t);
 
 typedef enum {
   AK_WR_QUEUED = 0,           /* accepted into the queue; done() will be called */

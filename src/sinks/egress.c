@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "core/instance.h"
 #include "sinks/egress.h"
 
 typedef struct {
@@ -208,3 +209,68 @@ void ak_egress_refusal(const struct sockaddr *sa, char *reason, size_t reasonlen
     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, sizeof a);
   snprintf(reason, reasonlen, "egress: %s is not a public address", a);
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+static const ak_opt_t egress_rows[] = {
+  {.key = "allow_cidrs", .type = AK_OPT_STRLIST, .def = "[]",
+   .doc = "non-public destinations sinks may reach anyway (\"10.1.0.0/16\", \"fd00::/8\", a bare address)",
+   AK_AT(ak_egress_cfg_t, allow_cidrs)},
+  {.key = "allow_http", .type = AK_OPT_BOOL, .def = "false",
+   .doc = "allow http:// sink URLs (plain text) besides https://", AK_AT(ak_egress_cfg_t, allow_http)},
+  {0},
+};
+
+static ak_egress_t *guard_of(const json_t *eg, char *why, size_t whylen) {
+  const json_t *list = json_object_get(eg, "allow_cidrs");
+  const json_t *http = json_object_get(eg, "allow_http");
+  if (!json_is_array(list) || !json_is_boolean(http)) return NULL;
+  size_t n = json_array_size(list);
+  const char **cidrs = calloc(n + 1, sizeof *cidrs);
+  if (!cidrs) {
+    snprintf(why, whylen, "egress: out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) cidrs[i] = json_string_value(json_array_get(list, i));
+  ak_egress_t *g = ak_egress_new(cidrs, n, json_is_true(http), why, whylen);
+  free(cidrs);
+  return g;
+}
+
+ak_egress_t *ak_egress_from_tree(const json_t *root) {
+  char why[192];
+  return guard_of(json_object_get(root, "egress"), why, sizeof why);
+}
+
+static void egress_check(ak_check_t *c, json_t *eg, json_t *root) {
+  (void)root;
+  char why[192] = "";
+  ak_egress_t *g = guard_of(eg, why, sizeof why);
+  if (!g && why[0]) ak_check_error(c, "%s", why); /* "egress.allow_cidrs[1]: ..." */
+  ak_egress_free(g);
+}
+
+static int egress_open(ak_instance_t *inst, char **err) {
+  const ak_egress_cfg_t *ec = ak_config_of(inst->cfg, &ak_mod_egress);
+  char why[256] = "";
+  inst->egress = ec ? ak_egress_new(ec->allow_cidrs.v, ec->allow_cidrs.n, ec->allow_http, why, sizeof why) : NULL;
+  if (inst->egress) return 0;
+  *err = strdup(why[0] ? why : "egress: out of memory");
+  return AK_MODULE_BAD_CONFIG;
+}
+
+static void egress_close(ak_instance_t *inst) {
+  ak_egress_free(inst->egress);
+  inst->egress = NULL;
+}
+
+const ak_module_t ak_mod_egress = {
+  .name = "egress",
+  .section = "egress",
+  .doc = "which destinations sinks may connect to",
+  .options = egress_rows,
+  .cfg_size = sizeof(ak_egress_cfg_t),
+  .check = egress_check,
+  .open = egress_open,
+  .close = egress_close,
+};

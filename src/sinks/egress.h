@@ -9,6 +9,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <jansson.h>
+#include "core/config.h"
+#include "core/module.h"
 
 typedef struct ak_egress ak_egress_t;
 
@@ -31,5 +34,17 @@ bool ak_egress_url_allowed(const ak_egress_t *e, const char *url, char *reason, 
 
 /* "egress: <addr> is not a public address" for a refused sockaddr. */
 void ak_egress_refusal(const struct sockaddr *sa, char *reason, size_t reasonlen);
+
+/* The `egress` section (not in Ankusa) and the node's guard (inst->egress), which every
+ * sink borrows. */
+typedef struct ak_egress_cfg {
+  ak_strlist_t allow_cidrs;
+  bool allow_http;
+} ak_egress_cfg_t;
+extern const ak_module_t ak_mod_egress;
+
+/* The guard the egress section of a checked tree describes (for plug-in check hooks);
+ * NULL when the section is broken (its own check reports that). Free it. */
+ak_egress_t *ak_egress_from_tree(const json_t *root);
 
 #endif

@@ -2,7 +2,7 @@
  * state: it runs once per header per attempt, on whatever thread delivers. */
 #include <string.h>
 #include <strings.h>
-#include "core/config.h"
+#include "core/sources.h"
 #include "sinks/forward.h"
 
 /* Credentials the provider sent to us, framing the transport sets itself, and our own

@@ -41,6 +41,9 @@
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include "core/config.h"
 #include "core/envelope.h"
 #include "sinks/egress.h"
 #include "sinks/forward.h"
@@ -1219,11 +1222,94 @@ fail:
   return NULL;
 }
 
+
+/* ---- config rules (check-config reports them; create would refuse the same) ----------- */
+
+/* A static http sink whose URL the guard can never let through refuses the boot, so
+ * the mistake shows in check-config instead of as dead letters. The URL is never
+ * echoed: it may carry credentials. Names are not resolved here: what a name points at
+ * can change, and the sink judges the address it connects to. */
+static void check_http_url(ak_check_t *c, const char *label, const char *url, const ak_egress_t *g) {
+  CURLU *h = curl_url();
+  char *scheme = NULL, *host = NULL;
+  if (!h) {
+    ak_check_error(c, "%s: out of memory", label);
+    return;
+  }
+  CURLUcode rc = curl_url_set(h, CURLUPART_URL, url, 0);
+  if (rc != CURLUE_OK) {
+    ak_check_error(c, "%s: not a valid URL (%s)", label, curl_url_strerror(rc));
+    goto done;
+  }
+  if (!g) goto done; /* egress.* is broken: its own error says so */
+  curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
+  char why[128];
+  if (!scheme || (strcmp(scheme, "https") && strcmp(scheme, "http"))) {
+    ak_check_error(c, "%s: only https:// (or http:// with egress.allow_http) URLs are allowed", label);
+    goto done;
+  }
+  if (!ak_egress_url_allowed(g, url, why, sizeof why)) {
+    if (!strcmp(scheme, "http"))
+      ak_check_error(c, "%s: http:// is refused; use https:// or set egress.allow_http: true", label);
+    else
+      ak_check_error(c, "%s: %s", label, why);
+    goto done;
+  }
+  if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host) goto done;
+  char lit[INET6_ADDRSTRLEN + 2];
+  size_t hl = strlen(host);
+  if (host[0] == '[' && hl >= 2 && hl - 2 < sizeof lit) {
+    memcpy(lit, host + 1, hl - 2);
+    lit[hl - 2] = '\0';
+    char *zone = strchr(lit, '%');
+    if (zone) *zone = '\0';
+  } else if (hl < sizeof lit) {
+    memcpy(lit, host, hl + 1);
+  } else {
+    goto done;
+  }
+  struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6};
+  struct sockaddr_in sa4 = {.sin_family = AF_INET};
+  const struct sockaddr *sa = NULL;
+  if (inet_pton(AF_INET, lit, &sa4.sin_addr) == 1) sa = (const struct sockaddr *)&sa4;
+  else if (inet_pton(AF_INET6, lit, &sa6.sin6_addr) == 1) sa = (const struct sockaddr *)&sa6;
+  if (sa && !ak_egress_addr_allowed(g, sa)) {
+    ak_egress_refusal(sa, why, sizeof why);
+    ak_check_error(c, "%s: %s (egress.allow_cidrs can allow it)", label, why);
+  }
+done:
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(h);
+}
+
+static void http_check(ak_check_t *c, const char *path, json_t *sink, const json_t *root) {
+  char label[192];
+  const char *url = json_string_value(json_object_get(sink, "url"));
+  snprintf(label, sizeof label, "%s.url", path);
+  ak_egress_t *g = ak_egress_from_tree(root);
+  if (url) check_http_url(c, label, url, g);
+  ak_egress_free(g);
+  const char *name;
+  json_t *v;
+  json_object_foreach((json_t *)json_object_get(sink, "headers"), name, v) {
+    const char *val = json_string_value(v);
+    if (!header_name_ok(name)) {
+      json_t *tmp = json_string(name);
+      char *r = tmp ? ak_check_render(tmp, false) : NULL;
+      ak_check_error(c, "%s.headers: %s is not a header name", path, r ? r : "?");
+      free(r);
+      json_decref(tmp);
+    } else if (val && strpbrk(val, "\r\n")) {
+      ak_check_error(c, "%s.headers.%s: a header value cannot hold a line break", path, name);
+    }
+  }
+}
+
 const ak_sink_vtable_t ak_sink_http = {
-  .type = "http",
+  .plugin = {.type = "http", .doc = "POST (PUT, PATCH) of the raw body to one URL, Standard Webhooks signed",
+             .options = http_opts, .check = http_check},
   .durable = true,
-  .supported = true,
-  .options = http_opts,
   .create = http_create,
   .deliver = http_deliver,
   .destroy = http_destroy,

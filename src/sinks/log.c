@@ -41,10 +41,8 @@ static void log_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_
 static void log_destroy(void *self) { free(self); }
 
 const ak_sink_vtable_t ak_sink_log = {
-  .type = "log",
+  .plugin = {.type = "log", .doc = "writes one line per hook to the node's log", .options = log_opts},
   .durable = false,
-  .supported = true,
-  .options = log_opts,
   .create = log_create,
   .deliver = log_deliver,
   .destroy = log_destroy,

@@ -1,6 +1,6 @@
-/* Sink plug-in interface: one file per sink, registered in sinks/registry.c.
- * Owns the vtable shape and the lookup table. A sink never touches the store:
- * dispatch hands it an envelope and takes back an outcome. */
+/* Sink plug-in interface: one file per sink, registered by one row in sinks/registry.c
+ * (the only list of sink type names). Owns the vtable shape and the lookup. A sink never
+ * touches the store: dispatch hands it an envelope and takes back an outcome. */
 #ifndef AK_SINKS_SINK_H
 #define AK_SINKS_SINK_H
 
@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "core/module.h"
 #include "core/options.h"
 
 struct ak_envelope;
@@ -47,10 +48,11 @@ typedef struct ak_sink_attempt {
 } ak_sink_attempt_t;
 
 typedef struct ak_sink_vtable {
-  const char *type;          /* YAML `type` */
+  /* YAML `type`, its rows (keys besides `type`), its config rules (check: what create
+   * would refuse, reported by check-config), and unsupported: known to Ankusa, not built
+   * here yet */
+  ak_plugin_t plugin;
   bool durable;              /* an ok means the destination keeps it (wal.type none) */
-  bool supported;            /* false: known to Ankusa, not built here yet */
-  const ak_opt_t *options;   /* keys besides `type`; terminated by key == NULL */
   /* Build an instance from validated opts. Returns NULL and fills err on failure. */
   void *(*create)(const json_t *opts, const ak_sink_ctx_t *sctx, char *err, size_t errlen);
   /* Deliver asynchronously; `done` is called exactly once, possibly from another thread,
@@ -59,9 +61,8 @@ typedef struct ak_sink_vtable {
   void (*destroy)(void *self);
 } ak_sink_vtable_t;
 
-/* The registry: every sink type Ankusa knows, supported or not. */
+/* The registry: every sink type Ankusa knows, supported or not (kind name "sink"). */
+extern const ak_plugin_kind_t ak_sink_kind;
 const ak_sink_vtable_t *ak_sinks_find(const char *type);
-/* "log, http, kafka, ..." for error messages; static string. */
-const char *ak_sinks_type_list(void);
 
 #endif

@@ -12,7 +12,9 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/ids.h"
+#include "core/instance.h"
 #include "core/log.h"
+#include "core/node.h"
 #include "store/crc32c.h"
 #include "store/store.h"
 
@@ -607,3 +609,47 @@ int ak_store_probe(ak_store_t *st, ak_wf_class_t *cls, char **err) {
   }
   return 0;
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+char *ak_store_path_of(const char *data_dir, const char *instance) {
+  char *p = NULL;
+  if (asprintf(&p, "%s/%s/store", data_dir, instance) < 0) return NULL;
+  return p;
+}
+
+static int store_open(ak_instance_t *inst, char **err) {
+  const ak_node_cfg_t *nc = ak_node_cfg(inst->cfg);
+  char *sp = ak_store_path_of(nc ? nc->data_dir : "./data", inst->name);
+  inst->store = sp ? ak_store_new(sp, false) : NULL;
+  char *why = NULL;
+  if (!inst->store || ak_store_open(inst->store, &why) != 0) {
+    ak_log(AK_LOG_ERROR, "store", "store_open_failed: refusing to start", "reason=\"%s\"", why ? why : "out of memory");
+    if (asprintf(err, "store_open_failed: %s", why ? why : "out of memory") < 0) *err = NULL;
+    free(why);
+    ak_store_free(inst->store);
+    inst->store = NULL;
+    free(sp);
+    return AK_MODULE_FAILED;
+  }
+  ak_log(AK_LOG_INFO, "store", "store opened", "path=%s next_seq=%llu hooks=%llu wal_replay_seconds=%.3f", sp,
+         (unsigned long long)ak_store_next_seq(inst->store), (unsigned long long)ak_store_hook_count(inst->store),
+         ak_store_last_open_seconds(inst->store));
+  ak_log(AK_LOG_INFO, "durability",
+         "wal.type=disk: a 201 means the hook is fsynced in this host's store; it survives a process crash "
+         "and power loss on this host, not the loss of this host (no backup configured)",
+         "store=%s", sp);
+  free(sp);
+  return 0;
+}
+
+static void store_close(ak_instance_t *inst) {
+  ak_store_free(inst->store);
+  inst->store = NULL;
+}
+
+const ak_module_t ak_mod_store = {
+  .name = "store",
+  .open = store_open,
+  .close = store_close,
+};

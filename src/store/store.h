@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <rocksdb/c.h>
+#include "core/module.h"
 #include "store/keys.h"
 
 typedef enum {
@@ -25,6 +26,12 @@ typedef struct ak_store ak_store_t;
 
 /* path: the store directory itself. */
 ak_store_t *ak_store_new(const char *path, bool read_only);
+
+/* The store's lifecycle (inst->store): <node.data_dir>/<instance>/store, opened first and
+ * closed last. */
+extern const ak_module_t ak_mod_store;
+/* "<data_dir>/<instance>/store" (malloc'd). */
+char *ak_store_path_of(const char *data_dir, const char *instance);
 void ak_store_free(ak_store_t *st);
 
 /* Open (or reopen after close). 0, or -1 with *err (malloc'd, names the path). */

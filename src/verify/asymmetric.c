@@ -240,9 +240,9 @@ static const ak_opt_t asym_opts[] = {
 };
 
 const ak_verifier_vtable_t ak_verifier_asymmetric = {
-  .type = "asymmetric", .options = asym_opts, .create = asym_create, .check = asym_check,
+  .plugin = {.type = "asymmetric", .options = asym_opts}, .create = asym_create, .check = asym_check,
   .destroy = asym_destroy};
 
 const ak_verifier_vtable_t ak_verifier_standard_webhooks_v1a = {
-  .type = "standard_webhooks_v1a", .options = v1a_opts, .create = v1a_create, .check = asym_check,
+  .plugin = {.type = "standard_webhooks_v1a", .options = v1a_opts}, .create = v1a_create, .check = asym_check,
   .destroy = asym_destroy};

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include <openssl/crypto.h>
+#include "core/config.h"
 #include "verify/verifier.h"
 
 #define MAX_PINS 16
@@ -89,9 +90,22 @@ static ak_verify_reason_t clientcert_check(const void *self, const ak_verify_inp
 
 static void clientcert_destroy(void *self) { free(self); }
 
+/* A client_cert source needs a TLS listener that asks for certificates: http.tls with a
+ * client_ca, and client_cert request or require (null means request when client_ca is
+ * set). Without one no request could ever pass. */
+static void clientcert_config_check(ak_check_t *c, const char *path, json_t *spec, const json_t *root) {
+  (void)spec;
+  const json_t *tls = json_object_get(json_object_get(root, "http"), "tls");
+  bool has_ca = json_is_string(json_object_get(tls, "client_ca"));
+  const char *mode = json_string_value(json_object_get(tls, "client_cert"));
+  if (!mode) mode = has_ca ? "request" : "none";
+  if (!json_is_object(tls) || !has_ca || !strcmp(mode, "none"))
+    ak_check_error(c, "%s: type client_cert needs http.tls with a client_ca (and client_cert request or require): "
+                      "no request could ever pass", path);
+}
+
 const ak_verifier_vtable_t ak_verifier_client_cert = {
-  .type = "client_cert",
-  .options = clientcert_rows,
+  .plugin = {.type = "client_cert", .options = clientcert_rows, .check = clientcert_config_check},
   .create = clientcert_create,
   .check = clientcert_check,
   .destroy = clientcert_destroy,

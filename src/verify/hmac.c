@@ -781,7 +781,7 @@ static void *custom_create(const json_t *spec, char *err, size_t errlen) {
     return hmac_create_with(spec, &name##_preset, err, errlen); \
   } \
   const ak_verifier_vtable_t ak_verifier_##name = { \
-    .type = #name, .options = preset_opts, .create = name##_create, .check = hmac_check, \
+    .plugin = {.type = #name, .options = preset_opts}, .create = name##_create, .check = hmac_check, \
     .destroy = hmac_destroy, .weak_hash = hmac_weak}
 
 AK_HMAC_PRESET(stripe);
@@ -791,5 +791,5 @@ AK_HMAC_PRESET(slack);
 AK_HMAC_PRESET(standard_webhooks);
 
 const ak_verifier_vtable_t ak_verifier_hmac = {
-  .type = "hmac", .options = custom_opts, .create = custom_create, .check = hmac_check,
+  .plugin = {.type = "hmac", .options = custom_opts}, .create = custom_create, .check = hmac_check,
   .destroy = hmac_destroy, .weak_hash = hmac_weak};

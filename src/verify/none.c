@@ -30,5 +30,5 @@ static const ak_opt_t none_opts[] = {
 };
 
 const ak_verifier_vtable_t ak_verifier_none = {
-  .type = "none", .options = none_opts, .create = none_create, .check = none_check,
+  .plugin = {.type = "none", .options = none_opts}, .create = none_create, .check = none_check,
   .destroy = none_destroy};

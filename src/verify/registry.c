@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/config.h"
 #include "verify/verifier.h"
 
 /* X(name): a vtable `ak_verifier_<name>` whose .type is "<name>". Order = the order of
@@ -27,22 +28,14 @@
 AK_VERIFIER_TYPES(DECLARE)
 #undef DECLARE
 
-#define ENTRY(name) &ak_verifier_##name,
-static const ak_verifier_vtable_t *const verifiers[] = {AK_VERIFIER_TYPES(ENTRY)};
+#define ENTRY(name) &ak_verifier_##name.plugin,
+static const ak_plugin_t *const verifiers[] = {AK_VERIFIER_TYPES(ENTRY)};
 #undef ENTRY
 
-#define NAME(name) ", " #name
-static const char type_list[] = AK_VERIFIER_TYPES(NAME);
-#undef NAME
-
 const ak_verifier_vtable_t *ak_verifiers_find(const char *type) {
-  if (!type) return NULL;
-  for (size_t i = 0; i < sizeof verifiers / sizeof verifiers[0]; i++)
-    if (verifiers[i] && !strcmp(verifiers[i]->type, type)) return verifiers[i];
-  return NULL;
+  const ak_plugin_t *p = ak_plugin_find(&ak_verify_kind, type);
+  return p ? (const ak_verifier_vtable_t *)p : NULL; /* the plugin is the vtable's first member */
 }
-
-const char *ak_verifiers_type_list(void) { return type_list + 2; /* skip the first ", " */ }
 
 static const char *const reason_names[AK_VR_COUNT] = {
   [AK_VR_OK] = "ok",
@@ -78,7 +71,9 @@ ak_verifier_t *ak_verifier_new(const json_t *spec, char *err, size_t errlen) {
   }
   const ak_verifier_vtable_t *vt = ak_verifiers_find(type);
   if (!vt) {
-    snprintf(err, errlen, "type: unknown value \"%s\"; expected one of %s", type, ak_verifiers_type_list());
+    char *list = ak_plugin_type_list(&ak_verify_kind);
+    snprintf(err, errlen, "type: unknown value \"%s\"; expected one of %s", type, list ? list : "?");
+    free(list);
     return NULL;
   }
   ak_verifier_t *v = calloc(1, sizeof *v);
@@ -105,9 +100,9 @@ ak_verify_reason_t ak_verifier_check(const ak_verifier_t *v, const ak_verify_inp
   return v ? v->vt->check(v->self, in) : AK_VR_OK;
 }
 
-bool ak_verifier_is_none(const ak_verifier_t *v) { return !v || !strcmp(v->vt->type, "none"); }
+bool ak_verifier_is_none(const ak_verifier_t *v) { return !v || !strcmp(v->vt->plugin.type, "none"); }
 
-const char *ak_verifier_type(const ak_verifier_t *v) { return v ? v->vt->type : "none"; }
+const char *ak_verifier_type(const ak_verifier_t *v) { return v ? v->vt->plugin.type : "none"; }
 
 bool ak_verifier_weak_hash(const ak_verifier_t *v) {
   return v && v->vt->weak_hash && v->vt->weak_hash(v->self);
@@ -122,3 +117,31 @@ const char *ak_verifier_credential_header(const ak_verifier_t *v) {
 const char *ak_verifier_credential_param(const ak_verifier_t *v) {
   return v && v->vt->credential_param ? v->vt->credential_param(v->self) : NULL;
 }
+
+/* ------------------------------------------------------------------- the kind ---- */
+
+/* Every verifier is built once at load: a secret or key that cannot be decoded fails it
+ * (the error names the key, never the value: "secret[1]: cannot be decoded: ..."). */
+static void verify_kind_check(ak_check_t *c, const char *path, json_t *spec, const json_t *root) {
+  (void)root;
+  char why[512];
+  ak_verifier_t *v = ak_verifier_new(spec, why, sizeof why);
+  if (!v) ak_check_error(c, "%s.%s", path, why[0] ? why : "type: cannot be created");
+  ak_verifier_free(v);
+}
+
+static void *verify_kind_create(const json_t *spec, char *err, size_t errlen) {
+  return ak_verifier_new(spec, err, errlen);
+}
+
+static void verify_kind_destroy(void *self) { ak_verifier_free(self); }
+
+const ak_plugin_kind_t ak_verify_kind = {
+  .name = "verify",
+  .all = verifiers,
+  .count = sizeof verifiers / sizeof verifiers[0],
+  .none_type = "none",
+  .check = verify_kind_check,
+  .create = verify_kind_create,
+  .destroy = verify_kind_destroy,
+};

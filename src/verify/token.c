@@ -235,6 +235,6 @@ static const ak_opt_t token_opts[] = {
 };
 
 const ak_verifier_vtable_t ak_verifier_token = {
-  .type = "token", .options = token_opts, .create = token_create, .check = token_check,
+  .plugin = {.type = "token", .options = token_opts}, .create = token_create, .check = token_check,
   .destroy = token_destroy, .credential_header = token_credential_header,
   .credential_param = token_credential_param};

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <jansson.h>
 #include "core/envelope.h"
+#include "core/module.h"
 #include "core/options.h"
 
 typedef enum {
@@ -37,8 +38,7 @@ typedef struct ak_verify_input {
 } ak_verify_input_t;
 
 typedef struct ak_verifier_vtable {
-  const char *type;               /* YAML `verify.type` */
-  const ak_opt_t *options;        /* keys besides `type`; terminated by key == NULL */
+  ak_plugin_t plugin;             /* YAML `verify.type`, its rows (keys besides `type`), its config rules */
   /* Build from the validated `verify` mapping. NULL + err (naming the key, never a secret
    * value) when a secret or key cannot be decoded. */
   void *(*create)(const json_t *spec, char *err, size_t errlen);
@@ -51,9 +51,10 @@ typedef struct ak_verifier_vtable {
   const char *(*credential_param)(const void *self);
 } ak_verifier_vtable_t;
 
-/* Registry: every type the config knows. */
+/* Registry: every type the config knows. The kind (name "verify") builds each type once
+ * at load, so a secret or key that cannot be decoded fails the load, naming the key. */
+extern const ak_plugin_kind_t ak_verify_kind;
 const ak_verifier_vtable_t *ak_verifiers_find(const char *type);
-const char *ak_verifiers_type_list(void); /* "none, stripe, github, ..." */
 
 /* An instance bound to a source. */
 typedef struct ak_verifier ak_verifier_t;

@@ -17,6 +17,19 @@
 #include "core/config.h"
 #include "core/instance.h"
 #include "store/store.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 static char dir[256];
 
@@ -44,8 +57,9 @@ static void node_open(node_t *n, const char *yaml) {
   const char *const env[] = {NULL};
   memset(&n->inst, 0, sizeof n->inst);
   n->inst.name = "default";
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &n->inst.cfg, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &n->inst.cfg, &err), 0, "%s", err ? err : "");
   snprintf(n->path, sizeof n->path, "%s/store", dir);
+  n->inst.roles = n->inst.cfg ? ak_node_cfg(n->inst.cfg)->roles : 0;
   n->inst.store = ak_store_new(n->path, false);
   cr_assert_eq(ak_store_open(n->inst.store, &err), 0, "%s", err ? err : "");
   n->inst.audit = ak_audit_open(&n->inst, &err);

@@ -8,6 +8,20 @@
 #include "admin/api.h"
 #include "admin/auth.h"
 #include "core/config.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 #define HASH_TEST "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" /* sha256("test") */
 
@@ -118,8 +132,8 @@ Test(auth, principals_from_a_loaded_config) {
   ak_config_t *cfg = NULL;
   char *err = NULL;
   const char *const env[] = {NULL};
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
-  ak_auth_t *a = ak_auth_new(cfg->admin_principals, &err);
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
+  ak_auth_t *a = ak_auth_new(ak_admin_cfg(cfg)->principals, &err);
   cr_assert_not_null(a);
   const ak_principal_t *p = ak_auth_check(a, "Bearer test");
   cr_assert_not_null(p);

@@ -9,13 +9,27 @@
 #include <unistd.h>
 #include "core/config.h"
 #include "core/yamltree.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 static const char *const NOENV[] = {NULL};
 
 static ak_config_t *load_ok_env(const char *yaml, const char *const *env) {
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err);
   cr_assert_eq(rc, 0, "load failed: %s", err ? err : "(no message)");
   cr_assert_not_null(cfg);
   cr_assert_null(err);
@@ -28,7 +42,7 @@ static ak_config_t *load_ok(const char *yaml) { return load_ok_env(yaml, NOENV);
 static char *load_err_env(const char *yaml, const char *const *env) {
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err);
   cr_assert_eq(rc, -1, "load unexpectedly succeeded for:\n%s", yaml);
   cr_assert_null(cfg);
   cr_assert_not_null(err);
@@ -51,6 +65,14 @@ static void expect_json(const json_t *v, const char *want) {
   free(s);
 }
 
+
+/* The sink types every build knows; a test build adds its test-only sink (sinks/test_echo.c). */
+#ifdef AK_TEST_HOOKS
+#define TEST_SINKS ", test_echo"
+#else
+#define TEST_SINKS ""
+#endif
+
 #define SRC "sources:\n  a:\n    sinks: [{type: log}]\n"
 
 /* ------------------------------------------------------------------- defaults ---- */
@@ -59,74 +81,68 @@ Test(config, defaults_from_empty_document) {
   ak_config_t *cfg = load_ok("");
   char roles[64];
   cr_expect_null(cfg->path);
-  cr_expect_eq(cfg->roles, AK_ROLE_EDGE | AK_ROLE_DISPATCH | AK_ROLE_STORAGE);
-  cr_expect_str_eq(ak_config_roles_text(cfg->roles, roles, sizeof roles), "edge,dispatch,storage");
-  cr_expect_str_eq(cfg->data_dir, "./data");
-  cr_expect_eq(cfg->log_level, AK_LOG_INFO);
-  cr_expect_eq(cfg->http_port, 4000);
-  cr_expect_eq(cfg->http_max_body_bytes, 8000000);
-  cr_expect_eq(cfg->http_routing, AK_ROUTING_PATH);
-  cr_expect_str_eq(cfg->http_prefix, "/webhooks");
-  cr_expect(cfg->admin_enabled);
-  cr_expect_str_eq(cfg->admin_ip, "127.0.0.1");
-  cr_expect_eq(cfg->admin_port, 4002);
-  cr_expect_eq(cfg->admin_gauge_interval_ms, 15000);
-  cr_expect_eq(cfg->batcher_partitions, 1);
-  cr_expect_eq(cfg->batcher_max_batch, 256);
-  cr_expect_eq(cfg->batcher_max_delay_ms, 0);
-  cr_expect_eq(cfg->batcher_max_queue, 10000);
-  cr_expect_eq(cfg->batcher_max_queue_bytes, 268435456);
-  cr_expect_eq(cfg->batcher_tenant_max_queue, 2500, "a quarter of max_queue");
-  cr_expect_eq(cfg->batcher_tenant_max_queue_bytes, 67108864);
-  cr_expect_eq(cfg->wal_type, AK_WAL_DISK);
-  cr_expect_str_eq(ak_config_wal_text(cfg->wal_type), "disk");
-  cr_expect_eq(cfg->dispatch_batch, 128);
-  cr_expect_eq(cfg->dispatch_concurrency, 32);
-  cr_expect_eq(cfg->dispatch_max_inflight, 4096);
-  cr_expect_eq(cfg->dispatch_max_inflight_bytes, 134217728);
-  cr_expect_eq(cfg->dispatch_attempt_timeout_ms, 30000);
-  cr_expect_eq(cfg->dispatch_sink_concurrency, 0, "null: no per-key cap");
-  cr_expect_eq(cfg->dispatch_breaker_failures, 5);
-  cr_expect_eq(cfg->dispatch_breaker_open_ms, 30000);
-  cr_expect_eq(cfg->dispatch_breaker_max_open_ms, 300000);
-  cr_expect_eq(cfg->dispatch_retry_base_ms, 100);
-  cr_expect_eq(cfg->dispatch_retry_max_ms, 300000);
-  cr_expect_eq(cfg->dispatch_retry_max_attempts, 84);
-  cr_expect(cfg->dispatch_retry_jitter);
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 1024);
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 33554432);
-  cr_expect_eq(cfg->dispatch_tenant_concurrency, 16);
-  cr_expect_eq(cfg->egress_nallow_cidrs, 0);
-  cr_expect_not(cfg->egress_allow_http);
-  cr_expect_eq(cfg->dedupe_max_entries, 10000000);
-  cr_expect_eq(cfg->dedupe_max_entries_per_tenant, 1000000);
-  cr_expect_eq(cfg->dedupe_sweep_interval_ms, 10000);
-  cr_expect_eq(cfg->nsources, 0);
-  /* The effective tree: every key, defaults applied, in schema order. */
+  cr_expect_eq(ak_node_cfg(cfg)->roles, AK_ROLE_EDGE | AK_ROLE_DISPATCH | AK_ROLE_STORAGE);
+  cr_expect_str_eq(ak_node_roles_text(ak_node_cfg(cfg)->roles, roles, sizeof roles), "edge,dispatch,storage");
+  cr_expect_str_eq(ak_node_cfg(cfg)->data_dir, "./data");
+  cr_expect_eq(((const ak_log_cfg_t *)ak_config_of(cfg, &ak_mod_log))->level, AK_LOG_INFO);
+  cr_expect_eq(ak_http_cfg(cfg)->port, 4000);
+  cr_expect_eq(ak_http_cfg(cfg)->max_body_bytes, 8000000);
+  cr_expect_eq(ak_http_cfg(cfg)->routing, AK_ROUTING_PATH);
+  cr_expect_str_eq(ak_http_cfg(cfg)->prefix, "/webhooks");
+  cr_expect(ak_admin_cfg(cfg)->enabled);
+  cr_expect_str_eq(ak_admin_cfg(cfg)->ip, "127.0.0.1");
+  cr_expect_eq(ak_admin_cfg(cfg)->port, 4002);
+  cr_expect_eq(ak_admin_cfg(cfg)->gauge_interval_ms, 15000);
+  cr_expect_eq(ak_batcher_cfg(cfg)->partitions, 1);
+  cr_expect_eq(ak_batcher_cfg(cfg)->max_batch, 256);
+  cr_expect_eq(ak_batcher_cfg(cfg)->max_delay_ms, 0);
+  cr_expect_eq(ak_batcher_cfg(cfg)->max_queue, 10000);
+  cr_expect_eq(ak_batcher_cfg(cfg)->max_queue_bytes, 268435456);
+  cr_expect_eq(ak_batcher_cfg(cfg)->tenant_max_queue, 2500, "a quarter of max_queue");
+  cr_expect_eq(ak_batcher_cfg(cfg)->tenant_max_queue_bytes, 67108864);
+  cr_expect_eq(ak_wal_cfg(cfg)->type, AK_WAL_DISK);
+  cr_expect_str_eq(ak_wal_type_text(ak_wal_cfg(cfg)->type), "disk");
+  cr_expect_eq(ak_dispatch_cfg(cfg)->batch, 128);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->concurrency, 32);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->max_inflight, 4096);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->max_inflight_bytes, 134217728);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->attempt_timeout_ms, 30000);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->sink_concurrency, 0, "null: no per-key cap");
+  cr_expect_eq(ak_dispatch_cfg(cfg)->breaker_failures, 5);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->breaker_open_ms, 30000);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->breaker_max_open_ms, 300000);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->retry.base_ms, 100);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->retry.max_ms, 300000);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->retry.max_attempts, 84);
+  cr_expect(ak_dispatch_cfg(cfg)->retry.jitter);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight, 1024);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight_bytes, 33554432);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.concurrency, 16);
+  cr_expect_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.n, 0);
+  cr_expect_not(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_http);
+  cr_expect_eq(ak_dedupe_cfg(cfg)->max_entries, 10000000);
+  cr_expect_eq(ak_dedupe_cfg(cfg)->max_entries_per_tenant, 1000000);
+  cr_expect_eq(ak_dedupe_cfg(cfg)->sweep_interval_ms, 10000);
+  cr_expect_eq(ak_sources_cfg(cfg)->n, 0);
+  /* The effective tree: every key, defaults applied, sections in module-table order. */
   expect_json(cfg->effective,
               "{\"node\":{\"roles\":[\"edge\",\"dispatch\",\"storage\"],\"data_dir\":\"./data\",\"min_free_bytes\":268435456},"
               "\"log\":{\"level\":\"info\"},"
-              "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
-              "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000,\"principals\":[]},"
+              "\"sources\":{},"
+              "\"source_store\":{\"type\":\"static\",\"url\":null,\"namespace\":null,\"tick_ms\":null},"
               "\"audit\":{\"retention_days\":365},"
               "\"store_headers\":{\"drop\":[],\"hash\":[],\"keep\":[]},"
               "\"rate_limits\":{\"default\":null,\"tenants\":{}},"
-              "\"admission\":{\"per_ip\":null,\"node\":null,\"source_bytes\":null,\"trusted_proxies\":[],"
-              "\"max_addresses\":65536},"
+              "\"admission\":{\"per_ip\":null,\"node\":null,\"source_bytes\":null,\"trusted_proxies\":[],\"max_addresses\":65536},"
               "\"quarantine\":{\"burst\":100,\"rate\":20,\"max_bytes\":1073741824},"
-              "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,"
-              "\"max_queue_bytes\":268435456,\"tenant_max_queue\":2500,\"tenant_max_queue_bytes\":67108864},"
-              "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,"
-              "\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,"
-              "\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,"
-              "\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},"
-              "\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
-              "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false},"
-              "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
               "\"dedupe\":{\"max_entries\":10000000,\"max_entries_per_tenant\":1000000,\"sweep_interval_ms\":10000},"
-              "\"sources\":{},"
-              "\"source_store\":{\"type\":\"static\",\"url\":null,\"namespace\":null,\"tick_ms\":null}}");
-  cr_expect_not(cfg->source_store_persistent);
+              "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false},"
+              "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
+              "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000,\"principals\":[]},"
+              "\"http\":{\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
+              "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,\"max_queue_bytes\":268435456,\"tenant_max_queue\":2500,\"tenant_max_queue_bytes\":67108864},"
+              "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000}}");
+  cr_expect_not(ak_source_store_persistent(cfg));
   ak_config_free(cfg);
 }
 
@@ -135,8 +151,8 @@ Test(config, empty_documents_and_null_sections) {
                         "routes: {}\nstorage: []\nbackup: \"\"\n"};
   for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
     ak_config_t *cfg = load_ok(docs[i]);
-    cr_expect_eq(cfg->http_port, 4000);
-    cr_expect_eq(cfg->nsources, 0);
+    cr_expect_eq(ak_http_cfg(cfg)->port, 4000);
+    cr_expect_eq(ak_sources_cfg(cfg)->n, 0);
     cr_expect_null(json_object_get(cfg->effective, "routes"));
     ak_config_free(cfg);
   }
@@ -149,10 +165,10 @@ Test(config, full_source) {
                              "    verify: {type: none}\n    sinks: [{type: log}, {type: log}]\n"
                              "  alpha:\n    sinks:\n      - type: log\n    trust_url_tenant: true\n"
                              "    on_verify_failure: quarantine\n    verify: {}\n");
-  cr_assert_eq(cfg->nsources, 2);
-  cr_expect_str_eq(cfg->sources[0].id, "alpha");
-  cr_expect_str_eq(cfg->sources[1].id, "zeta");
-  const ak_source_cfg_t *z = ak_config_source(cfg, "zeta");
+  cr_assert_eq(ak_sources_cfg(cfg)->n, 2);
+  cr_expect_str_eq(ak_sources_cfg(cfg)->v[0].id, "alpha");
+  cr_expect_str_eq(ak_sources_cfg(cfg)->v[1].id, "zeta");
+  const ak_source_cfg_t *z = ak_source_cfg_find(cfg, "zeta");
   cr_assert_not_null(z);
   cr_expect_str_eq(z->tenant, "acme");
   cr_expect_eq(z->on_verify_failure, AK_OVF_ACCEPT_FLAG);
@@ -162,14 +178,14 @@ Test(config, full_source) {
   cr_assert_eq(z->nsinks, 2);
   cr_expect_str_eq(z->sinks[1].type, "log");
   expect_json(z->sinks[1].opts, "{\"type\":\"log\"}");
-  const ak_source_cfg_t *a = ak_config_source(cfg, "alpha");
+  const ak_source_cfg_t *a = ak_source_cfg_find(cfg, "alpha");
   cr_assert_not_null(a);
   cr_expect_str_eq(a->tenant, "default");
   cr_expect_eq(a->on_verify_failure, AK_OVF_QUARANTINE);
   cr_expect(a->trust_url_tenant);
   cr_expect(a->forward_default, "no forward_headers: the default set");
   cr_expect_eq(a->nforward_headers, 0);
-  cr_expect_null(ak_config_source(cfg, "nope"));
+  cr_expect_null(ak_source_cfg_find(cfg, "nope"));
   expect_json(json_object_get(cfg->effective, "sources"),
               "{\"alpha\":{\"tenant\":\"default\",\"on_verify_failure\":\"quarantine\","
               "\"verify\":{\"type\":\"none\"},\"sinks\":[{\"type\":\"log\"}],\"trust_url_tenant\":true,"
@@ -265,10 +281,10 @@ Test(config, unknown_values) {
              "standard_webhooks, shopify, slack, hmac, standard_webhooks_v1a, asymmetric, token, client_cert");
   expect_err("sources:\n  a:\n    sinks: [{type: carrier_pigeon}]\n",
              "sources.a.sinks[0].type: unknown value \"carrier_pigeon\"; expected one of log, http, kafka, "
-             "rabbitmq, nats, redis, sqs, google_pubsub");
+             "rabbitmq, nats, redis, sqs, google_pubsub" TEST_SINKS);
   expect_err("sources:\n  a:\n    sinks: [{type: 5}]\n",
              "sources.a.sinks[0].type: unknown value \"5\"; expected one of log, http, kafka, "
-             "rabbitmq, nats, redis, sqs, google_pubsub");
+             "rabbitmq, nats, redis, sqs, google_pubsub" TEST_SINKS);
 }
 
 Test(config, missing_required_keys) {
@@ -292,7 +308,7 @@ Test(config, range_errors) {
   expect_err("http:\n  port: 99999999999999999999\n",
              "http.port: expected an integer, got \"99999999999999999999\"");
   ak_config_t *cfg = load_ok("batcher:\n  max_delay_ms: 0\nhttp:\n  port: 0\n");
-  cr_expect_eq(cfg->http_port, 0);
+  cr_expect_eq(ak_http_cfg(cfg)->port, 0);
   ak_config_free(cfg);
 }
 
@@ -307,7 +323,7 @@ Test(config, ids) {
   cr_expect(strstr(err, "sources: invalid source id \"0000") == err, "%s", err);
   free(err);
   ak_config_t *cfg = load_ok("sources:\n  A-z_9:\n    tenant: 2024\n    sinks: [{type: log}]\n");
-  cr_expect_str_eq(cfg->sources[0].tenant, "2024");
+  cr_expect_str_eq(ak_sources_cfg(cfg)->v[0].tenant, "2024");
   ak_config_free(cfg);
 }
 
@@ -316,11 +332,11 @@ Test(config, admin_ip) {
   expect_err("admin:\n  ip: \"[::1]\"\n", "admin.ip: expected an IP address literal, got \"[::1]\"");
   expect_err("admin:\n  ip: 10.0.0.256\n", "admin.ip: expected an IP address literal, got \"10.0.0.256\"");
   ak_config_t *cfg = load_ok("admin:\n  ip: \"::1\"\n");
-  cr_expect_str_eq(cfg->admin_ip, "::1");
+  cr_expect_str_eq(ak_admin_cfg(cfg)->ip, "::1");
   ak_config_free(cfg);
   cfg = load_ok("admin:\n  ip: 0.0.0.0\n  enabled: false\n");
-  cr_expect_str_eq(cfg->admin_ip, "0.0.0.0");
-  cr_expect_not(cfg->admin_enabled);
+  cr_expect_str_eq(ak_admin_cfg(cfg)->ip, "0.0.0.0");
+  cr_expect_not(ak_admin_cfg(cfg)->enabled);
   ak_config_free(cfg);
 }
 
@@ -334,11 +350,11 @@ Test(config, admin_principals) {
                              "    - {name: acme-bot, token_sha256: " HASH_B ", scopes: rate_limits:write, "
                              "tenants: [acme, beta]}\n"
                              "audit: {retention_days: 30}\n");
-  cr_expect_str_eq(cfg->admin_ip, "0.0.0.0", "principals allow a non-loopback listener");
-  cr_assert_eq(json_array_size(cfg->admin_principals), 2);
-  expect_json(json_object_get(json_array_get(cfg->admin_principals, 0), "tenants"), "[\"*\"]");
-  expect_json(json_object_get(json_array_get(cfg->admin_principals, 1), "scopes"), "[\"rate_limits:write\"]");
-  cr_expect_eq(cfg->audit_retention_days, 30);
+  cr_expect_str_eq(ak_admin_cfg(cfg)->ip, "0.0.0.0", "principals allow a non-loopback listener");
+  cr_assert_eq(json_array_size(ak_admin_cfg(cfg)->principals), 2);
+  expect_json(json_object_get(json_array_get(ak_admin_cfg(cfg)->principals, 0), "tenants"), "[\"*\"]");
+  expect_json(json_object_get(json_array_get(ak_admin_cfg(cfg)->principals, 1), "scopes"), "[\"rate_limits:write\"]");
+  cr_expect_eq(((const ak_audit_cfg_t *)ak_config_of(cfg, &ak_mod_audit))->retention_days, 30);
   /* print-config never shows the hash either */
   json_t *red = ak_config_redacted(cfg);
   char *text = json_dumps(red, JSON_COMPACT);
@@ -440,22 +456,22 @@ Test(config, dispatch_values) {
                              "  breaker_failures: 0\n  breaker_open_ms: 10\n  breaker_max_open_ms: 10\n"
                              "  retry: {base_ms: 5, max_ms: 5, max_attempts: 1, jitter: false}\n"
                              "  tenants: {max_inflight: 10, max_inflight_bytes: 3, concurrency: 1}\n");
-  cr_expect_eq(cfg->dispatch_batch, 7);
-  cr_expect_eq(cfg->dispatch_concurrency, 9);
-  cr_expect_eq(cfg->dispatch_max_inflight, 10);
-  cr_expect_eq(cfg->dispatch_max_inflight_bytes, 1000);
-  cr_expect_eq(cfg->dispatch_attempt_timeout_ms, 5);
-  cr_expect_eq(cfg->dispatch_sink_concurrency, 9);
-  cr_expect_eq(cfg->dispatch_breaker_failures, 0);
-  cr_expect_eq(cfg->dispatch_breaker_open_ms, 10);
-  cr_expect_eq(cfg->dispatch_breaker_max_open_ms, 10);
-  cr_expect_eq(cfg->dispatch_retry_base_ms, 5);
-  cr_expect_eq(cfg->dispatch_retry_max_ms, 5);
-  cr_expect_eq(cfg->dispatch_retry_max_attempts, 1);
-  cr_expect_not(cfg->dispatch_retry_jitter);
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 10);
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 3);
-  cr_expect_eq(cfg->dispatch_tenant_concurrency, 1);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->batch, 7);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->concurrency, 9);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->max_inflight, 10);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->max_inflight_bytes, 1000);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->attempt_timeout_ms, 5);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->sink_concurrency, 9);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->breaker_failures, 0);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->breaker_open_ms, 10);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->breaker_max_open_ms, 10);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->retry.base_ms, 5);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->retry.max_ms, 5);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->retry.max_attempts, 1);
+  cr_expect_not(ak_dispatch_cfg(cfg)->retry.jitter);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight, 10);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight_bytes, 3);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.concurrency, 1);
   ak_config_free(cfg);
 }
 
@@ -463,17 +479,17 @@ Test(config, dispatch_tenant_defaults_derived) {
   /* a null (or absent) tenant key is a share of the node's window, never below 1 */
   ak_config_t *cfg = load_ok("dispatch:\n  concurrency: 1\n  max_inflight: 3\n  max_inflight_bytes: 7\n"
                              "  tenants: {max_inflight: null}\n");
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 1);
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 1);
-  cr_expect_eq(cfg->dispatch_tenant_concurrency, 1);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight, 1);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight_bytes, 1);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.concurrency, 1);
   expect_json(json_object_get(json_object_get(cfg->effective, "dispatch"), "tenants"),
               "{\"max_inflight\":1,\"max_inflight_bytes\":1,\"concurrency\":1}");
   ak_config_free(cfg);
   cfg = load_ok("dispatch:\n  concurrency: 7\n  max_inflight: 100\n  max_inflight_bytes: 1001\n"
                 "  tenants: {concurrency: 7}\n");
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight, 25);
-  cr_expect_eq(cfg->dispatch_tenant_max_inflight_bytes, 250);
-  cr_expect_eq(cfg->dispatch_tenant_concurrency, 7, "an explicit value may equal the node's");
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight, 25);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.max_inflight_bytes, 250);
+  cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.concurrency, 7, "an explicit value may equal the node's");
   ak_config_free(cfg);
 }
 
@@ -519,11 +535,11 @@ Test(config, dispatch_bounds) {
 
 Test(config, egress_values) {
   ak_config_t *cfg = load_ok("egress:\n  allow_cidrs: [10.1.0.0/16, \"fd00::/8\", 192.168.1.7]\n  allow_http: true\n");
-  cr_assert_eq(cfg->egress_nallow_cidrs, 3);
-  cr_expect_str_eq(cfg->egress_allow_cidrs[0], "10.1.0.0/16");
-  cr_expect_str_eq(cfg->egress_allow_cidrs[1], "fd00::/8");
-  cr_expect_str_eq(cfg->egress_allow_cidrs[2], "192.168.1.7");
-  cr_expect(cfg->egress_allow_http);
+  cr_assert_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.n, 3);
+  cr_expect_str_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.v[0], "10.1.0.0/16");
+  cr_expect_str_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.v[1], "fd00::/8");
+  cr_expect_str_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.v[2], "192.168.1.7");
+  cr_expect(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_http);
   ak_config_free(cfg);
 }
 
@@ -557,7 +573,7 @@ static void expect_url_err(const char *url, const char *extra, const char *want)
 static void expect_url_ok(const char *url, const char *extra) {
   char *y = http_src(url, extra);
   ak_config_t *cfg = load_ok(y);
-  cr_expect_str_eq(cfg->sources[0].sinks[1].type, "http");
+  cr_expect_str_eq(ak_sources_cfg(cfg)->v[0].sinks[1].type, "http");
   ak_config_free(cfg);
   free(y);
 }
@@ -598,7 +614,7 @@ Test(config, http_sink_url_refused_at_load) {
 Test(config, http_sink_options) {
   ak_config_t *cfg = load_ok("sources:\n  a:\n    sinks:\n      - type: http\n        url: https://h.example.com/x\n"
                              "        method: put\n        headers: {X-Team: blue}\n        secret: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, s2]\n");
-  const json_t *o = cfg->sources[0].sinks[0].opts;
+  const json_t *o = ak_sources_cfg(cfg)->v[0].sinks[0].opts;
   expect_json(o, "{\"type\":\"http\",\"url\":\"https://h.example.com/x\",\"method\":\"put\",\"headers\":{\"X-Team\":\"blue\"},"
                  "\"timeout_ms\":5000,\"max_response_bytes\":65536,"
                  "\"secret\":[\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\",\"s2\"]}");
@@ -625,17 +641,17 @@ Test(config, forward_headers) {
   ak_config_t *cfg = load_ok(SRC "    forward_headers: [X-GitHub-Event, x-github-event, X-Hub-Signature-256]\n"
                                  "  b:\n    sinks: [{type: log}]\n    forward_headers: []\n"
                                  "  c:\n    sinks: [{type: log}]\n    forward_headers:\n");
-  const ak_source_cfg_t *a = ak_config_source(cfg, "a");
+  const ak_source_cfg_t *a = ak_source_cfg_find(cfg, "a");
   cr_expect_not(a->forward_default);
   cr_assert_eq(a->nforward_headers, 2);
   cr_expect_str_eq(a->forward_headers[0], "x-github-event");
   cr_expect_str_eq(a->forward_headers[1], "x-hub-signature-256");
   expect_json(json_object_get(json_object_get(json_object_get(cfg->effective, "sources"), "a"), "forward_headers"),
               "[\"x-github-event\",\"x-hub-signature-256\"]");
-  const ak_source_cfg_t *b = ak_config_source(cfg, "b");
+  const ak_source_cfg_t *b = ak_source_cfg_find(cfg, "b");
   cr_expect_not(b->forward_default, "[]: none");
   cr_expect_eq(b->nforward_headers, 0);
-  const ak_source_cfg_t *c = ak_config_source(cfg, "c");
+  const ak_source_cfg_t *c = ak_source_cfg_find(cfg, "c");
   cr_expect(c->forward_default, "null: the default set");
   ak_config_free(cfg);
   expect_err(SRC "    forward_headers: [x-a, \"\"]\n", "sources.a.forward_headers[1]: must not be empty");
@@ -648,9 +664,9 @@ Test(config, forward_headers) {
 Test(config, coercions) {
   ak_config_t *cfg = load_ok("http:\n  port: \"4001\"\nadmin:\n  enabled: \"FALSE\"\n"
                              "sources:\n  a:\n    sinks: [{type: log}]\n    trust_url_tenant: \"TRUE\"\n");
-  cr_expect_eq(cfg->http_port, 4001);
-  cr_expect_not(cfg->admin_enabled);
-  cr_expect(cfg->sources[0].trust_url_tenant);
+  cr_expect_eq(ak_http_cfg(cfg)->port, 4001);
+  cr_expect_not(ak_admin_cfg(cfg)->enabled);
+  cr_expect(ak_sources_cfg(cfg)->v[0].trust_url_tenant);
   expect_json(json_object_get(json_object_get(cfg->effective, "http"), "port"), "4001");
   ak_config_free(cfg);
 }
@@ -664,7 +680,7 @@ Test(config, prefix_normalisation) {
     char yaml[128];
     snprintf(yaml, sizeof yaml, "http:\n  prefix: %s\n", cases[i].in);
     ak_config_t *cfg = load_ok(yaml);
-    cr_expect_str_eq(cfg->http_prefix, cases[i].out, "prefix %s", cases[i].in);
+    cr_expect_str_eq(ak_http_cfg(cfg)->prefix, cases[i].out, "prefix %s", cases[i].in);
     ak_config_free(cfg);
   }
   expect_err("http:\n  prefix: /a b/c\n",
@@ -676,17 +692,17 @@ Test(config, prefix_normalisation) {
 
 Test(config, roles) {
   ak_config_t *cfg = load_ok("node:\n  roles: \"edge, storage\"\n");
-  cr_expect_eq(cfg->roles, AK_ROLE_EDGE | AK_ROLE_STORAGE);
+  cr_expect_eq(ak_node_cfg(cfg)->roles, AK_ROLE_EDGE | AK_ROLE_STORAGE);
   expect_json(json_object_get(json_object_get(cfg->effective, "node"), "roles"), "[\"edge\",\"storage\"]");
   ak_config_free(cfg);
   cfg = load_ok("node:\n  roles: [claim_check, edge, edge]\n");
-  cr_expect_eq(cfg->roles, AK_ROLE_CLAIM_CHECK | AK_ROLE_EDGE);
+  cr_expect_eq(ak_node_cfg(cfg)->roles, AK_ROLE_CLAIM_CHECK | AK_ROLE_EDGE);
   char buf[64];
-  cr_expect_str_eq(ak_config_roles_text(cfg->roles, buf, sizeof buf), "edge,claim_check");
+  cr_expect_str_eq(ak_node_roles_text(ak_node_cfg(cfg)->roles, buf, sizeof buf), "edge,claim_check");
   expect_json(json_object_get(json_object_get(cfg->effective, "node"), "roles"), "[\"claim_check\",\"edge\"]");
   ak_config_free(cfg);
-  cr_expect_str_eq(ak_config_roles_text(0, buf, sizeof buf), "");
-  cr_expect_str_eq(ak_config_wal_text(AK_WAL_DUAL), "dual");
+  cr_expect_str_eq(ak_node_roles_text(0, buf, sizeof buf), "");
+  cr_expect_str_eq(ak_wal_type_text(AK_WAL_DUAL), "dual");
 }
 
 /* ------------------------------------------------------------- interpolation ---- */
@@ -698,18 +714,18 @@ Test(config, interpolation) {
                                  "log:\n  level: ${LEVEL:-debug}\n"
                                  "sources:\n  s:\n    tenant: t${EMPTY:-zzz}\n    sinks: [{type: \"${SINK:-log}\"}]\n",
                                  env);
-  cr_expect_str_eq(cfg->data_dir, "/srv/data/x");
-  cr_expect_eq(cfg->http_port, 4100);
-  cr_expect_str_eq(cfg->http_prefix, "/ab/c");
-  cr_expect_eq(cfg->log_level, AK_LOG_DEBUG);
-  cr_expect_str_eq(cfg->sources[0].tenant, "t");
+  cr_expect_str_eq(ak_node_cfg(cfg)->data_dir, "/srv/data/x");
+  cr_expect_eq(ak_http_cfg(cfg)->port, 4100);
+  cr_expect_str_eq(ak_http_cfg(cfg)->prefix, "/ab/c");
+  cr_expect_eq(((const ak_log_cfg_t *)ak_config_of(cfg, &ak_mod_log))->level, AK_LOG_DEBUG);
+  cr_expect_str_eq(ak_sources_cfg(cfg)->v[0].tenant, "t");
   ak_config_free(cfg);
   /* a substituted value is taken literally, never scanned again */
   cfg = load_ok_env("node:\n  data_dir: ${LIT}\n", env);
-  cr_expect_str_eq(cfg->data_dir, "${NOT_ME}");
+  cr_expect_str_eq(ak_node_cfg(cfg)->data_dir, "${NOT_ME}");
   ak_config_free(cfg);
   cfg = load_ok_env("node:\n  data_dir: x${UNSET:-}\n", env);
-  cr_expect_str_eq(cfg->data_dir, "x");
+  cr_expect_str_eq(ak_node_cfg(cfg)->data_dir, "x");
   ak_config_free(cfg);
 }
 
@@ -731,13 +747,13 @@ Test(config, env_overrides) {
                        "ANKUSA_ADMIN_IP=::1",             "ANKUSA_WAL_TYPE=disk",
                        NULL};
   ak_config_t *cfg = load_ok_env("node:\n  data_dir: /file\nhttp:\n  port: 1\nlog:\n  level: debug\n", env);
-  cr_expect_eq(cfg->roles, AK_ROLE_EDGE | AK_ROLE_CLAIM_CHECK);
-  cr_expect_str_eq(cfg->data_dir, "/var/lib/ak");
-  cr_expect_eq(cfg->log_level, AK_LOG_ERROR);
-  cr_expect_eq(cfg->http_port, 5000);
-  cr_expect_eq(cfg->admin_port, 5002);
-  cr_expect_str_eq(cfg->admin_ip, "::1");
-  cr_expect_eq(cfg->wal_type, AK_WAL_DISK);
+  cr_expect_eq(ak_node_cfg(cfg)->roles, AK_ROLE_EDGE | AK_ROLE_CLAIM_CHECK);
+  cr_expect_str_eq(ak_node_cfg(cfg)->data_dir, "/var/lib/ak");
+  cr_expect_eq(((const ak_log_cfg_t *)ak_config_of(cfg, &ak_mod_log))->level, AK_LOG_ERROR);
+  cr_expect_eq(ak_http_cfg(cfg)->port, 5000);
+  cr_expect_eq(ak_admin_cfg(cfg)->port, 5002);
+  cr_expect_str_eq(ak_admin_cfg(cfg)->ip, "::1");
+  cr_expect_eq(ak_wal_cfg(cfg)->type, AK_WAL_DISK);
   expect_json(json_object_get(json_object_get(cfg->effective, "http"), "port"), "5000");
   ak_config_free(cfg);
 }
@@ -745,11 +761,11 @@ Test(config, env_overrides) {
 Test(config, env_port_fallback) {
   const char *env[] = {"PORT=6000", NULL};
   ak_config_t *cfg = load_ok_env("http:\n  port: 1\n", env);
-  cr_expect_eq(cfg->http_port, 6000);
+  cr_expect_eq(ak_http_cfg(cfg)->port, 6000);
   ak_config_free(cfg);
   const char *env2[] = {"ANKUSA_HTTP_PORT=", "PORT=6001", NULL};
   cfg = load_ok_env("", env2);
-  cr_expect_eq(cfg->http_port, 6001);
+  cr_expect_eq(ak_http_cfg(cfg)->port, 6001);
   ak_config_free(cfg);
 }
 
@@ -769,12 +785,12 @@ Test(config, env_bad_values) {
   /* the file value an env var replaces is not checked (env beats the file) */
   const char *env6[] = {"ANKUSA_LOG_LEVEL=warning", NULL};
   ak_config_t *cfg = load_ok_env("log:\n  level: nonsense\n", env6);
-  cr_expect_eq(cfg->log_level, AK_LOG_WARNING);
+  cr_expect_eq(((const ak_log_cfg_t *)ak_config_of(cfg, &ak_mod_log))->level, AK_LOG_WARNING);
   ak_config_free(cfg);
   /* env values are literal: no interpolation */
   const char *env7[] = {"ANKUSA_DATA_DIR=${HOME}", NULL};
   cfg = load_ok_env("", env7);
-  cr_expect_str_eq(cfg->data_dir, "${HOME}");
+  cr_expect_str_eq(ak_node_cfg(cfg)->data_dir, "${HOME}");
   ak_config_free(cfg);
 }
 
@@ -785,7 +801,7 @@ Test(config, tenant_path_trust_rule) {
              "sources.a: a shared source (tenant \"default\") with no verifier under tenant_path routing "
              "lets any URL tenant file hooks; set trust_url_tenant: true to allow it");
   ak_config_t *cfg = load_ok("http:\n  routing: tenant_path\n" SRC "    trust_url_tenant: true\n");
-  cr_expect_eq(cfg->http_routing, AK_ROUTING_TENANT_PATH);
+  cr_expect_eq(ak_http_cfg(cfg)->routing, AK_ROUTING_TENANT_PATH);
   ak_config_free(cfg);
   cfg = load_ok("http:\n  routing: tenant_path\n" SRC "    tenant: acme\n");
   ak_config_free(cfg);
@@ -858,7 +874,7 @@ Test(config, redaction_by_option_rows) {
   };
   json_t *tree = json_pack("{s:{s:s, s:s}, s:[s, s], s:s}", "svc", "api_key", "k-777", "name", "n",
                            "keys", "s1-abc", "s2-def", "other", "o");
-  json_t *red = ak_config_redact_tree(tree, rows);
+  json_t *red = ak_config_redact_tree(NULL, tree, rows);
   expect_json(red, "{\"svc\":{\"api_key\":\"[REDACTED]\",\"name\":\"n\"},\"keys\":\"[REDACTED]\",\"other\":\"o\"}");
   json_decref(red);
   json_decref(tree);
@@ -924,29 +940,29 @@ Test(config, find_order) {
     cr_expect_eq(ak_config_find(NULL, NOENV, &path, &err), 0);
     cr_expect_null(path);
     ak_config_t *cfg = NULL;
-    cr_expect_eq(ak_config_load(NULL, NOENV, &cfg, &err), 0);
+    cr_expect_eq(ak_config_load(ak_modules(), NULL, NOENV, &cfg, &err), 0);
     cr_expect_null(cfg->path);
-    cr_expect_eq(cfg->http_port, 4000);
+    cr_expect_eq(ak_http_cfg(cfg)->port, 4000);
     ak_config_free(cfg);
     /* ./ankusa.yml when nothing else names a file */
     char *local = write_file(dir, "ankusa.yml", "http:\n  port: 4300\n");
     cr_expect_eq(ak_config_find(NULL, NOENV, &path, &err), 0);
     cr_expect_str_eq(path, "./ankusa.yml");
     free(path);
-    cr_expect_eq(ak_config_load(NULL, NOENV, &cfg, &err), 0);
+    cr_expect_eq(ak_config_load(ak_modules(), NULL, NOENV, &cfg, &err), 0);
     cr_expect_str_eq(cfg->path, "./ankusa.yml");
-    cr_expect_eq(cfg->http_port, 4300);
+    cr_expect_eq(ak_http_cfg(cfg)->port, 4300);
     ak_config_free(cfg);
     unlink(local);
     free(local);
   }
   /* load() follows the same order */
   ak_config_t *cfg = NULL;
-  cr_expect_eq(ak_config_load(NULL, env, &cfg, &err), 0);
+  cr_expect_eq(ak_config_load(ak_modules(), NULL, env, &cfg, &err), 0);
   cr_expect_str_eq(cfg->path, envfile);
-  cr_expect_eq(cfg->http_port, 4100);
+  cr_expect_eq(ak_http_cfg(cfg)->port, 4100);
   ak_config_free(cfg);
-  cr_expect_eq(ak_config_load(missing, NOENV, &cfg, &err), -1);
+  cr_expect_eq(ak_config_load(ak_modules(), missing, NOENV, &cfg, &err), -1);
   cr_expect(strstr(err, missing) != NULL, "%s", err);
   free(err);
 
@@ -967,16 +983,16 @@ Test(config, load_file_errors_name_the_path) {
   char *bad = write_file(dir, "bad.yml", "http:\n  port: [\n");
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  cr_expect_eq(ak_config_load_file(bad, NOENV, &cfg, &err), -1);
+  cr_expect_eq(ak_config_load_file(ak_modules(), bad, NOENV, &cfg, &err), -1);
   cr_expect(strncmp(err, bad, strlen(bad)) == 0 && strstr(err, ": invalid YAML at line ") != NULL, "%s", err);
   free(err);
-  cr_expect_eq(ak_config_load_file(dir, NOENV, &cfg, &err), -1); /* a directory */
+  cr_expect_eq(ak_config_load_file(ak_modules(), dir, NOENV, &cfg, &err), -1); /* a directory */
   cr_expect(strstr(err, dir) != NULL, "%s", err);
   free(err);
   char *good = write_file(dir, "good.yml", SRC);
-  cr_expect_eq(ak_config_load_file(good, NOENV, &cfg, &err), 0);
+  cr_expect_eq(ak_config_load_file(ak_modules(), good, NOENV, &cfg, &err), 0);
   cr_expect_str_eq(cfg->path, good);
-  cr_expect_eq(cfg->nsources, 1);
+  cr_expect_eq(ak_sources_cfg(cfg)->n, 1);
   ak_config_free(cfg);
   unlink(bad);
   unlink(good);
@@ -986,11 +1002,16 @@ Test(config, load_file_errors_name_the_path) {
   free(dir);
 }
 
+/* The root sections are the module table's, in its (lifecycle) order: src/modules.c. */
 Test(config, root_options_table) {
-  const ak_opt_t *rows = ak_config_root_options();
-  const char *want[] = {"node", "log", "http", "admin", "audit", "store_headers", "routes", "rate_limits", "admission", "quarantine", "batcher",
-                        "dispatch", "egress", "wal", "dedupe", "storage", "claim_check", "backup", "sources", "source_store",
-                        "lifecycle"};
+  ak_config_t *cfg = NULL;
+  char *err = NULL;
+  const char *const env[] = {NULL};
+  cr_assert_eq(ak_config_load_string(ak_modules(), "", 0, env, &cfg, &err), 0, "%s", err);
+  const ak_opt_t *rows = ak_config_root_options(cfg);
+  const char *want[] = {"node", "log", "sources", "source_store", "audit", "store_headers", "routes", "rate_limits",
+                        "admission", "quarantine", "dedupe", "egress", "dispatch", "admin", "http", "batcher",
+                        "wal", "storage", "claim_check", "backup", "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {
     cr_assert_lt(n, sizeof want / sizeof want[0]);
@@ -998,6 +1019,7 @@ Test(config, root_options_table) {
     n++;
   }
   cr_expect_eq(n, sizeof want / sizeof want[0]);
+  ak_config_free(cfg);
 }
 
 /* ------------------------------------------------- rate_limits and admission ---- */
@@ -1070,11 +1092,11 @@ Test(config, admission_keys) {
 
 Test(config, tenant_share_of_the_queue) {
   ak_config_t *cfg = load_ok("batcher: {max_queue: 100, max_queue_bytes: 1000, tenant_max_queue: 100}\n");
-  cr_expect_eq(cfg->batcher_tenant_max_queue, 100);
-  cr_expect_eq(cfg->batcher_tenant_max_queue_bytes, 250);
+  cr_expect_eq(ak_batcher_cfg(cfg)->tenant_max_queue, 100);
+  cr_expect_eq(ak_batcher_cfg(cfg)->tenant_max_queue_bytes, 250);
   ak_config_free(cfg);
   cfg = load_ok("batcher: {max_queue: 3}\n");
-  cr_expect_eq(cfg->batcher_tenant_max_queue, 1, "never below one record");
+  cr_expect_eq(ak_batcher_cfg(cfg)->tenant_max_queue, 1, "never below one record");
   ak_config_free(cfg);
   expect_err("batcher: {max_queue: 100, tenant_max_queue: 101}\n",
              "batcher.tenant_max_queue must be between 1 and 100 (batcher.max_queue), got 101");

@@ -20,13 +20,25 @@
 #include "queue/writer.h"
 #include "store/store.h"
 #include "writer_waiter.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 static const char *const NOENV[] = {NULL};
 
 static ak_config_t *load_ok(const char *yaml) {
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(yaml, strlen(yaml), NOENV, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), yaml, strlen(yaml), NOENV, &cfg, &err);
   cr_assert_eq(rc, 0, "load failed: %s\n%s", err ? err : "(no message)", yaml);
   return cfg;
 }
@@ -34,7 +46,7 @@ static ak_config_t *load_ok(const char *yaml) {
 static void expect_err(const char *yaml, const char *want) {
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(yaml, strlen(yaml), NOENV, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), yaml, strlen(yaml), NOENV, &cfg, &err);
   cr_assert_eq(rc, -1, "load unexpectedly succeeded for:\n%s", yaml);
   cr_expect_str_eq(err, want, "yaml:\n%s", yaml);
   free(err);
@@ -48,7 +60,7 @@ static void expect_source(const char *dedupe_yaml, ak_dedupe_from_t from, const 
   char yaml[512];
   snprintf(yaml, sizeof yaml, SRC "    dedupe: %s\n", dedupe_yaml);
   ak_config_t *cfg = load_ok(yaml);
-  const ak_source_cfg_t *s = ak_config_source(cfg, "a");
+  const ak_source_cfg_t *s = ak_source_cfg_find(cfg, "a");
   cr_assert_not_null(s);
   cr_expect_eq(s->dedupe_from, from, "%s", dedupe_yaml);
   if (field) cr_expect_str_eq(s->dedupe_field, field, "%s", dedupe_yaml);
@@ -72,10 +84,10 @@ Test(dedupe_config, presets_headers_and_paths) {
 
 Test(dedupe_config, absent_is_off_and_root_defaults) {
   ak_config_t *cfg = load_ok(SRC "dedupe: {max_entries: 5, max_entries_per_tenant: 2, sweep_interval_ms: 50}\n");
-  cr_expect_eq(cfg->sources[0].dedupe_from, AK_DEDUPE_NONE);
-  cr_expect_eq(cfg->dedupe_max_entries, 5);
-  cr_expect_eq(cfg->dedupe_max_entries_per_tenant, 2);
-  cr_expect_eq(cfg->dedupe_sweep_interval_ms, 50);
+  cr_expect_eq(ak_sources_cfg(cfg)->v[0].dedupe_from, AK_DEDUPE_NONE);
+  cr_expect_eq(ak_dedupe_cfg(cfg)->max_entries, 5);
+  cr_expect_eq(ak_dedupe_cfg(cfg)->max_entries_per_tenant, 2);
+  cr_expect_eq(ak_dedupe_cfg(cfg)->sweep_interval_ms, 50);
   json_t *src = json_object_get(json_object_get(cfg->effective, "sources"), "a");
   cr_expect_null(json_object_get(src, "dedupe"), "absent stays absent in print-config");
   ak_config_free(cfg);
@@ -175,19 +187,19 @@ Test(dedupe_key, every_preset_reads_its_header_in_any_case) {
     ak_header_t h[] = {H("Content-Type", "application/json"),
                        {cases[i].sent, strlen(cases[i].sent), "evt-42", 6}};
     size_t len;
-    char *k = ak_dedupe_key_extract(&cfg->sources[0], h, 2, (const uint8_t *)"{}", 2, &len);
+    char *k = ak_dedupe_key_extract(&ak_sources_cfg(cfg)->v[0], h, 2, (const uint8_t *)"{}", 2, &len);
     cr_assert_not_null(k, "%s", cases[i].preset);
     cr_expect_str_eq(k, "evt-42");
     free(k);
     /* a body id is not a header */
-    k = ak_dedupe_key_extract(&cfg->sources[0], h, 1, (const uint8_t *)"{\"id\":\"x\"}", 10, &len);
+    k = ak_dedupe_key_extract(&ak_sources_cfg(cfg)->v[0], h, 1, (const uint8_t *)"{\"id\":\"x\"}", 10, &len);
     cr_expect_null(k, "%s: no header, no key", cases[i].preset);
     ak_config_free(cfg);
   }
   ak_config_t *cfg = load_ok(SRC "    dedupe: stripe\n");
   const char *body = "{\"id\":\"evt_1Nq\",\"object\":\"event\",\"data\":{\"object\":{\"id\":\"pi_1\"}}}";
   size_t len;
-  char *k = ak_dedupe_key_extract(&cfg->sources[0], NULL, 0, (const uint8_t *)body, strlen(body), &len);
+  char *k = ak_dedupe_key_extract(&ak_sources_cfg(cfg)->v[0], NULL, 0, (const uint8_t *)body, strlen(body), &len);
   cr_assert_not_null(k);
   cr_expect_str_eq(k, "evt_1Nq");
   free(k);
@@ -348,6 +360,7 @@ static void node_open(node_t *n, const char *extra) {
   n->inst.metrics = ak_metrics_new();
   ak_idgen_init(&n->inst.ids);
   snprintf(p, sizeof p, "%s/store", dir);
+  n->inst.roles = n->inst.cfg ? ak_node_cfg(n->inst.cfg)->roles : 0;
   n->inst.store = ak_store_new(p, false);
   char *err = NULL;
   cr_assert_eq(ak_store_open(n->inst.store, &err), 0, "%s", err ? err : "");
@@ -369,7 +382,7 @@ static void node_close(node_t *n) {
 /* A hook of source si carrying key (or none), ready to submit. */
 static void make_req(node_t *n, ak_write_req_t *r, size_t si, const char *key, waiter_t *wt) {
   memset(r, 0, sizeof *r);
-  const ak_source_cfg_t *s = &n->inst.cfg->sources[si];
+  const ak_source_cfg_t *s = &ak_sources_cfg(n->inst.cfg)->v[si];
   ak_envelope_t e = {0};
   ak_uuid7_new(&n->inst.ids, 1000, e.id);
   memcpy(r->id, e.id, 16);

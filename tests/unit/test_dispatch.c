@@ -15,6 +15,18 @@
 #include "core/sources.h"
 #include "dispatch/dispatch.h"
 #include "store/store.h"
+#include "modules.h"
+#include "core/node.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 #define FAR_FUTURE 4000000000000LL
 
@@ -33,11 +45,12 @@ static void fx_open(fx_t *f, const char *dispatch_yaml) {
            dispatch_yaml ? dispatch_yaml : "");
   char *err = NULL;
   const char *env[] = {NULL};
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &f->inst.cfg, &err), 0, "config: %s", err);
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &f->inst.cfg, &err), 0, "config: %s", err);
   f->inst.name = "default";
   f->inst.metrics = ak_metrics_new();
   char sp[128];
   snprintf(sp, sizeof sp, "%s/store", f->dir);
+  f->inst.roles = f->inst.cfg ? ak_node_cfg(f->inst.cfg)->roles : 0;
   f->inst.store = ak_store_new(sp, false);
   cr_assert_eq(ak_store_open(f->inst.store, &err), 0, "open: %s", err);
   char serr[256];
@@ -211,7 +224,7 @@ Test(dispatch, unbuildable_sink_refused_with_its_key) {
       "sources:\n  s: {sinks: [{type: log}, {type: http, url: 'https://example.com/x', secret: 'whsec_%%%'}]}\n";
   char *err = NULL;
   const char *env[] = {NULL};
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &f.inst.cfg, &err), 0, "config: %s", err);
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &f.inst.cfg, &err), 0, "config: %s", err);
   f.inst.name = "default";
   f.inst.metrics = ak_metrics_new();
   char e[256] = "";

@@ -19,6 +19,7 @@
 #include "core/envelope.h"
 #include "sinks/egress.h"
 #include "sinks/forward.h"
+#include "core/sources.h"
 #include "sinks/sink.h"
 
 extern const ak_sink_vtable_t ak_sink_http;
@@ -1105,12 +1106,12 @@ Test(http_sink, other_schemes_refused) {
 Test(http_sink, option_rows_declared) {
   const char *want[] = {"url", "method", "headers", "timeout_ms", "max_response_bytes", "secret"};
   size_t n = 0;
-  for (const ak_opt_t *o = ak_sink_http.options; o->key; o++, n++) cr_expect_str_eq(o->key, want[n]);
+  for (const ak_opt_t *o = ak_sink_http.plugin.options; o->key; o++, n++) cr_expect_str_eq(o->key, want[n]);
   cr_expect_eq(n, 6);
-  cr_expect_str_eq(ak_sink_http.type, "http");
+  cr_expect_str_eq(ak_sink_http.plugin.type, "http");
   cr_expect(ak_sink_http.durable);
   cr_expect_eq(ak_sinks_find("http"), &ak_sink_http, "the registry lists the real sink");
-  cr_expect(ak_sink_http.supported);
+  cr_expect(!ak_sink_http.plugin.unsupported);
 }
 
 /* Every http_sink case again with one worker and with four, whatever this box has (a

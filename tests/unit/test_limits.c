@@ -13,6 +13,20 @@
 #include "edge/admission.h"
 #include "edge/quota.h"
 #include "queue/tenantshare.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 #define MS 1000000LL
 #define S 1000000000LL
@@ -398,7 +412,7 @@ static ak_config_t *load(const char *yaml) {
   static const char *const noenv[] = {NULL};
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), noenv, &cfg, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), noenv, &cfg, &err), 0, "%s", err ? err : "");
   return cfg;
 }
 

@@ -17,6 +17,17 @@
 #include "store/store.h"
 #include "verify/verifier.h"
 #include "writer_waiter.h"
+#include "modules.h"
+#include "core/node.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/dedupe.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 #define MS 1000000LL /* ns */
 
@@ -169,7 +180,7 @@ static ak_config_t *load(const char *yaml, char **err) {
   const char *const env[] = {NULL};
   ak_config_t *cfg = NULL;
   *err = NULL;
-  if (ak_config_load_string(yaml, strlen(yaml), env, &cfg, err) != 0) return NULL;
+  if (ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, err) != 0) return NULL;
   return cfg;
 }
 
@@ -177,15 +188,15 @@ Test(pen, config_defaults_and_bounds) {
   char *err;
   ak_config_t *cfg = load("sources:\n  a: {sinks: [{type: log}]}\n", &err);
   cr_assert_not_null(cfg, "%s", err);
-  cr_expect_eq(cfg->quarantine_burst, 100);
-  cr_expect_float_eq(cfg->quarantine_rate, 20.0, 1e-9);
-  cr_expect_eq(cfg->quarantine_max_bytes, 1073741824LL);
+  cr_expect_eq(((const ak_quarantine_cfg_t *)ak_config_of(cfg, &ak_mod_quarantine))->burst, 100);
+  cr_expect_float_eq(((const ak_quarantine_cfg_t *)ak_config_of(cfg, &ak_mod_quarantine))->rate, 20.0, 1e-9);
+  cr_expect_eq(((const ak_quarantine_cfg_t *)ak_config_of(cfg, &ak_mod_quarantine))->max_bytes, 1073741824LL);
   ak_config_free(cfg);
   cfg = load("quarantine: {burst: 2, rate: 0.001, max_bytes: 1000}\n", &err);
   cr_assert_not_null(cfg, "%s", err);
-  cr_expect_eq(cfg->quarantine_burst, 2);
-  cr_expect_float_eq(cfg->quarantine_rate, 0.001, 1e-12);
-  cr_expect_eq(cfg->quarantine_max_bytes, 1000);
+  cr_expect_eq(((const ak_quarantine_cfg_t *)ak_config_of(cfg, &ak_mod_quarantine))->burst, 2);
+  cr_expect_float_eq(((const ak_quarantine_cfg_t *)ak_config_of(cfg, &ak_mod_quarantine))->rate, 0.001, 1e-12);
+  cr_expect_eq(((const ak_quarantine_cfg_t *)ak_config_of(cfg, &ak_mod_quarantine))->max_bytes, 1000);
   ak_config_free(cfg);
   const char *bad[][2] = {
       {"quarantine: {burst: 0}\n", "quarantine.burst"},
@@ -243,6 +254,7 @@ static void node_open(node_t *n, const char *batcher) {
   n->inst.metrics = ak_metrics_new();
   ak_idgen_init(&n->inst.ids);
   snprintf(n->path, sizeof n->path, "%s/store", dir);
+  n->inst.roles = n->inst.cfg ? ak_node_cfg(n->inst.cfg)->roles : 0;
   n->inst.store = ak_store_new(n->path, false);
   cr_assert_eq(ak_store_open(n->inst.store, &err), 0, "%s", err ? err : "");
   n->inst.pen = ak_pen_new(&n->inst);
@@ -294,7 +306,7 @@ static ak_wr_status_t hold(node_t *n, size_t src, int64_t at, const char *body, 
   waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   int64_t ra;
   cr_assert_eq(ak_pen_admit(n->inst.pen, n->b[src], strlen(body), &ra), AK_PEN_OK);
-  const ak_source_cfg_t *s = &n->inst.cfg->sources[src];
+  const ak_source_cfg_t *s = &ak_sources_cfg(n->inst.cfg)->v[src];
   r.rec = make_rec(&n->inst, at, r.id, &r.rec_len, s->id, s->tenant, body);
   memcpy(id, r.id, 16);
   r.body_len = strlen(body);
@@ -426,7 +438,7 @@ Test(penstore, pen_entries_share_the_batch_and_take_no_seq) {
   waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   for (int i = 0; i < N; i++) {
     memset(&r[i], 0, sizeof r[i]);
-    const ak_source_cfg_t *s = &n.inst.cfg->sources[1];
+    const ak_source_cfg_t *s = &ak_sources_cfg(n.inst.cfg)->v[1];
     r[i].rec = make_rec(&n.inst, 5000 + i, r[i].id, &r[i].rec_len, s->id, s->tenant, "body");
     r[i].body_len = 4;
     r[i].received_at_ms = 5000 + i;

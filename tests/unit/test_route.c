@@ -3,12 +3,26 @@
 #include <string.h>
 #include "core/config.h"
 #include "edge/route.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 static ak_config_t *load(const char *yaml) {
   const char *const env[] = {NULL};
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err);
   cr_assert_eq(rc, 0, "config: %s", err ? err : "");
   return cfg;
 }
@@ -18,31 +32,31 @@ Test(route, path_routing) {
   ak_route_t r;
   const ak_source_cfg_t *src;
   const char *tenant;
-  cr_assert_eq(ak_route_parse(c, "/webhooks/demo", &r), AK_ROUTE_OK);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/webhooks/demo", &r), AK_ROUTE_OK);
   cr_assert_str_eq(r.source_id, "demo");
   cr_assert_eq(ak_route_bind(c, &r, &src, &tenant), AK_ROUTE_OK);
   cr_assert_str_eq(tenant, "default");
-  cr_assert_eq(ak_route_parse(c, "//webhooks//demo/", &r), AK_ROUTE_OK, "empty segments dropped");
-  cr_assert_eq(ak_route_parse(c, "/webhooks/acme_src", &r), AK_ROUTE_OK);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "//webhooks//demo/", &r), AK_ROUTE_OK, "empty segments dropped");
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/webhooks/acme_src", &r), AK_ROUTE_OK);
   cr_assert_eq(ak_route_bind(c, &r, &src, &tenant), AK_ROUTE_OK);
   cr_assert_str_eq(tenant, "acme", "path routing files under the source's tenant");
-  cr_assert_eq(ak_route_parse(c, "/webhooks/nope", &r), AK_ROUTE_OK);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/webhooks/nope", &r), AK_ROUTE_OK);
   cr_assert_eq(ak_route_bind(c, &r, &src, &tenant), AK_ROUTE_UNKNOWN_SOURCE);
-  cr_assert_eq(ak_route_parse(c, "/webhooks", &r), AK_ROUTE_UNKNOWN_SOURCE);
-  cr_assert_eq(ak_route_parse(c, "/webhooks/a/b", &r), AK_ROUTE_UNKNOWN_SOURCE);
-  cr_assert_eq(ak_route_parse(c, "/webhooks/de%6Do", &r), AK_ROUTE_UNKNOWN_SOURCE, "no percent-decoding");
-  cr_assert_eq(ak_route_parse(c, "/other/demo", &r), AK_ROUTE_NOT_FOUND);
-  cr_assert_eq(ak_route_parse(c, "/webhooksX/demo", &r), AK_ROUTE_NOT_FOUND);
-  cr_assert_eq(ak_route_parse(c, "/", &r), AK_ROUTE_NOT_FOUND);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/webhooks", &r), AK_ROUTE_UNKNOWN_SOURCE);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/webhooks/a/b", &r), AK_ROUTE_UNKNOWN_SOURCE);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/webhooks/de%6Do", &r), AK_ROUTE_UNKNOWN_SOURCE, "no percent-decoding");
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/other/demo", &r), AK_ROUTE_NOT_FOUND);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/webhooksX/demo", &r), AK_ROUTE_NOT_FOUND);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/", &r), AK_ROUTE_NOT_FOUND);
   ak_config_free(c);
 }
 
 Test(route, no_prefix) {
   ak_config_t *c = load("http: {prefix: /}\nsources:\n  demo: {sinks: [{type: log}]}\n");
   ak_route_t r;
-  cr_assert_eq(ak_route_parse(c, "/demo", &r), AK_ROUTE_OK);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/demo", &r), AK_ROUTE_OK);
   cr_assert_str_eq(r.source_id, "demo");
-  cr_assert_eq(ak_route_parse(c, "/", &r), AK_ROUTE_NOT_FOUND);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/", &r), AK_ROUTE_NOT_FOUND);
   ak_config_free(c);
 }
 
@@ -54,24 +68,24 @@ Test(route, tenant_path_binding) {
   ak_route_t r;
   const ak_source_cfg_t *src;
   const char *tenant;
-  cr_assert_eq(ak_route_parse(c, "/hooks/v1/acme/owned", &r), AK_ROUTE_OK);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/hooks/v1/acme/owned", &r), AK_ROUTE_OK);
   cr_assert_str_eq(r.url_tenant, "acme");
   cr_assert_eq(ak_route_bind(c, &r, &src, &tenant), AK_ROUTE_OK);
   cr_assert_str_eq(tenant, "acme");
-  cr_assert_eq(ak_route_parse(c, "/hooks/v1/other/owned", &r), AK_ROUTE_OK);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/hooks/v1/other/owned", &r), AK_ROUTE_OK);
   cr_assert_eq(ak_route_bind(c, &r, &src, &tenant), AK_ROUTE_UNKNOWN_SOURCE, "owned source, other tenant");
-  cr_assert_eq(ak_route_parse(c, "/hooks/v1/zeta/shared", &r), AK_ROUTE_OK);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/hooks/v1/zeta/shared", &r), AK_ROUTE_OK);
   cr_assert_eq(ak_route_bind(c, &r, &src, &tenant), AK_ROUTE_OK);
   cr_assert_str_eq(tenant, "zeta", "a shared source files under the URL tenant");
-  cr_assert_eq(ak_route_parse(c, "/hooks/v1/bad.tenant/shared", &r), AK_ROUTE_UNKNOWN_SOURCE);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/hooks/v1/bad.tenant/shared", &r), AK_ROUTE_UNKNOWN_SOURCE);
   char longt[100];
   memset(longt, 'a', 65);
   strcpy(longt + 65, "/shared");
   char path[200] = "/hooks/v1/";
   strcat(path, longt);
-  cr_assert_eq(ak_route_parse(c, path, &r), AK_ROUTE_UNKNOWN_SOURCE, "65-char tenant");
-  cr_assert_eq(ak_route_parse(c, "/hooks/v1/shared", &r), AK_ROUTE_UNKNOWN_SOURCE, "missing tenant segment");
-  cr_assert_eq(ak_route_parse(c, "/hooks/acme/shared", &r), AK_ROUTE_NOT_FOUND);
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), path, &r), AK_ROUTE_UNKNOWN_SOURCE, "65-char tenant");
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/hooks/v1/shared", &r), AK_ROUTE_UNKNOWN_SOURCE, "missing tenant segment");
+  cr_assert_eq(ak_route_parse(ak_http_cfg(c), "/hooks/acme/shared", &r), AK_ROUTE_NOT_FOUND);
   ak_config_free(c);
 }
 

@@ -13,12 +13,25 @@
 #include "core/metrics.h"
 #include "core/sources.h"
 #include "verify/verifier.h"
+#include "modules.h"
+#include "core/node.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 static ak_config_t *load(const char *yaml) {
   const char *const env[] = {NULL};
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
   return cfg;
 }
 
@@ -33,7 +46,7 @@ static json_t *checked(const ak_config_t *cfg, const char *id, const char *spec_
   cr_assert_not_null(spec, "bad test JSON: %s", spec_json);
   json_t *out = NULL;
   char *err = NULL;
-  cr_assert_eq(ak_config_source_check(cfg, id, spec, 0, &out, NULL, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_sources_check_spec(cfg, id, spec, 0, &out, NULL, &err), 0, "%s", err ? err : "");
   json_decref(spec);
   return out;
 }
@@ -312,11 +325,18 @@ static char *check_err(const ak_config_t *cfg, const char *id, const char *spec_
   json_t *spec = json_loads(spec_json, 0, NULL);
   json_t *out = NULL;
   char *err = NULL;
-  cr_assert_eq(ak_config_source_check(cfg, id, spec, flags, &out, NULL, &err), -1, "accepted: %s", spec_json);
+  cr_assert_eq(ak_sources_check_spec(cfg, id, spec, flags, &out, NULL, &err), -1, "accepted: %s", spec_json);
   cr_assert_null(out);
   json_decref(spec);
   return err;
 }
+
+/* The sink types every build knows; a test build adds its test-only sink (sinks/test_echo.c). */
+#ifdef AK_TEST_HOOKS
+#define TEST_SINKS ", test_echo"
+#else
+#define TEST_SINKS ""
+#endif
 
 static void expect_err(const ak_config_t *cfg, const char *id, const char *spec_json, const char *want) {
   char *err = check_err(cfg, id, spec_json, 0);
@@ -330,7 +350,7 @@ Test(source_check, the_config_loaders_rules_with_dotted_keys) {
   expect_err(cfg, "x", "{\"sinks\":[{\"type\":\"log\"}],\"colour\":1}", "sources.x: unknown key \"colour\"");
   expect_err(cfg, "x", "{\"sinks\":[{\"type\":\"ftp\"}]}",
              "sources.x.sinks[0].type: unknown value \"ftp\"; expected one of log, http, kafka, rabbitmq, nats, "
-             "redis, sqs, google_pubsub");
+             "redis, sqs, google_pubsub" TEST_SINKS);
   expect_err(cfg, "x", "{\"sinks\":[{\"type\":\"http\",\"url\":\"http://10.0.0.1/h\"}]}",
              "sources.x.sinks[0].url: http:// is refused; use https:// or set egress.allow_http: true");
   expect_err(cfg, "x", "{\"sinks\":[{\"type\":\"log\"}],\"forward_headers\":[\"\"]}",
@@ -353,11 +373,11 @@ Test(source_check, literal_defaults_and_the_trust_rule) {
   cr_expect_str_eq(json_string_value(json_object_get(json_object_get(c, "verify"), "secret")), "${HOME}");
   cr_expect_str_eq(json_string_value(json_object_get(c, "on_verify_failure")), "reject", "defaults filled in");
   ak_source_cfg_t s;
-  cr_assert_eq(ak_config_source_build("x", c, &s), 0);
+  cr_assert_eq(ak_source_cfg_build("x", c, &s), 0);
   cr_expect_str_eq(s.tenant, "t");
   cr_expect_str_eq(s.verify_type, "github");
   cr_expect_eq(s.nsinks, 1);
-  ak_config_source_clear(&s);
+  ak_source_cfg_clear(&s);
   json_decref(c);
   /* a shared unverified source under tenant_path: refused, or a warning when read back */
   const char *open = "{\"sinks\":[{\"type\":\"log\"}]}";
@@ -366,7 +386,7 @@ Test(source_check, literal_defaults_and_the_trust_rule) {
   free(err);
   json_t *spec = json_loads(open, 0, NULL);
   char *warning = NULL;
-  cr_assert_eq(ak_config_source_check(cfg, "open", spec, AK_SOURCE_CHECK_STORED, &c, &warning, &err), 0);
+  cr_assert_eq(ak_sources_check_spec(cfg, "open", spec, AK_SOURCE_CHECK_STORED, &c, &warning, &err), 0);
   cr_assert_not_null(warning);
   cr_expect(strstr(warning, "sources.open: a shared source") != NULL, "%s", warning);
   free(warning);
@@ -377,22 +397,22 @@ Test(source_check, literal_defaults_and_the_trust_rule) {
 
 Test(source_check, source_store_section) {
   ak_config_t *cfg = load("source_store: {type: persistent}\n");
-  cr_expect(cfg->source_store_persistent);
+  cr_expect(ak_source_store_persistent(cfg));
   ak_config_free(cfg);
   const char *const env[] = {NULL};
   char *err = NULL;
   ak_config_t *bad = NULL;
   const char *y1 = "source_store: {url: 'redis://h:6379'}\n";
-  cr_assert_eq(ak_config_load_string(y1, strlen(y1), env, &bad, &err), -1);
+  cr_assert_eq(ak_config_load_string(ak_modules(), y1, strlen(y1), env, &bad, &err), -1);
   cr_expect_str_eq(err, "source_store.type: \"redis\" is not supported yet (a url without a type means redis); "
                         "use static or persistent");
   free(err);
   const char *y2 = "source_store: {type: persistent, tick_ms: 5}\n";
-  cr_assert_eq(ak_config_load_string(y2, strlen(y2), env, &bad, &err), -1);
+  cr_assert_eq(ak_config_load_string(ak_modules(), y2, strlen(y2), env, &bad, &err), -1);
   cr_expect_str_eq(err, "source_store.tick_ms: only valid with type redis, not persistent");
   free(err);
   const char *y3 = "source_store: {type: shared}\n";
-  cr_assert_eq(ak_config_load_string(y3, strlen(y3), env, &bad, &err), -1);
+  cr_assert_eq(ak_config_load_string(ak_modules(), y3, strlen(y3), env, &bad, &err), -1);
   cr_expect_str_eq(err, "source_store.type: unknown value \"shared\"; expected one of static, persistent, redis");
   free(err);
 }

@@ -18,6 +18,19 @@
 #include "store/keys.h"
 #include "store/store.h"
 #include "writer_waiter.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 static char dir[256];
 
@@ -108,7 +121,7 @@ static ak_config_t *cfg_with(const char *extra) {
   const char *const env[] = {NULL};
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
   return cfg;
 }
 
@@ -154,6 +167,7 @@ static void writer_roundtrip(const char *batcher_yaml) {
   ak_instance_t inst = {.name = "default", .cfg = cfg_with(batcher_yaml)};
   inst.metrics = ak_metrics_new();
   ak_idgen_init(&inst.ids);
+  inst.roles = inst.cfg ? ak_node_cfg(inst.cfg)->roles : 0;
   inst.store = ak_store_new(p, false);
   char *err = NULL;
   cr_assert_eq(ak_store_open(inst.store, &err), 0);
@@ -168,7 +182,7 @@ static void writer_roundtrip(const char *batcher_yaml) {
     reqs[i].rec = make_rec(&inst.ids, reqs[i].id, &reqs[i].rec_len, "hello");
     memcpy(minted[i], reqs[i].id, 16);
     reqs[i].body_len = 5;
-    reqs[i].source = &inst.cfg->sources[0];
+    reqs[i].source = &ak_sources_cfg(inst.cfg)->v[0];
     reqs[i].done = on_done;
     reqs[i].ctx = &wt;
     cr_assert_eq(ak_writer_submit(w, &reqs[i]), AK_WR_QUEUED);
@@ -237,6 +251,7 @@ Test(store, writer_bounds_and_closed_store) {
   ak_instance_t inst = {.name = "default", .cfg = cfg_with("batcher: {max_queue: 2, max_queue_bytes: 100}\n")};
   inst.metrics = ak_metrics_new();
   ak_idgen_init(&inst.ids);
+  inst.roles = inst.cfg ? ak_node_cfg(inst.cfg)->roles : 0;
   inst.store = ak_store_new(p, false);
   char *err = NULL;
   cr_assert_eq(ak_store_open(inst.store, &err), 0);

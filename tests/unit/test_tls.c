@@ -23,6 +23,20 @@
 #include "core/config.h"
 #include "edge/tls.h"
 #include "verify/verifier.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 extern const ak_verifier_vtable_t ak_verifier_client_cert;
 
@@ -52,10 +66,10 @@ static const uint8_t FP_A[32] = {0x82, 0x37, 0x64, 0xbe, 0x6e, 0x96, 0xfb, 0xfa,
   "D3:0B"
 
 Test(clientcert, vtable_shape) {
-  cr_assert_str_eq(ak_verifier_client_cert.type, "client_cert");
+  cr_assert_str_eq(ak_verifier_client_cert.plugin.type, "client_cert");
   cr_assert(ak_verifier_client_cert.needs_client_cert);
-  cr_assert_str_eq(ak_verifier_client_cert.options[0].key, "pins");
-  cr_assert_null(ak_verifier_client_cert.options[1].key);
+  cr_assert_str_eq(ak_verifier_client_cert.plugin.options[0].key, "pins");
+  cr_assert_null(ak_verifier_client_cert.plugin.options[1].key);
   cr_assert_null(ak_verifier_client_cert.weak_hash);
   cr_assert_null(ak_verifier_client_cert.credential_header);
 }
@@ -275,7 +289,7 @@ static int load(const char *const *env, ak_config_t **cfg, char **err, const cha
   va_start(ap, fmt);
   vsnprintf(yaml, sizeof yaml, fmt, ap);
   va_end(ap);
-  return ak_config_load_string(yaml, strlen(yaml), env ? env : no_env, cfg, err);
+  return ak_config_load_string(ak_modules(), yaml, strlen(yaml), env ? env : no_env, cfg, err);
 }
 
 #define TLS_YAML(extra)                              \
@@ -287,20 +301,20 @@ Test(tls_config, absent_or_null_means_off) {
   ak_config_t *cfg = NULL;
   char *err = NULL;
   cr_assert_eq(load(NULL, &cfg, &err, "log: {level: info}\n"), 0, "%s", err);
-  cr_expect_not(cfg->http_tls_enabled);
-  cr_expect_null(cfg->http_tls_cert_pem);
+  cr_expect_not(ak_http_cfg(cfg)->tls.enabled);
+  cr_expect_null(ak_http_cfg(cfg)->tls.cert_pem);
   cr_expect_null(json_object_get(json_object_get(cfg->effective, "http"), "tls"), "left out of print-config");
   struct MHD_OptionItem o[AK_TLS_MHD_OPTIONS_MAX];
-  cr_expect_eq(ak_tls_mhd_options(cfg, o, AK_TLS_MHD_OPTIONS_MAX), 0);
+  cr_expect_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 0);
   cr_expect_eq(o[0].option, MHD_OPTION_END);
   ak_config_free(cfg);
   cr_assert_eq(load(NULL, &cfg, &err, "http:\n  tls: null\n"), 0, "%s", err);
-  cr_expect_not(cfg->http_tls_enabled);
+  cr_expect_not(ak_http_cfg(cfg)->tls.enabled);
   ak_config_free(cfg);
   /* the port override does not switch TLS on by itself */
   const char *env[] = {"ANKUSA_HTTP_TLS_PORT=9443", NULL};
   cr_assert_eq(load(env, &cfg, &err, "http: {port: 4000}\n"), 0, "%s", err);
-  cr_expect_not(cfg->http_tls_enabled);
+  cr_expect_not(ak_http_cfg(cfg)->tls.enabled);
   ak_config_free(cfg);
 }
 
@@ -309,12 +323,12 @@ Test(tls_config, files_are_loaded_once) {
   char *err = NULL;
   cr_assert_eq(load(NULL, &cfg, &err, TLS_YAML("    client_ca: %s/ca.pem\n"), tmpdir, tmpdir, tmpdir), 0,
                "%s", err);
-  cr_expect(cfg->http_tls_enabled);
-  cr_expect_eq(cfg->http_tls_port, 4443);
-  cr_expect_str_eq(cfg->http_tls_cert_pem, srv.cert_pem);
-  cr_expect_str_eq(cfg->http_tls_key_pem, srv.key_pem);
-  cr_expect_str_eq(cfg->http_tls_client_ca_pem, ca.cert_pem);
-  cr_expect_eq(cfg->http_tls_client_cert_mode, AK_TLS_CLIENT_CERT_REQUEST, "request when client_ca is set");
+  cr_expect(ak_http_cfg(cfg)->tls.enabled);
+  cr_expect_eq(ak_http_cfg(cfg)->tls.port, 4443);
+  cr_expect_str_eq(ak_http_cfg(cfg)->tls.cert_pem, srv.cert_pem);
+  cr_expect_str_eq(ak_http_cfg(cfg)->tls.key_pem, srv.key_pem);
+  cr_expect_str_eq(ak_http_cfg(cfg)->tls.client_ca_pem, ca.cert_pem);
+  cr_expect_eq(ak_http_cfg(cfg)->tls.client_cert, AK_TLS_CLIENT_CERT_REQUEST, "request when client_ca is set");
   json_t *tls = json_object_get(json_object_get(cfg->effective, "http"), "tls");
   cr_expect_str_eq(json_string_value(json_object_get(tls, "client_cert")), "request");
   /* the effective tree (print-config) names the files; it never holds their text */
@@ -326,37 +340,37 @@ Test(tls_config, files_are_loaded_once) {
   json_decref(red);
 
   struct MHD_OptionItem o[AK_TLS_MHD_OPTIONS_MAX];
-  cr_expect_eq(ak_tls_mhd_options(cfg, o, 3), 0, "too small an array is refused");
-  cr_assert_eq(ak_tls_mhd_options(cfg, o, AK_TLS_MHD_OPTIONS_MAX), 3);
+  cr_expect_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, 3), 0, "too small an array is refused");
+  cr_assert_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 3);
   cr_expect_eq(o[0].option, MHD_OPTION_HTTPS_MEM_CERT);
-  cr_expect_eq(o[0].ptr_value, cfg->http_tls_cert_pem);
+  cr_expect_eq(o[0].ptr_value, ak_http_cfg(cfg)->tls.cert_pem);
   cr_expect_eq(o[1].option, MHD_OPTION_HTTPS_MEM_KEY);
   cr_expect_eq(o[2].option, MHD_OPTION_HTTPS_MEM_TRUST);
-  cr_expect_eq(o[2].ptr_value, cfg->http_tls_client_ca_pem);
+  cr_expect_eq(o[2].ptr_value, ak_http_cfg(cfg)->tls.client_ca_pem);
   cr_expect_eq(o[3].option, MHD_OPTION_END);
   ak_config_free(cfg);
 
   /* require adds the connection callback; none asks for nothing */
   cr_assert_eq(load(NULL, &cfg, &err, TLS_YAML("    client_ca: %s/ca.pem\n    client_cert: require\n    port: 0\n"),
                     tmpdir, tmpdir, tmpdir), 0, "%s", err);
-  cr_expect_eq(cfg->http_tls_client_cert_mode, AK_TLS_CLIENT_CERT_REQUIRE);
-  cr_expect_eq(cfg->http_tls_port, 0);
-  cr_assert_eq(ak_tls_mhd_options(cfg, o, AK_TLS_MHD_OPTIONS_MAX), 4);
+  cr_expect_eq(ak_http_cfg(cfg)->tls.client_cert, AK_TLS_CLIENT_CERT_REQUIRE);
+  cr_expect_eq(ak_http_cfg(cfg)->tls.port, 0);
+  cr_assert_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 4);
   cr_expect_eq(o[3].option, MHD_OPTION_NOTIFY_CONNECTION);
   cr_expect_eq(o[3].value, (intptr_t)ak_tls_notify_connection);
   ak_config_free(cfg);
   cr_assert_eq(load(NULL, &cfg, &err, TLS_YAML("    client_ca: %s/ca.pem\n    client_cert: none\n"), tmpdir,
                     tmpdir, tmpdir), 0, "%s", err);
-  cr_assert_eq(ak_tls_mhd_options(cfg, o, AK_TLS_MHD_OPTIONS_MAX), 2);
+  cr_assert_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 2);
   ak_config_free(cfg);
 
   /* no client_ca: no client certificates */
   const char *env[] = {"ANKUSA_HTTP_TLS_PORT=9443", NULL};
   cr_assert_eq(load(env, &cfg, &err, TLS_YAML(""), tmpdir, tmpdir), 0, "%s", err);
-  cr_expect_eq(cfg->http_tls_port, 9443, "ANKUSA_HTTP_TLS_PORT");
-  cr_expect_eq(cfg->http_tls_client_cert_mode, AK_TLS_CLIENT_CERT_NONE);
-  cr_expect_null(cfg->http_tls_client_ca_pem);
-  cr_expect_eq(ak_tls_mhd_options(cfg, o, AK_TLS_MHD_OPTIONS_MAX), 2);
+  cr_expect_eq(ak_http_cfg(cfg)->tls.port, 9443, "ANKUSA_HTTP_TLS_PORT");
+  cr_expect_eq(ak_http_cfg(cfg)->tls.client_cert, AK_TLS_CLIENT_CERT_NONE);
+  cr_expect_null(ak_http_cfg(cfg)->tls.client_ca_pem);
+  cr_expect_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 2);
   ak_config_free(cfg);
 }
 
@@ -364,7 +378,7 @@ Test(tls_config, files_are_loaded_once) {
 static void expect_error(const char *yaml, const char *const *want, const char *nope) {
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(yaml, strlen(yaml), no_env, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), yaml, strlen(yaml), no_env, &cfg, &err);
   cr_expect_eq(rc, -1, "loaded:\n%s", yaml);
   cr_expect_null(cfg);
   if (rc == 0) ak_config_free(cfg);
@@ -438,7 +452,7 @@ Test(tls_config, client_cert_sources) {
                     "\"]}\n    sinks: [{type: log}]\n";
   cr_assert_eq(load(NULL, &cfg, &err, TLS_YAML("    client_ca: %s/ca.pem\n%s"), tmpdir, tmpdir, tmpdir, src), 0,
                "%s", err);
-  const ak_source_cfg_t *m = ak_config_source(cfg, "m");
+  const ak_source_cfg_t *m = ak_source_cfg_find(cfg, "m");
   cr_assert(m);
   cr_expect_str_eq(m->verify_type, "client_cert");
   ak_verifier_t *v = ak_verifier_new(m->verify, NULL, 0);
@@ -497,7 +511,7 @@ static struct MHD_Daemon *start_tls(const char *extra_yaml, ak_config_t **cfgp, 
   char *err = NULL;
   cr_assert_eq(load(NULL, cfgp, &err, TLS_YAML("    port: 0\n%s"), tmpdir, tmpdir, extra_yaml), 0, "%s", err);
   struct MHD_OptionItem o[AK_TLS_MHD_OPTIONS_MAX];
-  cr_assert_gt(ak_tls_mhd_options(*cfgp, o, AK_TLS_MHD_OPTIONS_MAX), 0);
+  cr_assert_gt(ak_tls_mhd_options(&ak_http_cfg(*cfgp)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 0);
   struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TLS, 0,
                                           NULL, NULL, fp_handler, NULL, MHD_OPTION_ARRAY, o,
                                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);

@@ -20,6 +20,20 @@
 #include <time.h>
 #include "core/config.h"
 #include "verify/verifier.h"
+#include "modules.h"
+#include "core/node.h"
+#include "core/sources.h"
+#include "edge/edge.h"
+#include "admin/admin.h"
+#include "admin/audit.h"
+#include "queue/writer.h"
+#include "queue/dedupe.h"
+#include "queue/quarantine.h"
+#include "dispatch/dispatch.h"
+#include "sinks/egress.h"
+#include "edge/headers.h"
+#include "admin/sources_api.h"
+#include "core/log.h"
 
 #define VECTORS_PATH "../shared/vectors/signatures.json"
 
@@ -37,9 +51,9 @@ static ak_verifier_t *make(const char *verify_flow) {
   char *y = yaml_for(verify_flow);
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(y, strlen(y), NOENV, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), y, strlen(y), NOENV, &cfg, &err);
   cr_assert_eq(rc, 0, "config failed: %s\nfor: %s", err ? err : "?", verify_flow);
-  const ak_source_cfg_t *s = ak_config_source(cfg, "a");
+  const ak_source_cfg_t *s = ak_source_cfg_find(cfg, "a");
   cr_assert_not_null(s);
   char why[256];
   ak_verifier_t *v = ak_verifier_new(s->verify, why, sizeof why);
@@ -62,7 +76,7 @@ static char *config_err(const char *verify_flow) {
   char *y = yaml_for(verify_flow);
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  int rc = ak_config_load_string(y, strlen(y), NOENV, &cfg, &err);
+  int rc = ak_config_load_string(ak_modules(), y, strlen(y), NOENV, &cfg, &err);
   cr_assert_eq(rc, -1, "config unexpectedly loaded: %s", verify_flow);
   cr_assert_null(cfg);
   cr_assert_not_null(err);
@@ -742,8 +756,10 @@ Test(verify, none_and_registry) {
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     const ak_verifier_vtable_t *vt = ak_verifiers_find(types[i]);
     cr_assert_not_null(vt, "%s", types[i]);
-    cr_expect_str_eq(vt->type, types[i]);
-    cr_expect_not_null(strstr(ak_verifiers_type_list(), types[i]));
+    cr_expect_str_eq(vt->plugin.type, types[i]);
+    char *list = ak_plugin_type_list(&ak_verify_kind);
+    cr_expect_not_null(strstr(list, types[i]));
+    free(list);
   }
   cr_expect_null(ak_verifiers_find("pgp"));
   json_t *pgp = json_pack("{s:s}", "type", "pgp");
@@ -821,7 +837,7 @@ Test(verify, print_config_redacts_secrets) {
                      "  c:\n    sinks: [{type: log}]\n    verify: {type: standard_webhooks_v1a, public_key: " V1A_PK "}\n";
   ak_config_t *cfg = NULL;
   char *err = NULL;
-  cr_assert_eq(ak_config_load_string(yaml, strlen(yaml), NOENV, &cfg, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), NOENV, &cfg, &err), 0, "%s", err ? err : "");
   json_t *red = ak_config_redacted(cfg);
   char *text = json_dumps(red, JSON_COMPACT);
   cr_expect_null(strstr(text, "SECRET-"), "%s", text);
@@ -836,7 +852,7 @@ Test(verify, print_config_redacts_secrets) {
   cr_expect_str_eq(json_string_value(json_object_get(cv, "public_key")), V1A_PK);
   cr_expect_eq(json_integer_value(json_object_get(cv, "tolerance_seconds")), 300);
   /* the unredacted tree still has them for the server */
-  const ak_source_cfg_t *a = ak_config_source(cfg, "a");
+  const ak_source_cfg_t *a = ak_source_cfg_find(cfg, "a");
   cr_expect_str_eq(json_string_value(json_array_get(json_object_get(a->verify, "secret"), 1)), "SECRET-TWO");
   cr_expect_str_eq(a->verify_type, "github");
   free(text);

@@ -4,6 +4,7 @@ import os
 import pytest
 
 from helpers import BIN, SANITIZER_MARKERS, Server
+from receiver import Receiver
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -42,6 +43,14 @@ def ankusa(request, tmp_path):
             problems.append(f"{s.name}: sanitizer report in stderr\n{s.log_tail(120)}")
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def rx():
+    """A receiver (receiver.Receiver) that answers 204 to every delivery; closed after the test."""
+    r = Receiver()
+    yield r
+    r.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -6,6 +6,7 @@ read the store back with `ankusa inspect hooks`.
 """
 import base64
 import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -23,9 +24,14 @@ BIN = os.environ.get("ANKUSA_BIN") or str(REPO / "build-test" / "ankusa")
 SANITIZER = os.environ.get("ANKUSA_SANITIZER") == "1"
 READY_TIMEOUT = 60.0 if SANITIZER else 20.0
 CLI_TIMEOUT = 60.0 if SANITIZER else 20.0
+SLOW = 3.0 if SANITIZER else 1.0  # scales the waits for what a node does in the background
 
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "SUMMARY: UndefinedBehaviorSanitizer")
+
+# Config fragments many tests share (never mutate them: they are module-level).
+LOG = [{"type": "log"}]  # a source's sinks: the log sink only
+LOOPBACK = {"egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]}}  # http sinks on 127/8
 
 
 # --------------------------------------------------------------------------- basics
@@ -34,19 +40,48 @@ def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
 
+def reserve_port():
+    """(socket, port): a free loopback port, held by the bound socket until the caller
+    closes it (so that a Server started meanwhile cannot pick the same port)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    return s, s.getsockname()[1]
+
+
 def free_ports(n=2):
     """Distinct free loopback ports (all sockets held open until every port is picked)."""
     socks, ports = [], []
     try:
         for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            s, port = reserve_port()
             socks.append(s)
-            ports.append(s.getsockname()[1])
+            ports.append(port)
     finally:
         for s in socks:
             s.close()
     return ports
+
+
+def wait_until(pred, timeout=20.0, what="condition"):
+    """Call pred until it returns something truthy, and return that; fail after timeout
+    seconds (scaled by SLOW)."""
+    deadline = time.time() + timeout * SLOW
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def github_sig(secret, body):
+    """The X-Hub-Signature-256 value GitHub sends for body under secret (a str)."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def principal(name, token, scopes, tenants):
+    """An admin.principals entry: the token is configured by its SHA-256, hashed here."""
+    return {"name": name, "token_sha256": sha256_hex(token.encode()), "scopes": scopes, "tenants": tenants}
 
 
 def clean_env(extra=None):
@@ -126,6 +161,14 @@ def http_request(port, method, path, body=None, headers=None, timeout=30.0):
         return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
     finally:
         conn.close()
+
+
+def admin_json(node, method, path, body=None):
+    """An admin request without a token: body is sent as is when bytes, as JSON otherwise,
+    with Content-Type: application/json whenever there is a body."""
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    hdrs = {"Content-Type": "application/json"} if data is not None else {}
+    return http_request(node.admin_port, method, path, body=data, headers=hdrs)
 
 
 class RawConn:
@@ -278,13 +321,17 @@ class Server:
         if config_text is not None:
             self.config_path.write_text(config_text)
         else:
-            self.config_path.write_text(json.dumps(self.config, indent=2))
+            self.write_config()
         self.env = env or {}
         self.args = args
         self.log_path = self.workdir / f"{name}.stderr.log"
         self.proc = None
         self.starts = 0
         self.exit_codes = []
+
+    def write_config(self):
+        """Write self.config to the config file (after changing it, before a (re)start)."""
+        self.config_path.write_text(json.dumps(self.config, indent=2))
 
     # -- lifecycle
     def start(self, wait=True, timeout=READY_TIMEOUT):
@@ -416,7 +463,6 @@ def post_many(port, bodies, path="/webhooks/demo", workers=32, timeout=30.0, hea
             return b, e
     with ThreadPoolExecutor(max_workers=workers) as ex:
         return list(ex.map(one, bodies))
-
 
 
 def b64(data):

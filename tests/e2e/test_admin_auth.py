@@ -4,31 +4,26 @@ tenant (where the endpoint names or filters a tenant; node-wide endpoints need e
 tenant), the right principal}; listings filtered to a scoped principal's tenants; the
 probes stay open; with no principals the listener refuses a non-loopback address (boot
 and check-config, exit 78) and says so at boot. No token ever reaches a log line or
-/v1/config. Tokens are hashed here with hashlib, never by ankusa."""
-import hashlib
-import hmac
+/v1/config. Tokens are hashed by the test (helpers.principal), never by ankusa."""
 import re
 
 import pytest
 
-from helpers import SANITIZER_MARKERS, RawConn, Server, run_cli, sha256_hex
+from helpers import LOG, SANITIZER_MARKERS, RawConn, Server, github_sig, principal, run_cli, sha256_hex
 
 TOKENS = {"root": "tok-root-7Q2xZ9w1", "acme": "tok-acme-K3m8Pq4r", "nobody": "tok-nobody-V6n2Lc0s"}
 ALL_SCOPES = ["sources:read", "sources:write", "dlq:read", "replays:read", "replays:write", "quarantine:read",
               "quarantine:write", "rate_limits:read", "rate_limits:write", "audit:read", "tenants:write",
               "log_level:write", "config:read", "hooks:read", "claims:read", "metrics:read"]
 SECRET = "whsec-authtest-Hq83nVb2"
-LOG = [{"type": "log"}]
 
 
 def principals():
     return [
-        {"name": "root", "token_sha256": sha256_hex(TOKENS["root"].encode()), "scopes": ALL_SCOPES, "tenants": "*"},
-        {"name": "acme-ops", "token_sha256": sha256_hex(TOKENS["acme"].encode()), "scopes": ALL_SCOPES,
-         "tenants": ["acme"]},
+        principal("root", TOKENS["root"], ALL_SCOPES, "*"),
+        principal("acme-ops", TOKENS["acme"], ALL_SCOPES, ["acme"]),
         # a scope no endpoint asks for: it proves every endpoint checks its own
-        {"name": "nobody", "token_sha256": sha256_hex(TOKENS["nobody"].encode()), "scopes": ["claims:read"],
-         "tenants": "*"},
+        principal("nobody", TOKENS["nobody"], ["claims:read"], "*"),
     ]
 
 
@@ -42,7 +37,7 @@ SOURCES = {"demo": {"sinks": LOG}, "acme_src": {"tenant": "acme", "sinks": LOG},
 
 
 def forge(s, source, body):
-    sig = "sha256=" + hmac.new(b"not-the-secret", body, hashlib.sha256).hexdigest()
+    sig = github_sig("not-the-secret", body)
     r = s.post(f"/webhooks/{source}", body, headers={"X-Hub-Signature-256": sig, "Content-Type": "application/json"})
     assert r.status == 202, r
 

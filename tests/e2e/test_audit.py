@@ -5,28 +5,25 @@ and no row for a request that changes nothing; rows survive kill -9; an audit wr
 fails (the test build's ANKUSA_TEST_AUDIT_FAIL seam) blocks the change, which is not
 visible after its 503; a tenant-scoped reader sees only its tenants' rows; the raw store
 files hold none of the test's tokens and secrets. Signatures and token hashes are
-computed here."""
-import hashlib
-import hmac
+computed by the test (helpers.github_sig, helpers.principal)."""
 import json
 
 import pytest
 
-from helpers import sha256_hex
+from helpers import LOG, github_sig, principal
 
 TOKENS = {"root": "tok-audit-root-Zr71Qm", "acme": "tok-audit-acme-Lp04Xe", "beta": "tok-audit-beta-Wd55Hn"}
 OLD_SECRET = "whsec-audit-old-Vq28Tk"   # the hooks are signed with it
 NEW_SECRET = "whsec-audit-new-Jm91Rb"   # the sources verify with it until the rotation back
 ALL = ["dlq:read", "replays:read", "replays:write", "quarantine:read", "quarantine:write", "rate_limits:read",
        "rate_limits:write", "audit:read", "log_level:write", "config:read"]
-LOG = [{"type": "log"}]
 
 
 def principals():
     return [
-        {"name": "root", "token_sha256": sha256_hex(TOKENS["root"].encode()), "scopes": ALL, "tenants": "*"},
-        {"name": "acme-ops", "token_sha256": sha256_hex(TOKENS["acme"].encode()), "scopes": ALL, "tenants": ["acme"]},
-        {"name": "beta-ops", "token_sha256": sha256_hex(TOKENS["beta"].encode()), "scopes": ALL, "tenants": ["beta"]},
+        principal("root", TOKENS["root"], ALL, "*"),
+        principal("acme-ops", TOKENS["acme"], ALL, ["acme"]),
+        principal("beta-ops", TOKENS["beta"], ALL, ["beta"]),
     ]
 
 
@@ -42,7 +39,7 @@ def config():
 
 
 def hold(s, source, body, secret=OLD_SECRET):
-    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    sig = github_sig(secret, body)
     r = s.post(f"/webhooks/{source}", body, headers={"X-Hub-Signature-256": sig, "Content-Type": "application/json"})
     assert r.status == 202, r
     return r
@@ -103,7 +100,7 @@ def restart(s, secret=None, env=None, kill=False):
         s.stop()
     if secret:
         s.config["sources"] = sources(secret)
-        s.config_path.write_text(json.dumps(s.config, indent=2))
+        s.write_config()
     if env is not None:
         s.env = env
     s.start()
@@ -341,8 +338,7 @@ def test_source_changes_are_audited_in_their_batch(ankusa, tmp_path):
     trail failing, the change is not made."""
     flag = tmp_path / "audit-fails"
     scopes = ["sources:read", "sources:write", "audit:read"]
-    cfg = {"admin": {"principals": [{"name": "root", "token_sha256": sha256_hex(TOKENS["root"].encode()),
-                                     "scopes": scopes, "tenants": "*"}]},
+    cfg = {"admin": {"principals": [principal("root", TOKENS["root"], scopes, "*")]},
            "source_store": {"type": "persistent"}}
     s = ankusa(config=cfg, env={"ANKUSA_TEST_AUDIT_FAIL": str(flag)})
     spec = {"verify": {"type": "github", "secret": "src-secret-Xy81Kq"}, "sinks": LOG}

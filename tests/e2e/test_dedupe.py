@@ -4,7 +4,6 @@ path; repeats inside one batch and across writer threads, batches and a kill -9;
 expiry; the node and per-tenant bounds (503 dedupe_quota); the sweeper's stale delete of a
 key refreshed after it read it; the key carried to sinks; flagged hooks get none."""
 import hashlib
-import hmac
 import json
 import threading
 import time
@@ -12,11 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import SANITIZER, run_cli
+from helpers import LOOPBACK, github_sig, run_cli, wait_until
 from receiver import Receiver
-
-SLOW = 3.0 if SANITIZER else 1.0
-LOOPBACK = {"egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]}}
 
 
 def src(dedupe=None, tenant=None, **kw):
@@ -49,16 +45,6 @@ def duplicate_of(r, first):
 def stored(node):
     """Hooks in the store, read back by `ankusa inspect hooks` (works beside a running node)."""
     return node.inspect()
-
-
-def wait_for(pred, timeout=10.0, what="condition"):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 PRESETS = [
@@ -231,8 +217,8 @@ def test_sweeper_removes_expired_keys(ankusa):
     for i in range(3):
         new_hook(post(node, "hd", b"", {"x-id": f"k{i}"}))
     assert node.metrics().value("ankusa_dedupe_keys", instance="default") == 3
-    wait_for(lambda: node.metrics().value("ankusa_dedupe_keys", instance="default") == 0, 10,
-             "the sweeper to remove the expired keys")
+    wait_until(lambda: node.metrics().value("ankusa_dedupe_keys", instance="default") == 0, 10,
+               "the sweeper to remove the expired keys")
     assert node.metrics().value("ankusa_dedupe_swept_total", instance="default") == 3
     node.restart()
     assert node.metrics().value("ankusa_dedupe_keys", instance="default") == 0, "the deletes reached the store"
@@ -254,13 +240,13 @@ def test_a_key_refreshed_after_the_sweeper_read_it_survives(ankusa, tmp_path):
     first = new_hook(post(node, "hd", b"1", {"x-id": "evt-1"}))
     duplicate_of(post(node, "hd", b"2", {"x-id": "evt-1"}), first)
     clock.write_text(str(3601 * 1000))  # the key has expired
-    wait_for(lambda: (gate / "read.1").exists(), 10, "the sweeper to read the expired key")
+    wait_until(lambda: (gate / "read.1").exists(), 10, "the sweeper to read the expired key")
     assert (gate / "read.1").read_text().strip() == "1"
     refreshed = new_hook(post(node, "hd", b"3", {"x-id": "evt-1"}))  # between its read and its delete
     assert refreshed != first
     duplicate_of(post(node, "hd", b"4", {"x-id": "evt-1"}), refreshed)
     (gate / "go.1").touch()
-    wait_for(lambda: (gate / "done.1").exists(), 10, "the sweeper's delete")
+    wait_until(lambda: (gate / "done.1").exists(), 10, "the sweeper's delete")
     duplicate_of(post(node, "hd", b"5", {"x-id": "evt-1"}), refreshed)
     m = node.metrics()
     assert m.value("ankusa_dedupe_swept_total", instance="default") == 1
@@ -274,10 +260,6 @@ def test_a_key_refreshed_after_the_sweeper_read_it_survives(ankusa, tmp_path):
     assert node.metrics().value("ankusa_dedupe_keys", instance="default") == 1
     assert not (gate2 / "read.1").exists(), "nothing else expired"
     assert len(stored(node)) == 2
-
-
-def github_sig(secret, body):
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def test_flagged_hooks_get_no_key(ankusa):

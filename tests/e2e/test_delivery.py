@@ -1,18 +1,15 @@
 """Delivery: the dispatcher delivers every acknowledged hook at least once to each sink of
 its source, with retries, Retry-After, breakers, dead-lettering and the egress guard,
 checked against a receiver started by the test."""
-import json
 import threading
 import time
 
 import pytest
 
-from helpers import SANITIZER, uuid7_ms
+from helpers import LOOPBACK, SLOW, admin_json, run_cli, uuid7_ms
 from receiver import Receiver, sw_signature
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-LOOPBACK = {"egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]}}
-SLOW = 3.0 if SANITIZER else 1.0
 
 
 def fast_dispatch(**over):
@@ -28,13 +25,6 @@ def cfg(extra=None, **dispatch):
     if extra:
         c.update(extra)
     return c
-
-
-@pytest.fixture
-def rx():
-    r = Receiver()
-    yield r
-    r.close()
 
 
 def post_ok(node, src, body, headers=None):
@@ -262,7 +252,6 @@ def test_egress_refuses_a_name_that_resolves_to_loopback(ankusa, rx):
 def test_egress_refuses_static_sinks_at_boot(ankusa, url, allow):
     node = ankusa(config={"egress": allow}, sources={"s": {"sinks": [{"type": "http", "url": url}]}},
                   start=False)
-    from helpers import run_cli
     p = run_cli("check-config", "--config", str(node.config_path))
     assert p.returncode == 78, p.stderr
     assert "sources.s.sinks[0].url" in p.stderr
@@ -272,7 +261,6 @@ def test_egress_refuses_static_sinks_at_boot(ankusa, url, allow):
 def test_egress_allow_list_opens_private_targets(ankusa):
     node = ankusa(config={"egress": {"allow_cidrs": ["10.0.0.0/8"]}},
                   sources={"s": {"sinks": [{"type": "http", "url": "https://10.1.2.3/hook"}]}}, start=False)
-    from helpers import run_cli
     p = run_cli("check-config", "--config", str(node.config_path))
     assert p.returncode == 0, p.stderr
 
@@ -404,13 +392,6 @@ def test_tenant_fairness_light_tenant_lag(ankusa):
 
 
 # ----------------------------------------------------------------- DLQ and replay
-
-def admin_json(node, method, path, body=None):
-    from helpers import http_request
-    data = json.dumps(body).encode() if body is not None else None
-    hdrs = {"Content-Type": "application/json"} if body is not None else {}
-    return http_request(node.admin_port, method, path, body=data, headers=hdrs)
-
 
 def wait_job(node, rid, pred, timeout=20.0, what="the replay job"):
     deadline = time.time() + timeout * SLOW

@@ -3,17 +3,7 @@ dispatcher: GET /v1/dlq on an empty dead-letter set, the validation of its query
 POST /v1/replays kind dlq and PATCH /v1/replays/{id}, and the role checks. Moving rows
 back and the replay job lifecycle are covered by tests/unit/test_replay.c; the path from
 a failing sink to a dead row and back needs the dispatcher."""
-import json
-
-from helpers import http_request
-
-LOG = [{"type": "log"}]
-
-
-def admin_json(s, method, path, body=None):
-    hdrs = {"Content-Type": "application/json"} if body is not None else {}
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    return http_request(s.admin_port, method, path, body=data, headers=hdrs)
+from helpers import LOG, admin_json
 
 
 def bad(r, field):

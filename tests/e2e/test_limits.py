@@ -3,31 +3,17 @@ honest Retry-After, admin overrides that survive a restart), pre-read admission 
 client address behind a trusted proxy, per node, per source bytes, the tenant's
 max_body_bytes: refused before the body is read), and the tenant share of the writer
 queue (one tenant's burst gets 429 tenant_overload, never another tenant's 503).
-Signatures are computed here (hmac/hashlib), never by ankusa."""
-import hashlib
-import hmac
-import json
+Signatures are computed by the test (helpers.github_sig), never by ankusa."""
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from helpers import RawConn, chunked, http_request
+from helpers import LOG, RawConn, admin_json, chunked, github_sig
 
-LOG = [{"type": "log"}]
 REASONS = {"payload_too_large", "unknown_source", "not_found", "invalid_header", "body_read_failed", "overload",
            "store_unavailable", "commit_deadline", "draining", "verification_failed", "quarantine_rate_limited",
            "quarantine_full", "quarantine_overload", "rate_limited", "ip_rate_limited", "node_rate_limited",
            "source_rate_limited", "tenant_overload", "dedupe_quota"}
-
-
-def gh_sig(secret, body):
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def admin_json(s, method, path, body=None):
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    hdrs = {"Content-Type": "application/json"} if data is not None else {}
-    return http_request(s.admin_port, method, path, body=data, headers=hdrs)
 
 
 def refused(s, reason):
@@ -87,16 +73,16 @@ def test_forged_requests_spend_no_tenant_budget(ankusa):
     s = ankusa(sources=sources, config={"rate_limits": {"tenants": {"acme": {"rate": 0.01, "burst": 2}}}})
     forged = b'{"forged":true}'
     for i in range(20):
-        r = s.post("/webhooks/gh", forged, headers={"X-Hub-Signature-256": gh_sig("wrong", forged)})
+        r = s.post("/webhooks/gh", forged, headers={"X-Hub-Signature-256": github_sig("wrong", forged)})
         assert r.status == 401, r
     for i in range(5):  # stored with a failed-verification flag, but never charged to the tenant
-        r = s.post("/webhooks/gh_flag", forged, headers={"X-Hub-Signature-256": gh_sig("wrong", forged)})
+        r = s.post("/webhooks/gh_flag", forged, headers={"X-Hub-Signature-256": github_sig("wrong", forged)})
         assert r.status == 201, r
     good = b'{"real":true}'
     for i in range(2):
-        r = s.post("/webhooks/gh", good, headers={"X-Hub-Signature-256": gh_sig(secret, good)})
+        r = s.post("/webhooks/gh", good, headers={"X-Hub-Signature-256": github_sig(secret, good)})
         assert r.status == 201, f"verified hook {i} refused after a forged flood: {r!r}"
-    r = s.post("/webhooks/gh", good, headers={"X-Hub-Signature-256": gh_sig(secret, good)})
+    r = s.post("/webhooks/gh", good, headers={"X-Hub-Signature-256": github_sig(secret, good)})
     assert_429(r, "rate_limited")  # the budget was exactly the burst: the forgeries took none of it
     assert refused(s, "rate_limited") == 1
     assert refused(s, "verification_failed") == 20

@@ -7,7 +7,6 @@ it the two promtool tests skip and say so, the cross-checks still run."""
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import REPO, SANITIZER_MARKERS, SANITIZER, Metrics, Server
+from helpers import LOOPBACK, REPO, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, reserve_port
 from receiver import Receiver
 
 MON = REPO / "deploy" / "monitoring"
@@ -131,7 +130,7 @@ def served(tmp_path_factory):
     series carry samples, a verifying source), send a hook through it, scrape /metrics."""
     rx = Receiver()
     node = Server(tmp_path_factory.mktemp("monitoring"), name="monitoring", config={
-        "egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]},
+        **LOOPBACK,
         "admin": {"gauge_interval_ms": 200},
     }, sources={
         "demo": {"sinks": [{"type": "http", "url": rx.url}]},
@@ -144,7 +143,7 @@ def served(tmp_path_factory):
         r = node.post("/webhooks/demo", b'{"a":1}', {"Content-Type": "application/json"})
         assert r.status == 201, r
         node.post("/webhooks/signed", b"{}", {"X-Sig": "nope"})  # a verification failure
-        rx.wait_for(lambda ds: len(ds) >= 1, timeout=20 * (3 if SANITIZER else 1), what="the delivery")
+        rx.wait_for(lambda ds: len(ds) >= 1, timeout=20 * SLOW, what="the delivery")
         # the dispatcher publishes its gauges every 100 ms: wait for the pass after the delivery
         deadline = time.time() + 20
         while True:
@@ -333,18 +332,17 @@ def sample_count(text):
 def test_metrics_size_does_not_grow_with_tenants(ankusa):
     """The SLO row '/metrics size': 5 000 tenants with deliveries waiting add at most the
     two top-100 tenant families to a scrape, and it stays under 10 k series."""
-    hang = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # connects (backlog), never answers
-    hang.bind(("127.0.0.1", 0))
-    hang.listen(64)
+    hang, hang_port = reserve_port()
+    hang.listen(64)  # connects (backlog), never answers
     try:
         node = ankusa(config={
             "http": {"routing": "tenant_path"},
-            "egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]},
+            **LOOPBACK,
             # one attempt at a time that never ends: every other row stays a first attempt waiting
             "dispatch": {"concurrency": 1, "max_inflight": 8, "attempt_timeout_ms": 600000,
                          "breaker_failures": 0},
         }, sources={"shared": {"trust_url_tenant": True,
-                               "sinks": [{"type": "http", "url": f"http://127.0.0.1:{hang.getsockname()[1]}/h"}]}})
+                               "sinks": [{"type": "http", "url": f"http://127.0.0.1:{hang_port}/h"}]}})
 
         def post(names):
             with ThreadPoolExecutor(max_workers=16) as ex:

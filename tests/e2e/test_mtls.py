@@ -29,10 +29,9 @@ import time
 
 import pytest
 
-from helpers import is_uuid7, run_cli
+from helpers import LOG, is_uuid7, reserve_port, run_cli
 
 SRC = "/webhooks/mtls_src"
-LOG = [{"type": "log"}]
 
 
 # --------------------------------------------------------------------------- certificates
@@ -90,17 +89,11 @@ def pki(tmp_path_factory):
 
 # --------------------------------------------------------------------------- server
 
-def _reserve_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    return s, s.getsockname()[1]
-
-
 def _start(ankusa, pki, client_cert=None, pins=None):
     """ankusa with http.tls on a port of its own, the sources mtls_src (client_cert) and
     demo (no verifier). Returns (server, tls_port)."""
     d = pki["dir"]
-    held, tls_port = _reserve_port()  # held while the Server picks its own two ports
+    held, tls_port = reserve_port()  # held while the Server picks its own two ports
     tls = {"port": tls_port, "cert": str(d / "server.pem"), "key": str(d / "server.key"),
            "client_ca": str(d / "ca.pem")}
     if client_cert:

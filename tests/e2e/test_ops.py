@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import BIN, CLI_TIMEOUT, READY_TIMEOUT, REPO, http_request, run_cli
+from helpers import BIN, CLI_TIMEOUT, LOOPBACK, READY_TIMEOUT, REPO, http_request, run_cli
 
 SECRETS = {
     "HMAC": "hmac-Zq7p0Xv93kLm",
@@ -46,8 +46,7 @@ def assert_no_secret(where, body):
 @pytest.mark.parametrize("via_env", [False, True], ids=["literal", "interpolated"])
 def test_config_is_the_redacted_effective_config(ankusa, via_env):
     env = {f"AK_E2E_{k}": s for k, s in SECRETS.items()} if via_env else {}
-    node = ankusa(config={"egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]}},
-                  sources=secret_sources(via_env), env=env)
+    node = ankusa(config=LOOPBACK, sources=secret_sources(via_env), env=env)
     r = node.admin("/v1/config")
     assert r.status == 200, r
     assert r.headers["content-type"].startswith("application/json")

@@ -2,14 +2,9 @@
 `on_verify_failure: quarantine` is answered 202 once it is held; it is listed, survives
 kill -9 with its byte count, is released by re-verification under its original id (or
 skipped when it still fails), purged by DELETE; the per-source bucket and the byte cap
-refuse with 429 / 503. Signatures are computed here (hmac/hashlib), never by ankusa."""
-import hashlib
-import hmac
-import json
-
-from helpers import http_request, is_uuid7
-
-LOG = [{"type": "log"}]
+refuse with 429 / 503. Signatures are computed by the test (helpers.github_sig), never by
+ankusa."""
+from helpers import LOG, admin_json, github_sig, is_uuid7
 
 
 def q_source(secret):
@@ -17,20 +12,10 @@ def q_source(secret):
                       "sinks": LOG}}
 
 
-def github_sig(secret, body):
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
 def send(s, body, secret):
     return s.post("/webhooks/q_src", body, headers={"X-Hub-Signature-256": github_sig(secret, body),
                                                     "X-GitHub-Event": "push",
                                                     "Content-Type": "application/json"})
-
-
-def admin_json(s, method, path, body=None):
-    hdrs = {"Content-Type": "application/json"} if body is not None else {}
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    return http_request(s.admin_port, method, path, body=data, headers=hdrs)
 
 
 def listed(s, query=""):
@@ -51,7 +36,7 @@ def restart_with(s, sources=None, quarantine=None):
         s.config["sources"] = sources
     if quarantine is not None:
         s.config["quarantine"] = quarantine
-    s.config_path.write_text(json.dumps(s.config, indent=2))
+    s.write_config()
     s.start()
 
 

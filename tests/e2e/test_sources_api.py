@@ -3,40 +3,16 @@ deleted sources serve (or stop serving) webhooks from the next request and after
 kill -9; a static store refuses writes; specs are checked by the config loader's code;
 secrets never come back; a source with deliveries waiting is only deleted when asked to
 dead-letter them; ingest keeps working while sources change under it."""
-import hashlib
-import hmac
-import json
 import threading
 import time
 
-import pytest
-
-from helpers import SANITIZER, http_request
+from helpers import LOOPBACK, SLOW, admin_json, github_sig, wait_until
 from receiver import Receiver
 
-SLOW = 3.0 if SANITIZER else 1.0
-LOOPBACK = {"egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]}}
 FAST = {"retry": {"base_ms": 50, "max_ms": 300, "max_attempts": 84, "jitter": False}, "breaker_failures": 0}
 PERSISTENT = dict(LOOPBACK, source_store={"type": "persistent"}, dispatch=FAST)
 SECRET_A = "gh-secret-number-one"
 SECRET_B = "gh-secret-number-two"
-
-
-@pytest.fixture
-def rx():
-    r = Receiver()
-    yield r
-    r.close()
-
-
-def api(node, method, path, body=None):
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    hdrs = {"Content-Type": "application/json"} if data is not None else {}
-    return http_request(node.admin_port, method, path, body=data, headers=hdrs)
-
-
-def github_sig(secret, body):
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def post_signed(node, path, secret, body):
@@ -54,27 +30,17 @@ def gh_spec(rx, secret, **extra):
 def delete_when_delivered(node, path):
     """DELETE once the source's rows are delivered (a 409 source_has_deliveries until then)."""
     def attempt():
-        r = api(node, "DELETE", path)
+        r = admin_json(node, "DELETE", path)
         assert r.status in (204, 409), r
         return r.status == 204
     wait_until(attempt, what=f"DELETE {path} once delivered")
-
-
-def wait_until(pred, timeout=20.0, what="condition"):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # --------------------------------------------------------------------------- lifecycle
 
 def test_create_serves_at_once_and_is_delivered(ankusa, rx):
     node = ankusa(config=PERSISTENT)
-    r = api(node, "POST", "/v1/tenants/acme/sources", dict(name="gh_api", **gh_spec(rx, SECRET_A)))
+    r = admin_json(node, "POST", "/v1/tenants/acme/sources", dict(name="gh_api", **gh_spec(rx, SECRET_A)))
     assert r.status == 201, r
     v = r.json
     assert v["name"] == "gh_api" and v["source_id"] == "gh_api" and v["tenant"] == "acme"
@@ -94,66 +60,66 @@ def test_create_serves_at_once_and_is_delivered(ankusa, rx):
     assert "webhook-signature" in d.headers, "the sink's own options came through the API"
     assert node.hook(hid)["tenant_id"] == "acme"
     # listed with the tenant's config-file sources, each saying who manages it
-    r = api(node, "GET", "/v1/tenants/acme/sources")
+    r = admin_json(node, "GET", "/v1/tenants/acme/sources")
     assert r.status == 200, r
     assert r.json["tenant"] == "acme"
     by_name = {e["name"]: e for e in r.json["entries"]}
     assert set(by_name) == {"acme_src", "gh_api"}
     assert by_name["acme_src"]["managed_by"] == "config" and "revision" not in by_name["acme_src"]
     assert by_name["gh_api"]["managed_by"] == "api"
-    assert api(node, "GET", "/v1/tenants/default/sources").json["entries"][0]["name"] == "demo"
-    assert api(node, "GET", "/v1/tenants/nobody/sources").json == {"tenant": "nobody", "entries": []}
+    assert admin_json(node, "GET", "/v1/tenants/default/sources").json["entries"][0]["name"] == "demo"
+    assert admin_json(node, "GET", "/v1/tenants/nobody/sources").json == {"tenant": "nobody", "entries": []}
 
 
 def test_update_changes_the_verifier_at_once_and_keeps_identity(ankusa, rx):
     node = ankusa(config=PERSISTENT)
-    assert api(node, "POST", "/v1/tenants/acme/sources", dict(name="gh", **gh_spec(rx, SECRET_A))).status == 201
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources", dict(name="gh", **gh_spec(rx, SECRET_A))).status == 201
     body = b'{"n":2}'
     assert post_signed(node, "/webhooks/gh", SECRET_A, body).status == 201
-    r = api(node, "PUT", "/v1/tenants/acme/sources/gh", gh_spec(rx, [SECRET_B]))
+    r = admin_json(node, "PUT", "/v1/tenants/acme/sources/gh", gh_spec(rx, [SECRET_B]))
     assert r.status == 200, r
     assert r.json["revision"] == 2
     r = post_signed(node, "/webhooks/gh", SECRET_A, body)
     assert r.status == 401 and r.json["error"] == "verification_failed", r
     assert post_signed(node, "/webhooks/gh", SECRET_B, body).status == 201
     # the same spec again changes nothing: no new revision
-    r = api(node, "PUT", "/v1/tenants/acme/sources/gh", gh_spec(rx, [SECRET_B]))
+    r = admin_json(node, "PUT", "/v1/tenants/acme/sources/gh", gh_spec(rx, [SECRET_B]))
     assert r.status == 200 and r.json["revision"] == 2, r
     # a name in the body must be the URL's; PUT of a new name creates it
-    r = api(node, "PUT", "/v1/tenants/acme/sources/gh", dict(name="other", **gh_spec(rx, SECRET_B)))
+    r = admin_json(node, "PUT", "/v1/tenants/acme/sources/gh", dict(name="other", **gh_spec(rx, SECRET_B)))
     assert r.status == 400 and "sources.gh.name" in r.json["message"], r
-    r = api(node, "PUT", "/v1/tenants/acme/sources/gh2", {"sinks": [{"type": "log"}]})
+    r = admin_json(node, "PUT", "/v1/tenants/acme/sources/gh2", {"sinks": [{"type": "log"}]})
     assert r.status == 201 and r.json["revision"] == 1, r
     rx.wait_for(lambda ds: len(ds) >= 2)
 
 
 def test_delete_stops_serving_at_once(ankusa):
     node = ankusa(config=PERSISTENT)
-    assert api(node, "POST", "/v1/tenants/acme/sources", {"name": "gone", "sinks": [{"type": "log"}]}).status == 201
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources", {"name": "gone", "sinks": [{"type": "log"}]}).status == 201
     assert node.post("/webhooks/gone", b"x").status == 201
     delete_when_delivered(node, "/v1/tenants/acme/sources/gone")
     r = node.post("/webhooks/gone", b"x")
     assert r.status == 404 and r.json == {"error": "unknown_source"}, r
-    assert api(node, "GET", "/v1/tenants/acme/sources/gone").status == 404
-    r = api(node, "DELETE", "/v1/tenants/acme/sources/gone")
+    assert admin_json(node, "GET", "/v1/tenants/acme/sources/gone").status == 404
+    r = admin_json(node, "DELETE", "/v1/tenants/acme/sources/gone")
     assert r.status == 404 and r.json["error"] == "source_not_found", r
     # the name is free again, under any tenant
-    assert api(node, "POST", "/v1/tenants/beta/sources", {"name": "gone", "sinks": [{"type": "log"}]}).status == 201
+    assert admin_json(node, "POST", "/v1/tenants/beta/sources", {"name": "gone", "sinks": [{"type": "log"}]}).status == 201
     assert node.post("/webhooks/gone", b"y").status == 201
     delete_when_delivered(node, "/v1/tenants/beta/sources/gone")
 
 
 def test_everything_survives_kill9(ankusa, rx):
     node = ankusa(config=PERSISTENT)
-    assert api(node, "POST", "/v1/tenants/acme/sources", dict(name="keep", **gh_spec(rx, SECRET_A))).status == 201
-    assert api(node, "PUT", "/v1/tenants/acme/sources/keep", gh_spec(rx, SECRET_B)).status == 200
-    assert api(node, "POST", "/v1/tenants/acme/sources", {"name": "drop", "sinks": [{"type": "log"}]}).status == 201
-    assert api(node, "DELETE", "/v1/tenants/acme/sources/drop").status == 204
-    assert api(node, "POST", "/v1/tenants/default/sources", {"name": "plain", "sinks": [{"type": "log"}]}).status == 201
-    before = api(node, "GET", "/v1/tenants/acme/sources/keep").json
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources", dict(name="keep", **gh_spec(rx, SECRET_A))).status == 201
+    assert admin_json(node, "PUT", "/v1/tenants/acme/sources/keep", gh_spec(rx, SECRET_B)).status == 200
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources", {"name": "drop", "sinks": [{"type": "log"}]}).status == 201
+    assert admin_json(node, "DELETE", "/v1/tenants/acme/sources/drop").status == 204
+    assert admin_json(node, "POST", "/v1/tenants/default/sources", {"name": "plain", "sinks": [{"type": "log"}]}).status == 201
+    before = admin_json(node, "GET", "/v1/tenants/acme/sources/keep").json
     node.kill9()
     node.start()
-    after = api(node, "GET", "/v1/tenants/acme/sources/keep")
+    after = admin_json(node, "GET", "/v1/tenants/acme/sources/keep")
     assert after.status == 200, after
     assert after.json == before, "revision, times and spec are what was stored"
     assert after.json["revision"] == 2
@@ -169,7 +135,7 @@ def test_everything_survives_kill9(ankusa, rx):
     node.kill9()
     node.start()
     assert node.post("/webhooks/keep", b"x").status == 404
-    assert api(node, "GET", "/v1/tenants/default/sources/plain").json["revision"] == 1
+    assert admin_json(node, "GET", "/v1/tenants/default/sources/plain").json["revision"] == 1
 
 
 # --------------------------------------------------------------------------- refusals
@@ -179,10 +145,10 @@ def test_static_store_refuses_writes(ankusa):
     for method, path, body in (("POST", "/v1/tenants/acme/sources", {"name": "x", "sinks": [{"type": "log"}]}),
                                ("PUT", "/v1/tenants/acme/sources/x", {"sinks": [{"type": "log"}]}),
                                ("DELETE", "/v1/tenants/acme/sources/acme_src", None)):
-        r = api(node, method, path, body)
+        r = admin_json(node, method, path, body)
         assert r.status == 409, r
         assert r.json["error"] == "source_store_read_only", r
-    r = api(node, "GET", "/v1/tenants/acme/sources/acme_src")
+    r = admin_json(node, "GET", "/v1/tenants/acme/sources/acme_src")
     assert r.status == 200 and r.json["managed_by"] == "config", r
     assert node.post("/webhooks/x", b"x").status == 404
 
@@ -191,7 +157,7 @@ def test_invalid_specs_are_refused_naming_the_field(ankusa):
     node = ankusa(config=dict(PERSISTENT, egress={"allow_http": False}))
 
     def bad(body, *needles, path="/v1/tenants/acme/sources", method="POST"):
-        r = api(node, method, path, body)
+        r = admin_json(node, method, path, body)
         assert r.status == 400, r
         assert r.json["error"] == "invalid_source", r
         for n in needles:
@@ -212,9 +178,9 @@ def test_invalid_specs_are_refused_naming_the_field(ankusa):
     bad(b"{not json", "body")
     bad(b"[1]", "body")
     bad({"sinks": "log"}, "sources.y.sinks", path="/v1/tenants/acme/sources/y", method="PUT")
-    r = api(node, "POST", "/v1/tenants/no%20way/sources", {"name": "x", "sinks": [{"type": "log"}]})
+    r = admin_json(node, "POST", "/v1/tenants/no%20way/sources", {"name": "x", "sinks": [{"type": "log"}]})
     assert r.status == 400 and r.json == {"error": "invalid_tenant"}, r
-    assert api(node, "GET", "/v1/tenants/acme/sources/x").status == 404, "nothing was made"
+    assert admin_json(node, "GET", "/v1/tenants/acme/sources/x").status == 404, "nothing was made"
     m = node.metrics()
     assert m.value("ankusa_sources_api", instance="default") == 0
 
@@ -222,13 +188,13 @@ def test_invalid_specs_are_refused_naming_the_field(ankusa):
 def test_trust_rule_applies_under_tenant_path(ankusa):
     node = ankusa(config=dict(PERSISTENT, http={"routing": "tenant_path"}),
                   sources={"acme_src": {"tenant": "acme", "sinks": [{"type": "log"}]}})
-    r = api(node, "POST", "/v1/tenants/default/sources", {"name": "open", "sinks": [{"type": "log"}]})
+    r = admin_json(node, "POST", "/v1/tenants/default/sources", {"name": "open", "sinks": [{"type": "log"}]})
     assert r.status == 400 and "trust_url_tenant" in r.json["message"] and "sources.open" in r.json["message"], r
-    r = api(node, "POST", "/v1/tenants/default/sources",
+    r = admin_json(node, "POST", "/v1/tenants/default/sources",
             {"name": "open", "trust_url_tenant": True, "sinks": [{"type": "log"}]})
     assert r.status == 201 and r.json["ingest_path"] == "/webhooks/{tenant}/open", r
     assert node.post("/webhooks/anyone/open", b"x").status == 201
-    r = api(node, "POST", "/v1/tenants/acme/sources", {"name": "mine", "sinks": [{"type": "log"}]})
+    r = admin_json(node, "POST", "/v1/tenants/acme/sources", {"name": "mine", "sinks": [{"type": "log"}]})
     assert r.status == 201 and r.json["ingest_path"] == "/webhooks/acme/mine", r
     assert node.post("/webhooks/acme/mine", b"x").status == 201
     assert node.post("/webhooks/other/mine", b"x").status == 404, "an owned source answers under its tenant only"
@@ -236,32 +202,32 @@ def test_trust_rule_applies_under_tenant_path(ankusa):
 
 def test_names_are_unique_and_config_sources_read_only(ankusa):
     node = ankusa(config=PERSISTENT)
-    r = api(node, "POST", "/v1/tenants/default/sources", {"name": "demo", "sinks": [{"type": "log"}]})
+    r = admin_json(node, "POST", "/v1/tenants/default/sources", {"name": "demo", "sinks": [{"type": "log"}]})
     assert r.status == 409 and r.json["error"] == "source_exists", r
-    r = api(node, "PUT", "/v1/tenants/default/sources/demo", {"sinks": [{"type": "log"}]})
+    r = admin_json(node, "PUT", "/v1/tenants/default/sources/demo", {"sinks": [{"type": "log"}]})
     assert r.status == 409 and r.json["error"] == "source_store_read_only", r
-    r = api(node, "DELETE", "/v1/tenants/acme/sources/acme_src")
+    r = admin_json(node, "DELETE", "/v1/tenants/acme/sources/acme_src")
     assert r.status == 409 and r.json["error"] == "source_store_read_only", r
-    assert api(node, "POST", "/v1/tenants/acme/sources", {"name": "shared_name", "sinks": [{"type": "log"}]}).status == 201
-    r = api(node, "POST", "/v1/tenants/acme/sources", {"name": "shared_name", "sinks": [{"type": "log"}]})
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources", {"name": "shared_name", "sinks": [{"type": "log"}]}).status == 201
+    r = admin_json(node, "POST", "/v1/tenants/acme/sources", {"name": "shared_name", "sinks": [{"type": "log"}]})
     assert r.status == 409 and r.json["error"] == "source_exists", r
     for method, body in (("POST", {"name": "shared_name", "sinks": [{"type": "log"}]}),):
-        r = api(node, method, "/v1/tenants/beta/sources", body)
+        r = admin_json(node, method, "/v1/tenants/beta/sources", body)
         assert r.status == 409 and r.json["error"] == "source_exists", r
-    r = api(node, "PUT", "/v1/tenants/beta/sources/shared_name", {"sinks": [{"type": "log"}]})
+    r = admin_json(node, "PUT", "/v1/tenants/beta/sources/shared_name", {"sinks": [{"type": "log"}]})
     assert r.status == 409 and r.json["error"] == "source_exists", r
-    assert api(node, "GET", "/v1/tenants/beta/sources/shared_name").status == 404, "another tenant's source"
-    assert api(node, "DELETE", "/v1/tenants/beta/sources/shared_name").status == 404
-    assert api(node, "PATCH", "/v1/tenants/acme/sources/shared_name", {}).status == 404
+    assert admin_json(node, "GET", "/v1/tenants/beta/sources/shared_name").status == 404, "another tenant's source"
+    assert admin_json(node, "DELETE", "/v1/tenants/beta/sources/shared_name").status == 404
+    assert admin_json(node, "PATCH", "/v1/tenants/acme/sources/shared_name", {}).status == 404
 
 
 def test_secrets_are_redacted_and_taken_literally(ankusa, rx):
     node = ankusa(config=PERSISTENT, env={"GH_SECRET": "from-the-environment"})
     spec = gh_spec(rx, "${GH_SECRET}")
     spec["sinks"][0]["url"] = rx.url.replace("http://", "http://user:pa55word@")
-    r = api(node, "POST", "/v1/tenants/acme/sources", dict(name="sec", **spec))
+    r = admin_json(node, "POST", "/v1/tenants/acme/sources", dict(name="sec", **spec))
     assert r.status == 201, r
-    for resp in (r, api(node, "GET", "/v1/tenants/acme/sources/sec"), api(node, "GET", "/v1/tenants/acme/sources")):
+    for resp in (r, admin_json(node, "GET", "/v1/tenants/acme/sources/sec"), admin_json(node, "GET", "/v1/tenants/acme/sources")):
         text = resp.body.decode()
         for secret in ("${GH_SECRET}", "whsec_MfKQ9r8", "hunter2-header", "pa55word", "from-the-environment"):
             assert secret not in text, (secret, text)
@@ -279,23 +245,23 @@ def test_delete_with_deliveries_needs_dead_letter(ankusa):
     try:
         node = ankusa(config=PERSISTENT)
         spec = {"name": "busy", "sinks": [{"type": "http", "url": dead.url}, {"type": "log"}]}
-        assert api(node, "POST", "/v1/tenants/acme/sources", spec).status == 201
+        assert admin_json(node, "POST", "/v1/tenants/acme/sources", spec).status == 201
         ids = [node.post("/webhooks/busy", b'{"n":%d}' % i).json["id"] for i in range(3)]
         dead.wait_for(lambda ds: len({d.id for d in ds}) >= 3, what="first attempts")
-        r = api(node, "DELETE", "/v1/tenants/acme/sources/busy")
+        r = admin_json(node, "DELETE", "/v1/tenants/acme/sources/busy")
         assert r.status == 409, r
         assert r.json["error"] == "source_has_deliveries", r
         # the three rows of the dead sink at least; the log sink's may not have settled yet
         assert 3 <= r.json["pending"] + r.json["inflight"] <= 6, r.json
         assert node.post("/webhooks/busy", b"still").status == 201, "a refused delete changes nothing"
-        r = api(node, "DELETE", "/v1/tenants/acme/sources/busy?deliveries=later")
+        r = admin_json(node, "DELETE", "/v1/tenants/acme/sources/busy?deliveries=later")
         assert r.status == 400 and r.json == {"error": "invalid_filter", "field": "deliveries"}, r
-        r = api(node, "DELETE", "/v1/tenants/acme/sources/busy?deliveries=dead_letter")
+        r = admin_json(node, "DELETE", "/v1/tenants/acme/sources/busy?deliveries=dead_letter")
         assert r.status == 204, r
         assert node.post("/webhooks/busy", b"x").status == 404
         # re-created at once with the same sinks: the old rows are still not its rows (had
         # it adopted them, they would retry on the dead sink instead of being dead-lettered)
-        assert api(node, "POST", "/v1/tenants/acme/sources", spec).status == 201
+        assert admin_json(node, "POST", "/v1/tenants/acme/sources", spec).status == 201
 
         def dead_rows():
             r = node.admin("/v1/dlq?source_id=busy")
@@ -303,7 +269,7 @@ def test_delete_with_deliveries_needs_dead_letter(ankusa):
         entries = wait_until(dead_rows, what="the old source's rows dead-lettered")
         assert {e["id"] for e in entries} >= set(ids)
         assert len(entries) == 4 and all("source_gone" in e["reason"] for e in entries), entries
-        r = api(node, "DELETE", "/v1/tenants/acme/sources/busy")
+        r = admin_json(node, "DELETE", "/v1/tenants/acme/sources/busy")
         assert r.status == 204, ("nothing pending is the new source's own", r)
     finally:
         dead.close()
@@ -315,17 +281,17 @@ def test_source_gauges_follow_the_api(ankusa):
     assert m.value("ankusa_sources_api", instance="default") == 0
     assert m.value("ankusa_sources", instance="default") == 1
     assert m.value("ankusa_sources_without_dedupe", instance="default") == 0
-    assert api(node, "POST", "/v1/tenants/acme/sources", {"name": "a1", "sinks": [{"type": "log"}]}).status == 201
-    assert api(node, "POST", "/v1/tenants/acme/sources",
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources", {"name": "a1", "sinks": [{"type": "log"}]}).status == 201
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources",
                {"name": "a2", "sinks": [{"type": "log"}], "dedupe": "stripe"}).status == 201
     m = node.metrics()
     assert m.value("ankusa_sources_api", instance="default") == 2
     assert m.value("ankusa_sources", instance="default") == 3
     assert m.value("ankusa_sources_without_dedupe", instance="default") == 1
-    assert api(node, "PUT", "/v1/tenants/acme/sources/a1",
+    assert admin_json(node, "PUT", "/v1/tenants/acme/sources/a1",
                {"sinks": [{"type": "log"}], "dedupe": "svix"}).status == 200
     assert node.metrics().value("ankusa_sources_without_dedupe", instance="default") == 0
-    assert api(node, "DELETE", "/v1/tenants/acme/sources/a2").status == 204
+    assert admin_json(node, "DELETE", "/v1/tenants/acme/sources/a2").status == 204
     node.kill9()
     node.start()
     m = node.metrics()
@@ -338,7 +304,7 @@ def test_ingest_while_sources_change(ankusa, rx):
     replaces and deletes them: no crash, no wrong answer (the sanitizer build checks the
     lifetimes), and every acknowledged hook is delivered or dead-lettered."""
     node = ankusa(config=PERSISTENT)
-    assert api(node, "POST", "/v1/tenants/acme/sources", {"name": "hot", "sinks": [{"type": "http", "url": rx.url}]}).status == 201
+    assert admin_json(node, "POST", "/v1/tenants/acme/sources", {"name": "hot", "sinks": [{"type": "http", "url": rx.url}]}).status == 201
     stop = threading.Event()
     results = []
     lock = threading.Lock()
@@ -369,12 +335,12 @@ def test_ingest_while_sources_change(ankusa, rx):
     try:
         deadline = time.time() + 3.0 * SLOW
         while time.time() < deadline:
-            r = api(node, "PUT", "/v1/tenants/acme/sources/hot", specs[changes % len(specs)])
+            r = admin_json(node, "PUT", "/v1/tenants/acme/sources/hot", specs[changes % len(specs)])
             assert r.status == 200, r
             changes += 1
             if changes % 10 == 0:
-                assert api(node, "DELETE", "/v1/tenants/acme/sources/hot?deliveries=dead_letter").status == 204
-                r = api(node, "POST", "/v1/tenants/acme/sources", dict(name="hot", **specs[0]))
+                assert admin_json(node, "DELETE", "/v1/tenants/acme/sources/hot?deliveries=dead_letter").status == 204
+                r = admin_json(node, "POST", "/v1/tenants/acme/sources", dict(name="hot", **specs[0]))
                 assert r.status == 201, r
             time.sleep(0.01)
     finally:

@@ -1,6 +1,5 @@
 """A damaged store: never "start empty". Missing CURRENT and corruption before the WAL
 tail refuse to start; a torn WAL tail (the last, unacknowledged write) is dropped."""
-import hashlib
 import os
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ def snapshot(d):
                 continue
             p = os.path.join(root, f)
             with open(p, "rb") as fh:
-                out[os.path.relpath(p, d)] = hashlib.sha256(fh.read()).hexdigest()
+                out[os.path.relpath(p, d)] = sha256_hex(fh.read())
     return out
 
 

@@ -12,13 +12,12 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers import LOG, REPO, Server, run_cli
+
 VECTORS = REPO.parent / "shared" / "vectors" / "signatures.json"
-LOG = [{"type": "log"}]
 
 
 def load_vectors():
@@ -49,7 +48,6 @@ def vector_request(v):
 
 @pytest.fixture(scope="module")
 def vector_node(request, tmp_path_factory):
-    from helpers import Server
     sources = {f"v{i}": {"verify": verify_spec(v), "sinks": LOG} for i, v in enumerate(load_vectors())}
     s = Server(tmp_path_factory.mktemp("vectors"), name="vectors", sources=sources)
     s.start()
@@ -102,7 +100,6 @@ WHSEC_B = "whsec_" + base64.b64encode(b"B" * 24).decode()
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    from helpers import Server
     sources = {
         "gh": {"verify": {"type": "github", "secret": ["new-secret", "old-secret"]}, "sinks": LOG},
         "stripe": {"verify": {"type": "stripe", "secret": "whsec_stripe", "tolerance_seconds": 60}, "sinks": LOG},
@@ -344,7 +341,6 @@ def test_asymmetric_ed25519_and_rsa(ankusa, tmp_path):
 
 
 def test_print_config_never_shows_a_secret(tmp_path):
-    from helpers import run_cli
     cfg = tmp_path / "secrets.yml"
     cfg.write_text(json.dumps({"sources": {
         "gh": {"verify": {"type": "github", "secret": ["topsecret-1", "topsecret-2"]}, "sinks": LOG},

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 #include "admin/admin.h"
-#include "admin/audit.h"
 #include "admin/sources_api.h"
 #include "core/config.h"
 #include "core/envelope.h"
@@ -27,6 +26,7 @@
 #include "queue/sweeper.h"
 #include "queue/writer.h"
 #include "sinks/egress.h"
+#include "store/audit.h"
 #include "store/store.h"
 #include "verify/verifier.h"
 

@@ -9,7 +9,7 @@
  * call->scope: a path tenant ({tenant}) is checked before it runs; a filter naming a
  * source or a tenant, and every listing, it checks itself (ak_admin_may_source /
  * ak_tenant_scope_has). A change passes call->who to the module that makes it, which
- * writes the audit row (admin/audit.h) in the change's own batch. */
+ * writes the audit row (store/audit.h) in the change's own batch. */
 #ifndef AK_ADMIN_API_H
 #define AK_ADMIN_API_H
 
@@ -17,7 +17,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include "admin/audit.h"
+#include "store/audit.h"
 #include "admin/auth.h"
 #include "core/instance.h"
 #include "core/tenants.h"

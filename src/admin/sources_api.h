@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <microhttpd.h>
-#include "admin/audit.h"
+#include "store/audit.h"
 #include "core/instance.h"
 
 /* Boot: with source_store.type persistent, every stored source is checked and added to

@@ -18,7 +18,6 @@
 #include "admin/api.h"
 #include "core/clock.h"
 #include "core/envelope.h"
-#include "core/httpx.h"
 #include "core/log.h"
 #include "core/sources.h"
 #include "edge/route.h"

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "admin/admin.h"
+#include "admin/hooks_api.h"
 #include "core/config.h"
 #include "core/envelope.h"
 #include "core/log.h"
@@ -88,7 +89,7 @@ static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void 
     ic->bad = 1;
     return 0;
   }
-  json_t *j = ak_admin_hook_json(&env, 0);
+  json_t *j = ak_hooks_api_json(&env, 0);
   char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
   fputs(s, stdout);
   fputc('\n', stdout);

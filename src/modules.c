@@ -14,7 +14,6 @@
  *     answers everything queued before the ingest listener waits for its last answers. */
 #include "modules.h"
 #include "admin/admin.h"
-#include "admin/audit.h"
 #include "admin/sources_api.h"
 #include "core/gauges.h"
 #include "core/log.h"
@@ -31,6 +30,7 @@
 #include "queue/writer.h"
 #include "sinks/egress.h"
 #include "sinks/sink.h"
+#include "store/audit.h"
 #include "store/store.h"
 #include "verify/verifier.h"
 

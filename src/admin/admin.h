@@ -1,8 +1,8 @@
 /* The admin listener (admin.ip:admin.port, 127.0.0.1:4002 by default): /health, /ready,
- * /metrics and the /v1 API, behind bearer-token principals and scopes (admin/auth.h;
- * the route table and the handler contract: admin/api.h). Owns its own libmicrohttpd
- * daemon, separate from ingest so operator traffic never competes with providers. Never
- * serves a secret. */
+ * /metrics and the /v1 API, behind bearer-token principals and scopes (admin/auth.h; the
+ * route table: admin/router.h; the handler contract: admin/api.h). Owns its own
+ * libmicrohttpd daemon, separate from ingest so operator traffic never competes with
+ * providers. Never serves a secret. */
 #ifndef AK_ADMIN_ADMIN_H
 #define AK_ADMIN_ADMIN_H
 
@@ -34,9 +34,5 @@ int ak_admin_start(ak_admin_t *a, char **err);
 int ak_admin_port(const ak_admin_t *a);
 void ak_admin_stop(ak_admin_t *a);
 void ak_admin_free(ak_admin_t *a);
-
-/* The JSON view of a stored hook (metadata; body base64 when with_body). */
-struct ak_envelope;
-void *ak_admin_hook_json(const struct ak_envelope *env, int with_body);
 
 #endif

@@ -1,15 +1,17 @@
 /* The admin API's handler contract: what an endpoint handler is given once the router
- * has matched its route, authenticated the caller and checked the route's scope and
- * tenant, and the reply helpers every handler answers with (each reply carries the
- * request's X-Request-Id). Owns no state and no routes: the one table of {method, path
- * pattern, scope, handler} is in admin.c, and adding an endpoint is one row there plus
- * its handler (in its own file, e.g. sources_api.c).
+ * (admin/router.c) has matched its route, authenticated the caller and checked the
+ * route's scope and tenant, and the helpers every handler answers with (each reply
+ * carries the request's X-Request-Id). The lowest file of admin/: every handler file
+ * includes it, and it never includes a handler's or the router's header. Owns no state
+ * and no routes: adding an endpoint is a handler in its area's file (hooks_api.c,
+ * sources_api.c, ...) plus one row in the router's table.
  *
- * A handler never checks the route's scope again, and never answers for a tenant outside
- * call->scope: a path tenant ({tenant}) is checked before it runs; a filter naming a
- * source or a tenant, and every listing, it checks itself (ak_admin_may_source /
- * ak_tenant_scope_has). A change passes call->who to the module that makes it, which
- * writes the audit row (admin/audit.h) in the change's own batch. */
+ * A handler reads its path values from the captures it is handed (ak_admin_path_t),
+ * never from the URL. It never checks the route's scope again, and never answers for a
+ * tenant outside call->scope: a path tenant ({tenant}) is checked before it runs; a
+ * filter naming a source or a tenant, and every listing, it checks itself
+ * (ak_admin_may_source / ak_tenant_scope_has). A change passes call->who to the module
+ * that makes it, which writes the audit row (store/audit.h) in the change's own batch. */
 #ifndef AK_ADMIN_API_H
 #define AK_ADMIN_API_H
 
@@ -17,21 +19,30 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include "admin/audit.h"
+#include <stdint.h>
 #include "admin/auth.h"
 #include "core/instance.h"
 #include "core/tenants.h"
+#include "store/audit.h"
 
+/* A capture is one non-empty path segment shorter than this. */
+#define AK_ADMIN_CAPTURE_MAX 128
+
+/* The values a route's pattern captured; "" for a capture the pattern does not have.
+ * {tenant} is a valid tenant id within the caller's scope by the time a handler runs. */
+typedef struct ak_admin_path {
+  char tenant[AK_ADMIN_CAPTURE_MAX]; /* {tenant} */
+  char id[AK_ADMIN_CAPTURE_MAX];     /* {id} */
+  char name[AK_ADMIN_CAPTURE_MAX];   /* {name} */
+} ak_admin_path_t;
+
+struct ak_admin_route;
+
+/* One admitted request. */
 typedef struct ak_admin_call {
   ak_instance_t *inst;
   struct MHD_Connection *conn;
-  const char *method;
-  const char *url;
-  const struct ak_admin_route *route;
-  /* path captures ({tenant} is a valid tenant id within the caller's scope) */
-  const char *tenant;
-  const char *id;
-  const char *name;
+  const struct ak_admin_route *route; /* the matched row */
   /* the request body (methods other than GET/HEAD), at most 64 KiB; not NUL-terminated */
   const char *body;
   size_t body_len;
@@ -41,39 +52,41 @@ typedef struct ak_admin_call {
   const char *request_id;
 } ak_admin_call_t;
 
-typedef enum MHD_Result (*ak_admin_handler_fn)(ak_admin_call_t *call);
+typedef enum MHD_Result (*ak_admin_handler_fn)(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 enum {
   AK_ROUTE_NODE = 1u << 0, /* node-wide: only a principal with tenants "*" */
 };
 
+/* A row of the route table (admin/router.c). */
 typedef struct ak_admin_route {
   const char *method;  /* "GET" also answers HEAD */
-  const char *pattern; /* "/v1/tenants/{tenant}/rate-limit": {tenant}, {id}, {name} capture one segment */
+  const char *pattern; /* "/v1/tenants/{tenant}/sources/{name}": {tenant}, {id}, {name} capture one segment */
   ak_scope_t scope;    /* AK_SCOPE_OPEN: no token */
   unsigned flags;
   ak_admin_handler_fn fn;
 } ak_admin_route_t;
 
-/* The route table (admin.c), and the row a request matches: captures go into the
- * buffers (each at least AK_ADMIN_CAPTURE_MAX bytes; NULL when the pattern has none).
- * NULL when no row matches the path; *path_known tells whether some row has the path
- * under another method. */
-#define AK_ADMIN_CAPTURE_MAX 128
-const ak_admin_route_t *ak_admin_routes(size_t *n);
-const ak_admin_route_t *ak_admin_route_match(const char *method, const char *url, char *tenant, char *id, char *name,
-                                             bool *path_known);
-
-/* Replies. ak_admin_json takes j. A 503 carries Retry-After: 1. */
+/* Replies. ak_admin_json takes j. A 503 carries Retry-After: 1, a 401 WWW-Authenticate. */
 enum MHD_Result ak_admin_reply(ak_admin_call_t *call, unsigned status, const char *ctype, const char *body,
                                size_t len);
 enum MHD_Result ak_admin_json(ak_admin_call_t *call, unsigned status, json_t *j);
+/* {"error": code} */
 enum MHD_Result ak_admin_error(ak_admin_call_t *call, unsigned status, const char *code);
-/* 403 {"error":"forbidden","scope":<the route's scope>,"tenant":tenant} */
+/* 403 {"error":"forbidden","scope":<scope>} and "tenant" when tenant is not NULL */
+enum MHD_Result ak_admin_forbidden(ak_admin_call_t *call, ak_scope_t scope, const char *tenant);
+/* 403 {"error":"forbidden","scope":<the route's scope>,"tenant":tenant} ("*" for NULL) */
 enum MHD_Result ak_admin_forbidden_tenant(ak_admin_call_t *call, const char *tenant);
+/* 400 {"error":"invalid_filter","field":field} */
+enum MHD_Result ak_admin_invalid_filter(ak_admin_call_t *call, const char *field);
+/* 409 {"error":"role_not_enabled","role":role} */
+enum MHD_Result ak_admin_role_not_enabled(ak_admin_call_t *call, const char *role);
 
 /* A query-string argument, or NULL. */
 const char *ak_admin_arg(ak_admin_call_t *call, const char *key);
+/* A decimal integer (optionally negative) that is the whole of s. */
+bool ak_admin_parse_i64(const char *s, int64_t *out);
+static inline int64_t ak_admin_clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The tenant a source belongs to, or NULL for a source this node does not know. */
 const char *ak_admin_source_tenant(ak_instance_t *inst, const char *source_id);

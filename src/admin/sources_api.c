@@ -1,5 +1,5 @@
 /* The sources API (sources_api.h). A change is, in order: checked (the config loader's
- * ak_config_source_check), built into a complete version (verifier, the edge's buckets,
+ * ak_sources_check_spec), built into a complete version (verifier, the edge's buckets,
  * the dispatcher's sinks: a sink that can never work refuses it here), stored with its
  * audit row in ONE synced batch, and only then published to the table, so the edge
  * serves it from the next request on and a crash after the 201 cannot lose it. Changes
@@ -15,13 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "admin/sources_api.h"
-#include "admin/api.h"
 #include "core/clock.h"
 #include "core/envelope.h"
-#include "core/httpx.h"
 #include "core/log.h"
 #include "core/sources.h"
-#include "edge/route.h"
+#include "edge/edge.h"
 #include "store/store.h"
 
 #define RECORD_VERSION 1
@@ -420,7 +418,7 @@ static int count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ct
 
 static enum MHD_Result delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who,
                                      const char *tenant, const char *name) {
-  const char *dl = MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, "deliveries");
+  const char *dl = ak_admin_arg(c, "deliveries");
   if (dl && strcmp(dl, "dead_letter") != 0)
     return ak_admin_json(c, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", "deliveries"));
   enum MHD_Result res;
@@ -469,68 +467,56 @@ out:
   return res;
 }
 
-/* ------------------------------------------------------------------ routing ---- */
+/* ------------------------------------------------------------------ handlers ---- */
 
-/* "/v1/tenants/{t}/sources[/{name}]": tenant and name (NULL for the collection) into
- * the buffers. false for any other path. */
-static bool parse_url(const char *url, char *tenant, size_t tcap, char *name, size_t ncap, bool *has_name) {
-  static const char pre[] = "/v1/tenants/", mid[] = "/sources";
-  if (strncmp(url, pre, sizeof pre - 1) != 0) return false;
-  const char *t = url + sizeof pre - 1, *slash = strchr(t, '/');
-  if (!slash || slash == t || strncmp(slash, mid, sizeof mid - 1) != 0) return false;
-  const char *rest = slash + sizeof mid - 1;
-  if (*rest && *rest != '/') return false;
-  size_t tl = (size_t)(slash - t);
-  snprintf(tenant, tcap, "%.*s", (int)(tl < tcap ? tl : tcap - 1), t);
-  *has_name = *rest == '/';
-  if (*has_name) {
-    const char *n = rest + 1;
-    if (!*n || strchr(n, '/')) return false;
-    snprintf(name, ncap, "%s", n);
-  }
-  return true;
-}
-
-bool ak_sources_api_match(const char *url) {
-  char t[80], n[80];
-  bool hn;
-  return parse_url(url, t, sizeof t, n, sizeof n, &hn);
-}
-
-enum MHD_Result ak_sources_api_handle(ak_admin_call_t *c) {
+/* GET /v1/tenants/{tenant}/sources */
+enum MHD_Result ak_sources_api_list(ak_admin_call_t *c, const ak_admin_path_t *path) {
   ak_instance_t *inst = c->inst;
-  const char *url = c->url, *method = c->method, *body = c->body;
-  size_t len = c->body_len;
-  const ak_audit_who_t *who = c->who;
-  char tenant[80], name[80];
-  bool has_name;
-  if (!parse_url(url, tenant, sizeof tenant, name, sizeof name, &has_name) || !inst->sources)
-    return ak_admin_error(c, 404, "not_found");
-  bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-  bool write = !strcmp(method, has_name ? "PUT" : "POST") || (has_name && !strcmp(method, "DELETE"));
-  if (!get && !write) return ak_admin_error(c, 404, "not_found");
-  if (!ak_tenant_valid(tenant, strlen(tenant))) return ak_admin_error(c, 400, "invalid_tenant");
-  if (has_name && get) {
-    ak_source_t *s = ak_sources_get(inst->sources, name, strlen(name));
-    if (!s || strcmp(s->cfg.tenant, tenant) != 0) {
-      ak_source_release(s);
-      return ak_admin_error(c, 404, "source_not_found");
-    }
-    enum MHD_Result r = ak_admin_json(c, 200, view(inst, s));
-    ak_source_release(s);
-    return r;
-  }
-  if (get) {
-    ak_source_t **v = NULL;
-    size_t n = ak_sources_list(inst->sources, tenant, &v);
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, view(inst, v[i]));
-    ak_sources_list_free(v, n);
-    return ak_admin_json(c, 200, json_pack("{s:s,s:o}", "tenant", tenant, "entries", arr));
-  }
+  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
+  ak_source_t **v = NULL;
+  size_t n = ak_sources_list(inst->sources, path->tenant, &v);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(arr, view(inst, v[i]));
+  ak_sources_list_free(v, n);
+  return ak_admin_json(c, 200, json_pack("{s:s,s:o}", "tenant", path->tenant, "entries", arr));
+}
+
+/* POST /v1/tenants/{tenant}/sources: create only, the name in the body */
+enum MHD_Result ak_sources_api_create(ak_admin_call_t *c, const ak_admin_path_t *path) {
+  ak_instance_t *inst = c->inst;
+  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
   if (!ak_source_store_persistent(inst->cfg)) return read_only(c, NULL);
-  if (!strcmp(method, "DELETE")) return delete_source(inst, c, who, tenant, name);
-  return write_source(inst, c, who, tenant, has_name ? name : NULL, !has_name, body, len);
+  return write_source(inst, c, c->who, path->tenant, NULL, true, c->body, c->body_len);
+}
+
+/* GET /v1/tenants/{tenant}/sources/{name} */
+enum MHD_Result ak_sources_api_get(ak_admin_call_t *c, const ak_admin_path_t *path) {
+  ak_instance_t *inst = c->inst;
+  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
+  ak_source_t *s = ak_sources_get(inst->sources, path->name, strlen(path->name));
+  if (!s || strcmp(s->cfg.tenant, path->tenant) != 0) {
+    ak_source_release(s);
+    return ak_admin_error(c, 404, "source_not_found");
+  }
+  enum MHD_Result r = ak_admin_json(c, 200, view(inst, s));
+  ak_source_release(s);
+  return r;
+}
+
+/* PUT /v1/tenants/{tenant}/sources/{name}: create or update */
+enum MHD_Result ak_sources_api_put(ak_admin_call_t *c, const ak_admin_path_t *path) {
+  ak_instance_t *inst = c->inst;
+  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
+  if (!ak_source_store_persistent(inst->cfg)) return read_only(c, NULL);
+  return write_source(inst, c, c->who, path->tenant, path->name, false, c->body, c->body_len);
+}
+
+/* DELETE /v1/tenants/{tenant}/sources/{name}[?deliveries=dead_letter] */
+enum MHD_Result ak_sources_api_delete(ak_admin_call_t *c, const ak_admin_path_t *path) {
+  ak_instance_t *inst = c->inst;
+  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
+  if (!ak_source_store_persistent(inst->cfg)) return read_only(c, NULL);
+  return delete_source(inst, c, c->who, path->tenant, path->name);
 }
 
 /* ------------------------------------------------------------------- the module ---- */

@@ -1,17 +1,15 @@
 /* Sources managed over the admin API (source_store.type persistent): the endpoints
- * GET|POST /v1/tenants/{t}/sources and GET|PUT|DELETE /v1/tenants/{t}/sources/{name},
- * their rows in the node's store (default CF, s:<tenant>\0<name>, docs/storage.md) and
- * reading them back at boot. A spec is checked by the config loader's own code
- * (ak_config_source_check) and served through core/sources.h. Never answers with a
- * secret (views are redacted) and never makes a change it could not store: the row is
- * written, synced, before the edge sees the new version. */
+ * GET|POST /v1/tenants/{tenant}/sources and GET|PUT|DELETE
+ * /v1/tenants/{tenant}/sources/{name}, their rows in the node's store (default CF,
+ * s:<tenant>\0<name>, docs/storage.md) and reading them back at boot. A spec is checked by
+ * the config loader's own code (ak_sources_check_spec) and served through
+ * core/sources.h. Never answers with a secret (views are redacted) and never makes a
+ * change it could not store: the row is written, synced, before the edge sees the new
+ * version. The handlers' one caller is the router (admin/router.c). */
 #ifndef AK_ADMIN_SOURCES_API_H
 #define AK_ADMIN_SOURCES_API_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <microhttpd.h>
-#include "admin/audit.h"
+#include "admin/api.h"
 #include "core/instance.h"
 #include "core/module.h"
 
@@ -27,12 +25,12 @@ extern const ak_module_t ak_mod_source_store;
 /* source_store.type is persistent: the admin API's sources are served and kept. */
 bool ak_source_store_persistent(const ak_config_t *cfg);
 
-/* True for /v1/tenants/{t}/sources and /v1/tenants/{t}/sources/{name}. */
-bool ak_sources_api_match(const char *url);
-struct ak_admin_call;
-/* Serve one request on such a URL, after the router checked its scope and tenant (the
- * call carries the body, the caller for the audit row, and the request id its answers
- * carry). */
-enum MHD_Result ak_sources_api_handle(struct ak_admin_call *call);
+/* Handlers (api.h), after the router checked the scope and the path tenant: {tenant} is
+ * a valid tenant id in the caller's scope; {name} the source's name. */
+enum MHD_Result ak_sources_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
+enum MHD_Result ak_sources_api_create(ak_admin_call_t *call, const ak_admin_path_t *path);
+enum MHD_Result ak_sources_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
+enum MHD_Result ak_sources_api_put(ak_admin_call_t *call, const ak_admin_path_t *path);
+enum MHD_Result ak_sources_api_delete(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

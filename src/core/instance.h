@@ -41,7 +41,7 @@ typedef struct ak_instance {
   struct ak_egress *egress;     /* egress.* guard shared by every sink (sinks/egress.h) */
   struct ak_dispatch *dispatch; /* NULL unless the dispatch role runs (dispatch/dispatch.h) */
   struct ak_replays *replays;   /* replay jobs (dispatch/replay.h); NULL without dispatch */
-  struct ak_audit *audit;       /* the audit trail (admin/audit.h); NULL in tools and some tests */
+  struct ak_audit *audit;       /* the audit trail (store/audit.h); NULL in tools and some tests */
   _Atomic int draining;        /* SIGTERM seen: /ready and new requests answer 503 draining,
                                   new connections are closed as soon as accepted (edge.c) */
   struct ak_sources *sources;  /* every source served, with its verifier (core/sources.h) */

@@ -172,7 +172,7 @@ typedef struct ak_source_meta {
   uint64_t revision;
 } ak_source_meta_t;
 
-/* A complete, unpublished version from a checked spec (ak_config_source_check): typed
+/* A complete, unpublished version from a checked spec (ak_sources_check_spec): typed
  * config, verifier and every attached extension. NULL with err naming sources.<id>. The
  * caller holds its one reference. */
 ak_source_t *ak_sources_make(ak_sources_t *t, const char *id, const json_t *checked, const ak_source_meta_t *m,

@@ -12,9 +12,9 @@
 #include <string.h>
 #include "core/clock.h"
 #include "core/log.h"
-#include "admin/audit.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
+#include "store/audit.h"
 #include "store/store.h"
 
 

@@ -11,8 +11,8 @@
 #include "core/gcra.h"
 #include "core/log.h"
 #include "core/ratetable.h"
-#include "admin/audit.h"
 #include "edge/quota.h"
+#include "store/audit.h"
 #include "store/store.h"
 
 typedef struct entry {

@@ -16,10 +16,10 @@
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/metrics.h"
-#include "admin/audit.h"
 #include "core/sources.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
+#include "store/audit.h"
 #include "store/store.h"
 
 struct ak_pen_bucket {

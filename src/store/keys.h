@@ -40,7 +40,7 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64, only for ids that do not carry their seq sealed */
 #define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 seq:64 -> a commit's keys (queue/dedupe_record.c) */
 
-/* audit CF (admin/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is
+/* audit CF (store/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is
  * pending (a dual write not settled yet); 'v' subject -> u64 revision; 'k' -> the HMAC
  * key of the rows' hashes (32 random bytes); 'n' -> u64 next seq */
 #define AK_AUDIT_ROW 'a'

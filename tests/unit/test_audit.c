@@ -12,10 +12,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "admin/audit.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/instance.h"
+#include "store/audit.h"
 #include "store/store.h"
 #include "modules.h"
 #include "core/node.h"

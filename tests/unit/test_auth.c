@@ -7,13 +7,14 @@
 #include <string.h>
 #include "admin/api.h"
 #include "admin/auth.h"
+#include "admin/router.h"
 #include "core/config.h"
 #include "modules.h"
 #include "core/node.h"
 #include "core/sources.h"
 #include "edge/edge.h"
 #include "admin/admin.h"
-#include "admin/audit.h"
+#include "store/audit.h"
 #include "queue/writer.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
@@ -149,51 +150,52 @@ typedef struct {
   const char *method, *url;
   ak_scope_t scope;
   bool node;
-  const char *tenant, *id;
+  const char *tenant, *id, *name;
 } want_t;
 
 static const want_t table[] = {
-    {"GET", "/health", AK_SCOPE_OPEN, false, NULL, NULL},
-    {"HEAD", "/ready", AK_SCOPE_OPEN, false, NULL, NULL},
-    {"GET", "/metrics", AK_SCOPE_METRICS_READ, true, NULL, NULL},
-    {"GET", "/v1/config", AK_SCOPE_CONFIG_READ, true, NULL, NULL},
-    {"GET", "/v1/wal", AK_SCOPE_CONFIG_READ, true, NULL, NULL},
-    {"GET", "/v1/log-level", AK_SCOPE_CONFIG_READ, true, NULL, NULL},
-    {"PUT", "/v1/log-level", AK_SCOPE_LOG_LEVEL_WRITE, true, NULL, NULL},
+    {"GET", "/health", AK_SCOPE_OPEN, false, NULL, NULL, NULL},
+    {"HEAD", "/ready", AK_SCOPE_OPEN, false, NULL, NULL, NULL},
+    {"GET", "/metrics", AK_SCOPE_METRICS_READ, true, NULL, NULL, NULL},
+    {"GET", "/v1/config", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
+    {"GET", "/v1/wal", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
+    {"GET", "/v1/log-level", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
+    {"PUT", "/v1/log-level", AK_SCOPE_LOG_LEVEL_WRITE, true, NULL, NULL, NULL},
     {"GET", "/v1/hooks/0190e0b2-0000-7000-8000-000000000001", AK_SCOPE_HOOKS_READ, false, NULL,
-     "0190e0b2-0000-7000-8000-000000000001"},
-    {"GET", "/v1/quarantine", AK_SCOPE_QUARANTINE_READ, false, NULL, NULL},
-    {"DELETE", "/v1/quarantine", AK_SCOPE_QUARANTINE_WRITE, false, NULL, NULL},
-    {"GET", "/v1/dlq", AK_SCOPE_DLQ_READ, false, NULL, NULL},
-    {"POST", "/v1/replays", AK_SCOPE_REPLAYS_WRITE, false, NULL, NULL},
-    {"GET", "/v1/replays", AK_SCOPE_REPLAYS_READ, false, NULL, NULL},
-    {"GET", "/v1/replays/abc", AK_SCOPE_REPLAYS_READ, false, NULL, "abc"},
-    {"PATCH", "/v1/replays/abc", AK_SCOPE_REPLAYS_WRITE, false, NULL, "abc"},
-    {"GET", "/v1/rate-limits", AK_SCOPE_RATE_LIMITS_READ, false, NULL, NULL},
-    {"GET", "/v1/tenants/acme/rate-limit", AK_SCOPE_RATE_LIMITS_READ, false, "acme", NULL},
-    {"PUT", "/v1/tenants/acme/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "acme", NULL},
-    {"DELETE", "/v1/tenants/t-2/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "t-2", NULL},
-    {"GET", "/v1/audit", AK_SCOPE_AUDIT_READ, false, NULL, NULL},
-    {"GET", "/v1/tenants/acme/sources", AK_SCOPE_SOURCES_READ, false, "acme", NULL},
-    {"POST", "/v1/tenants/acme/sources", AK_SCOPE_SOURCES_WRITE, false, "acme", NULL},
-    {"GET", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_READ, false, "acme", NULL},
-    {"PUT", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_WRITE, false, "acme", NULL},
-    {"DELETE", "/v1/tenants/t-2/sources/github", AK_SCOPE_SOURCES_WRITE, false, "t-2", NULL},
+     "0190e0b2-0000-7000-8000-000000000001", NULL},
+    {"GET", "/v1/quarantine", AK_SCOPE_QUARANTINE_READ, false, NULL, NULL, NULL},
+    {"DELETE", "/v1/quarantine", AK_SCOPE_QUARANTINE_WRITE, false, NULL, NULL, NULL},
+    {"GET", "/v1/dlq", AK_SCOPE_DLQ_READ, false, NULL, NULL, NULL},
+    {"POST", "/v1/replays", AK_SCOPE_REPLAYS_WRITE, false, NULL, NULL, NULL},
+    {"GET", "/v1/replays", AK_SCOPE_REPLAYS_READ, false, NULL, NULL, NULL},
+    {"GET", "/v1/replays/abc", AK_SCOPE_REPLAYS_READ, false, NULL, "abc", NULL},
+    {"PATCH", "/v1/replays/abc", AK_SCOPE_REPLAYS_WRITE, false, NULL, "abc", NULL},
+    {"GET", "/v1/rate-limits", AK_SCOPE_RATE_LIMITS_READ, false, NULL, NULL, NULL},
+    {"GET", "/v1/tenants/acme/rate-limit", AK_SCOPE_RATE_LIMITS_READ, false, "acme", NULL, NULL},
+    {"PUT", "/v1/tenants/acme/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "acme", NULL, NULL},
+    {"DELETE", "/v1/tenants/t-2/rate-limit", AK_SCOPE_RATE_LIMITS_WRITE, false, "t-2", NULL, NULL},
+    {"GET", "/v1/audit", AK_SCOPE_AUDIT_READ, false, NULL, NULL, NULL},
+    {"GET", "/v1/tenants/acme/sources", AK_SCOPE_SOURCES_READ, false, "acme", NULL, NULL},
+    {"POST", "/v1/tenants/acme/sources", AK_SCOPE_SOURCES_WRITE, false, "acme", NULL, NULL},
+    {"GET", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_READ, false, "acme", NULL, "github"},
+    {"PUT", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_WRITE, false, "acme", NULL, "github"},
+    {"DELETE", "/v1/tenants/t-2/sources/github", AK_SCOPE_SOURCES_WRITE, false, "t-2", NULL, "github"},
 };
 
 Test(routes, every_endpoint_names_its_scope) {
   for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
     const want_t *w = &table[i];
-    char t[AK_ADMIN_CAPTURE_MAX] = "", id[AK_ADMIN_CAPTURE_MAX] = "", name[AK_ADMIN_CAPTURE_MAX] = "";
+    ak_admin_path_t path;
     bool known = false;
-    const ak_admin_route_t *r = ak_admin_route_match(w->method, w->url, t, id, name, &known);
+    const ak_admin_route_t *r = ak_admin_route_match(w->method, w->url, &path, &known);
     cr_assert_not_null(r, "%s %s routed", w->method, w->url);
     cr_expect(known);
     cr_expect_eq(r->scope, w->scope, "%s %s needs %s, table says %s", w->method, w->url,
                  ak_auth_scope_name(w->scope), ak_auth_scope_name(r->scope));
     cr_expect_eq(!!(r->flags & AK_ROUTE_NODE), w->node, "%s %s node-wide", w->method, w->url);
-    cr_expect_str_eq(t, w->tenant ? w->tenant : "", "%s %s tenant", w->method, w->url);
-    cr_expect_str_eq(id, w->id ? w->id : "", "%s %s id", w->method, w->url);
+    cr_expect_str_eq(path.tenant, w->tenant ? w->tenant : "", "%s %s tenant", w->method, w->url);
+    cr_expect_str_eq(path.id, w->id ? w->id : "", "%s %s id", w->method, w->url);
+    cr_expect_str_eq(path.name, w->name ? w->name : "", "%s %s name", w->method, w->url);
     cr_expect_not_null(r->fn);
   }
 }
@@ -211,9 +213,9 @@ Test(routes, the_table_is_complete_and_unambiguous) {
     /* every row is in the expectations above (a new endpoint must name its scope there) */
     bool listed = false;
     for (size_t k = 0; k < sizeof table / sizeof *table && !listed; k++) {
-      char t[AK_ADMIN_CAPTURE_MAX], id[AK_ADMIN_CAPTURE_MAX], nm[AK_ADMIN_CAPTURE_MAX];
+      ak_admin_path_t path;
       bool known;
-      listed = ak_admin_route_match(table[k].method, table[k].url, t, id, nm, &known) == &rs[i];
+      listed = ak_admin_route_match(table[k].method, table[k].url, &path, &known) == &rs[i];
     }
     cr_expect(listed, "%s %s has no expectation in the test table", rs[i].method, rs[i].pattern);
   }
@@ -221,21 +223,21 @@ Test(routes, the_table_is_complete_and_unambiguous) {
 }
 
 Test(routes, unmatched_paths_and_methods) {
-  char t[AK_ADMIN_CAPTURE_MAX], id[AK_ADMIN_CAPTURE_MAX], nm[AK_ADMIN_CAPTURE_MAX];
+  ak_admin_path_t path;
   bool known = true;
-  cr_expect_null(ak_admin_route_match("GET", "/v1/nope", t, id, nm, &known));
+  cr_expect_null(ak_admin_route_match("GET", "/v1/nope", &path, &known));
   cr_expect_not(known);
-  cr_expect_null(ak_admin_route_match("POST", "/v1/audit", t, id, nm, &known));
+  cr_expect_null(ak_admin_route_match("POST", "/v1/audit", &path, &known));
   cr_expect(known, "the path exists under GET");
-  cr_expect_null(ak_admin_route_match("GET", "/v1/tenants//rate-limit", t, id, nm, &known), "empty capture");
-  cr_expect_null(ak_admin_route_match("GET", "/v1/tenants/a/b/rate-limit", t, id, nm, &known), "one segment");
-  cr_expect_null(ak_admin_route_match("GET", "/v1/replays/", t, id, nm, &known));
-  cr_expect_null(ak_admin_route_match("GET", "/health/", t, id, nm, &known));
-  cr_expect_null(ak_admin_route_match("GET", "/v1/auditx", t, id, nm, &known));
-  cr_expect_null(ak_admin_route_match("GET", "", t, id, nm, &known));
+  cr_expect_null(ak_admin_route_match("GET", "/v1/tenants//rate-limit", &path, &known), "empty capture");
+  cr_expect_null(ak_admin_route_match("GET", "/v1/tenants/a/b/rate-limit", &path, &known), "one segment");
+  cr_expect_null(ak_admin_route_match("GET", "/v1/replays/", &path, &known));
+  cr_expect_null(ak_admin_route_match("GET", "/health/", &path, &known));
+  cr_expect_null(ak_admin_route_match("GET", "/v1/auditx", &path, &known));
+  cr_expect_null(ak_admin_route_match("GET", "", &path, &known));
   char longseg[300];
   memset(longseg, 'a', sizeof longseg);
   memcpy(longseg, "/v1/replays/", 12);
   longseg[sizeof longseg - 1] = 0;
-  cr_expect_null(ak_admin_route_match("GET", longseg, t, id, nm, &known), "a capture longer than the buffer");
+  cr_expect_null(ak_admin_route_match("GET", longseg, &path, &known), "a capture longer than the buffer");
 }

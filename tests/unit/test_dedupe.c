@@ -25,7 +25,7 @@
 #include "core/sources.h"
 #include "edge/edge.h"
 #include "admin/admin.h"
-#include "admin/audit.h"
+#include "store/audit.h"
 #include "queue/quarantine.h"
 #include "dispatch/dispatch.h"
 #include "sinks/egress.h"

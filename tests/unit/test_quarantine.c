@@ -21,7 +21,7 @@
 #include "core/node.h"
 #include "edge/edge.h"
 #include "admin/admin.h"
-#include "admin/audit.h"
+#include "store/audit.h"
 #include "queue/dedupe.h"
 #include "dispatch/dispatch.h"
 #include "sinks/egress.h"

@@ -28,7 +28,7 @@
 #include "core/sources.h"
 #include "edge/edge.h"
 #include "admin/admin.h"
-#include "admin/audit.h"
+#include "store/audit.h"
 #include "queue/writer.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"

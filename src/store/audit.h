@@ -3,7 +3,9 @@
  * `audit` column family. Owns the rows, their seq (dense, persisted, handed out in commit
  * order), the per-store HMAC key of the before/after hashes, the subjects' revisions,
  * GET /v1/audit's query, and the retention prune (its own small thread). Never holds a
- * secret in a row: a subject is named, and its state appears only as a keyed hash.
+ * secret in a row: a subject is named, and its state appears only as a keyed hash. A
+ * store-level service (edge, queue, dispatch and admin write rows): never includes a
+ * header above store/.
  *
  * A change that lives in this node's store goes in the SAME synced batch as its row:
  *
@@ -25,8 +27,8 @@
  * own batches) is a dual write: a row with outcome "pending" first (ak_audit_record),
  * then the change, then ak_audit_finish with the outcome; a node killed in between finds
  * the row pending at the next open and marks it "interrupted". */
-#ifndef AK_ADMIN_AUDIT_H
-#define AK_ADMIN_AUDIT_H
+#ifndef AK_STORE_AUDIT_H
+#define AK_STORE_AUDIT_H
 
 #include <jansson.h>
 #include <rocksdb/c.h>

@@ -1,8 +1,8 @@
-/* Reply helpers for libmicrohttpd handlers. */
+/* Reply helpers for libmicrohttpd handlers and the probes (httpx.h). Never keeps state. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/httpx.h"
+#include "edge/httpx.h"
 #include "queue/writer.h"
 
 enum MHD_Result ak_http_reply(struct MHD_Connection *c, unsigned status, const char *ctype,

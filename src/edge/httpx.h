@@ -1,7 +1,9 @@
-/* Small libmicrohttpd helpers shared by the ingest and admin listeners: JSON replies,
- * the readiness answer. Owns no state. */
-#ifndef AK_CORE_HTTPX_H
-#define AK_CORE_HTTPX_H
+/* Small libmicrohttpd helpers shared by the ingest and admin listeners: JSON replies and
+ * the probes (GET /health, GET /ready: the writer's readiness, so this sits above queue/,
+ * in edge/, the lowest layer both listeners reach). Owns no state; never answers /ready
+ * from anything but the writer and the drain flag. */
+#ifndef AK_EDGE_HTTPX_H
+#define AK_EDGE_HTTPX_H
 
 #include <microhttpd.h>
 #include <stddef.h>

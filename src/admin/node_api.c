@@ -1,18 +1,49 @@
-/* GET /v1/config and GET /v1/wal (ops.h). Every number here is one the node already
- * keeps (writer counters, dispatch gauges, the store directory's file sizes): a request
- * never scans the store, so answering costs the same at any backlog. */
+/* The node's own endpoints (node_api.h): the probes, /metrics, /v1/config, /v1/wal. Every
+ * number here is one the node already keeps (writer counters, dispatch gauges, the store
+ * directory's file sizes): a request never scans the store, so answering costs the same
+ * at any backlog. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "admin/ops.h"
+#include "admin/node_api.h"
+#include "core/metrics.h"
 #include "dispatch/dispatch.h"
+#include "edge/httpx.h"
+#include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
 
-json_t *ak_admin_config_view(ak_instance_t *inst) { return ak_config_redacted(inst->cfg); }
+enum MHD_Result ak_node_api_health(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  (void)path;
+  return ak_http_health(call->inst, call->conn);
+}
+
+enum MHD_Result ak_node_api_ready(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  (void)path;
+  unsigned st;
+  return ak_http_ready(call->inst, call->conn, &st);
+}
+
+enum MHD_Result ak_node_api_metrics(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  (void)path;
+  ak_instance_t *inst = call->inst;
+  if (inst->writer) ak_writer_sample(inst->writer);
+  ak_pen_sample(inst->pen);
+  size_t len;
+  char *text = ak_metrics_render(inst->metrics, &len);
+  enum MHD_Result r = ak_admin_reply(call, 200, "text/plain; version=0.0.4", text, len);
+  free(text);
+  return r;
+}
+
+enum MHD_Result ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  (void)path;
+  return ak_admin_json(call, 200, ak_config_redacted(call->inst->cfg));
+}
 
 /* Bytes the store's files occupy on disk (RocksDB keeps one flat directory). -1 when the
  * directory cannot be read. */
@@ -31,7 +62,7 @@ static int64_t dir_bytes(const char *path) {
   return total;
 }
 
-json_t *ak_admin_wal_view(ak_instance_t *inst) {
+static json_t *wal_view(ak_instance_t *inst) {
   json_t *w = json_object();
   json_object_set_new(w, "type", json_string(ak_wal_type_text(ak_wal_cfg(inst->cfg)->type)));
   const char *path = inst->store ? ak_store_path(inst->store) : NULL;
@@ -64,4 +95,9 @@ json_t *ak_admin_wal_view(ak_instance_t *inst) {
   json_object_set_new(w, "last_open_ms",
                       json_integer(inst->store ? (json_int_t)(ak_store_last_open_seconds(inst->store) * 1000.0) : 0));
   return json_pack("{s:s,s:o}", "instance", inst->name, "wal", w);
+}
+
+enum MHD_Result ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  (void)path;
+  return ak_admin_json(call, 200, wal_view(call->inst));
 }

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "admin/audit.h"
+#include "store/audit.h"
 #include "core/clock.h"
 #include "core/log.h"
 

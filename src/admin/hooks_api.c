@@ -1,0 +1,76 @@
+/* GET /v1/hooks/{id} and the stored hook's JSON view (hooks_api.h). Never shows another
+ * tenant's hook to a scoped caller and never names the tenant of one it hides. */
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "admin/hooks_api.h"
+#include "core/envelope.h"
+#include "core/log.h"
+#include "store/store.h"
+
+static json_t *strn(const char *s, size_t n) { return json_stringn_nocheck(s ? s : "", s ? n : 0); }
+
+void *ak_hooks_api_json(const ak_envelope_t *env, int with_body) {
+  char id[AK_UUID_STR_LEN];
+  ak_uuid_format(env->id, id);
+  unsigned char dg[32];
+  unsigned int dl = 0;
+  EVP_Digest(env->body, env->body_len, dg, &dl, EVP_sha256(), NULL);
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+  json_t *j = json_object();
+  json_object_set_new(j, "id", json_string(id));
+  json_object_set_new(j, "seq", json_integer((json_int_t)env->seq));
+  json_object_set_new(j, "tenant_id", strn(env->tenant, env->tenant_len));
+  json_object_set_new(j, "source_id", strn(env->source, env->source_len));
+  json_object_set_new(j, "received_at", json_integer(env->received_at_ms));
+  json_object_set_new(j, "size", json_integer((json_int_t)env->body_len));
+  json_object_set_new(j, "sha256", json_string(hex));
+  if (env->dedupe_key_len) json_object_set_new(j, "dedupe_key", strn(env->dedupe_key, env->dedupe_key_len));
+  if (with_body) {
+    json_object_set_new(j, "method", strn(env->method, env->method_len));
+    json_object_set_new(j, "path", strn(env->path, env->path_len));
+    json_object_set_new(j, "content_type", env->content_type_len ? strn(env->content_type, env->content_type_len)
+                                                                  : json_null());
+    json_object_set_new(j, "verification", json_string(env->flags & AK_ENV_FLAG_VERIFY_FAILED ? "failed" : "ok"));
+    json_t *hs = json_array();
+    for (size_t i = 0; i < env->nheaders; i++)
+      json_array_append_new(hs, json_pack("[o,o]", strn(env->headers[i].name, env->headers[i].name_len),
+                                          strn(env->headers[i].value, env->headers[i].value_len)));
+    json_object_set_new(j, "headers", hs);
+    size_t bl = 4 * ((env->body_len + 2) / 3) + 1;
+    char *b64 = malloc(bl);
+    int n = EVP_EncodeBlock((unsigned char *)b64, env->body, (int)env->body_len);
+    json_object_set_new(j, "body", json_stringn(b64, (size_t)(n > 0 ? n : 0)));
+    json_object_set_new(j, "body_encoding", json_string("base64"));
+    free(b64);
+  }
+  return j;
+}
+
+/* GET /v1/hooks/{id}: read by id (its sealed seq, else the 'i' index; ak_store_find_hook).
+ * Another tenant's hook is "not found" to a scoped caller: an id names no tenant, so
+ * nothing is forbidden, and existence is not told. */
+enum MHD_Result ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  ak_store_t *st = call->inst->store;
+  uint8_t id[16];
+  if (!ak_uuid_parse(path->id, id)) return ak_admin_error(call, 404, "hook_not_found");
+  char *v = NULL;
+  size_t vl = 0;
+  uint64_t seq = 0;
+  int rc = ak_store_find_hook(st, id, &seq, &v, &vl);
+  if (rc < 0) return ak_admin_error(call, 503, "store_unavailable");
+  if (rc == 1) return ak_admin_error(call, 404, "hook_not_found");
+  ak_envelope_t env;
+  if (ak_envelope_decode((const uint8_t *)v, vl, &env) != 0) {
+    free(v);
+    ak_log(AK_LOG_ERROR, "admin", "stored hook record is damaged", "id=%s", path->id);
+    return ak_admin_error(call, 500, "hook_damaged");
+  }
+  json_t *j = ak_tenant_scope_has(call->scope, env.tenant, env.tenant_len) ? ak_hooks_api_json(&env, 1) : NULL;
+  ak_envelope_clear(&env);
+  free(v);
+  if (!j) return ak_admin_error(call, 404, "hook_not_found");
+  return ak_admin_json(call, 200, j);
+}

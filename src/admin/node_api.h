@@ -1,0 +1,20 @@
+/* The admin API's views of the node itself: the probes (GET /health, GET /ready), GET
+ * /metrics, GET /v1/config (the effective config, redacted) and GET /v1/wal (the
+ * durability path: wal.type, the store and its counters). Handlers only (api.h); the
+ * router is the one caller. Never puts a secret in a view: the config goes through
+ * ak_config_redacted like print-config. */
+#ifndef AK_ADMIN_NODE_API_H
+#define AK_ADMIN_NODE_API_H
+
+#include "admin/api.h"
+
+enum MHD_Result ak_node_api_health(ak_admin_call_t *call, const ak_admin_path_t *path);
+enum MHD_Result ak_node_api_ready(ak_admin_call_t *call, const ak_admin_path_t *path);
+enum MHD_Result ak_node_api_metrics(ak_admin_call_t *call, const ak_admin_path_t *path);
+/* The redacted effective config: the document `ankusa print-config` prints. */
+enum MHD_Result ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path);
+/* {instance, wal:{type, store_path, open, ready, reason, next_seq, hooks, deliveries,
+ * disk_bytes, last_open_ms}} */
+enum MHD_Result ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path);
+
+#endif

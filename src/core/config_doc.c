@@ -158,8 +158,9 @@ char *ak_config_options_markdown(const ak_schema_t *s) {
   for (size_t i = 0; i < s->nmodules; i++) {
     const ak_module_t *m = s->modules[i];
     if (!m->section) continue;
-    put(&o, "### `%s`\n\n%s%s.\n\n", m->section, m->doc ? m->doc : "",
-        (m->section_flags & AK_OPTF_UNSUPPORTED) ? ": not supported yet (accepted when empty)" : "");
+    const char *doc = m->doc ? m->doc : "";
+    put(&o, "### `%s`\n\n%c%s%s.\n\n", m->section, doc[0] >= 'a' && doc[0] <= 'z' ? doc[0] - 32 : doc[0] ? doc[0] : ' ',
+        doc[0] ? doc + 1 : "", (m->section_flags & AK_OPTF_UNSUPPORTED) ? ": not supported yet (accepted when empty)" : "");
     if (m->section_flags & AK_OPTF_UNSUPPORTED) continue;
     put_head(&o);
     char prefix[128];
@@ -173,7 +174,7 @@ char *ak_config_options_markdown(const ak_schema_t *s) {
     for (size_t i = 0; i < kind->count; i++) {
       const ak_plugin_t *p = kind->all[i];
       put(&o, "#### `type: %s`\n\n", p->type);
-      if (p->doc) put(&o, "%s.\n\n", p->doc);
+      if (p->doc) put(&o, "%c%s.\n\n", p->doc[0] >= 'a' && p->doc[0] <= 'z' ? p->doc[0] - 32 : p->doc[0], p->doc + 1);
       if (p->unsupported) {
         put(&o, "Not supported yet.\n\n");
         continue;
@@ -191,5 +192,6 @@ char *ak_config_options_markdown(const ak_schema_t *s) {
     free(o.s);
     return NULL;
   }
+  while (o.n > 1 && o.s[o.n - 1] == '\n' && o.s[o.n - 2] == '\n') o.s[--o.n] = '\0'; /* one final newline */
   return o.s;
 }

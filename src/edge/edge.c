@@ -27,6 +27,7 @@
 #include "edge/httpx.h"
 #include "edge/quota.h"
 #include "edge/route.h"
+#include "edge/ticket.h"
 #include "edge/tls.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
@@ -80,7 +81,6 @@ typedef struct edge_src {
 
 typedef struct conn {
   int state;
-  bool pen_admitted;   /* a pen reservation to settle once the writer answered */
   int64_t t0_ns;
   int64_t received_at_ms;
   ak_source_t *sv;     /* the source version this request bound to, held until completed() */
@@ -88,12 +88,12 @@ typedef struct conn {
   const ak_source_cfg_t *src; /* &sv->cfg */
   const char *tenant;
   bool too_large;
-  bool quota_charged;  /* the tenant quota took this hook: given back unless it is stored */
   bool meter_body;     /* source bytes limited, no Content-Length: charged as it arrives */
   int late_retry;      /* > 0: over the source's bytes mid-body; 429 after the body */
   int64_t max_body;    /* http.max_body_bytes, or the tenant's when smaller */
   uint8_t *body;
   size_t len, cap;
+  ak_ticket_t ticket;  /* pen, dedupe claim, quota, queue share: settled once, in settle() */
   ak_write_req_t req;
   struct MHD_Connection *mc;
   ak_edge_t *edge;
@@ -170,11 +170,11 @@ static void on_committed(ak_write_req_t *req, void *ctx) {
   MHD_resume_connection(c->mc); /* last touch: c may be freed after this */
 }
 
-/* The writer's answer is final: release a pen reservation exactly once. */
-static void settle_pen(ak_edge_t *e, conn_t *c) {
-  if (!c->pen_admitted) return;
-  c->pen_admitted = false;
-  ak_pen_settle(e->inst->pen, c->es->pen, c->req.body_len, c->req.status == AK_WR_COMMITTED);
+/* The one place a request gives back what it holds: at its answer, whatever it is (a
+ * refusal, a duplicate, a failed or a good commit), or when its client left first. */
+static void settle(conn_t *c, bool stored) {
+  ak_ticket_settle(&c->ticket, stored);
+  c->req.dedupe = NULL; /* the ticket's, freed with it */
 }
 
 /* A repeat of a stored event: the first hook's id, and nothing stored. */
@@ -187,15 +187,16 @@ static enum MHD_Result answer_duplicate(ak_edge_t *e, struct MHD_Connection *mc,
   return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
 }
 
-static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc) {
+/* A refusal before anything reached the writer: what the ticket holds goes back first. */
+static enum MHD_Result refuse_settled(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, unsigned status,
+                                      refuse_t why, const char *code, int retry_after) {
+  settle(c, false);
   c->state = ST_ANSWERED;
-  atomic_fetch_sub(&e->waiting, 1);
-  free(c->req.rec);
-  c->req.rec = NULL;
-  settle_pen(e, c);
-  if (c->quota_charged && c->req.status != AK_WR_COMMITTED)
-    ak_quota_refund(e->inst->quota, c->tenant, strlen(c->tenant), c->req.body_len);
-  c->quota_charged = false;
+  return refuse(e, mc, status, why, code, retry_after, c->t0_ns);
+}
+
+/* The answer to the writer's verdict (c->req.status), the ticket already settled. */
+static enum MHD_Result respond(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, const uint8_t first_id[16]) {
   switch (c->req.status) {
     case AK_WR_COMMITTED: {
       char id[AK_UUID_STR_LEN], body[128];
@@ -213,7 +214,7 @@ static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
       return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
     }
     case AK_WR_DUPLICATE:
-      return answer_duplicate(e, mc, c->req.dedupe->first_id, c->t0_ns);
+      return answer_duplicate(e, mc, first_id, c->t0_ns);
     case AK_WR_DEDUPE_QUOTA:
       return refuse(e, mc, 503, R_DEDUPE_QUOTA, "dedupe_quota", 60, c->t0_ns);
     case AK_WR_OVERLOAD:
@@ -228,6 +229,17 @@ static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
     default:
       return refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, c->t0_ns);
   }
+}
+
+static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc) {
+  c->state = ST_ANSWERED;
+  atomic_fetch_sub(&e->waiting, 1);
+  free(c->req.rec);
+  c->req.rec = NULL;
+  uint8_t first_id[16] = {0};
+  if (c->req.status == AK_WR_DUPLICATE && c->req.dedupe) memcpy(first_id, c->req.dedupe->first_id, 16);
+  settle(c, c->req.status == AK_WR_COMMITTED);
+  return respond(e, c, mc, first_id);
 }
 
 typedef struct {
@@ -276,6 +288,7 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
                               const char *method) {
   ak_instance_t *inst = e->inst;
   const ak_verifier_t *v = c->sv->verifier;
+  ak_ticket_init(&c->ticket, inst, c->tenant, strlen(c->tenant), c->len);
   hdrs_t h = {0};
   MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_header, &h);
 
@@ -318,7 +331,7 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
         ak_counter_add(e->m_flagged, 1);
       } else {
         int64_t retry_ms = 0;
-        ak_pen_admit_t pa = ak_pen_admit(inst->pen, c->es->pen, c->len, &retry_ms);
+        ak_pen_admit_t pa = ak_ticket_take_pen(&c->ticket, c->es->pen, &retry_ms);
         if (pa != AK_PEN_OK) {
           free(h.v);
           c->state = ST_ANSWERED;
@@ -329,7 +342,6 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
             return refuse(e, mc, 503, R_QUARANTINE_FULL, "quarantine_full", 60, c->t0_ns);
           return refuse(e, mc, 503, R_QUARANTINE_OVERLOAD, "overload", 1, c->t0_ns);
         }
-        c->pen_admitted = true;
         kind = AK_WRITE_QUARANTINE;
       }
     }
@@ -343,16 +355,16 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
                  : NULL;
   if (dkey) {
     uint8_t first[16];
-    c->req.dedupe = ak_dedupe_claim_new(c->tenant, strlen(c->tenant), c->src->id, dkey, dklen, c->src->dedupe_ttl_ms);
-    if (!c->req.dedupe) {
+    if (!ak_ticket_claim(&c->ticket, c->src->id, dkey, dklen, c->src->dedupe_ttl_ms)) {
       free(dkey);
       free(h.v);
-      c->state = ST_ANSWERED;
-      return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+      return refuse_settled(e, c, mc, 503, R_OVERLOAD, "overload", 1);
     }
+    c->req.dedupe = c->ticket.claim;
     if (ak_dedupe_seen(inst->dedupe, c->req.dedupe, first)) {
       free(dkey);
       free(h.v);
+      settle(c, false);
       c->state = ST_ANSWERED;
       return answer_duplicate(e, mc, first, c->t0_ns);
     }
@@ -361,13 +373,13 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
    * the dedupe check, so a provider's retry of a stored event spends none either */
   if (kind == AK_WRITE_HOOK && vr == AK_VR_OK) {
     int64_t retry_ns = 0;
-    if (!ak_quota_take(inst->quota, c->tenant, strlen(c->tenant), c->len, ak_mono_ns(), &retry_ns)) {
+    if (!ak_ticket_take_quota(&c->ticket, ak_mono_ns(), &retry_ns)) {
       free(dkey);
       free(h.v);
+      settle(c, false);
       c->state = ST_ANSWERED;
       return refuse_limit(e, mc, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
     }
-    c->quota_charged = true;
   }
 
   /* what is stored: store_headers applied, a verifier's credential header and query
@@ -416,16 +428,7 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   free(kept);
   free(hashbuf);
   free(path);
-  if (!rec) {
-    if (c->quota_charged) ak_quota_refund(inst->quota, c->tenant, strlen(c->tenant), c->len);
-    c->quota_charged = false;
-    if (c->pen_admitted) {
-      c->pen_admitted = false;
-      ak_pen_settle(inst->pen, c->es->pen, c->len, false);
-    }
-    c->state = ST_ANSWERED;
-    return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
-  }
+  if (!rec) return refuse_settled(e, c, mc, 503, R_OVERLOAD, "overload", 1);
   c->req.kind = kind;
   c->req.reason = (uint8_t)vr;
   c->req.rec = rec;
@@ -440,6 +443,18 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   c->req.ctx = c;
   free(c->body);
   c->body = NULL;
+  /* the tenant's share of the queue: hooks of its requests, not pen writes */
+  if (kind == AK_WRITE_HOOK) {
+    ak_wr_status_t share = ak_ticket_take_share(&c->ticket);
+    if (share != AK_WR_QUEUED) {
+      c->req.status = share;
+      free(c->req.rec);
+      c->req.rec = NULL;
+      settle(c, false);
+      c->state = ST_ANSWERED;
+      return respond(e, c, mc, NULL);
+    }
+  }
   c->state = ST_SUBMITTED;
   atomic_fetch_add(&e->waiting, 1);
   /* suspend first: the writer may answer before submit() returns */
@@ -643,12 +658,12 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
      * hook may well be stored; the provider's retry is what covers it) */
     atomic_fetch_sub(&e->waiting, 1);
     ak_counter_add(e->m_abandoned, 1);
-    settle_pen(e, c);
+    settle(c, c->req.status == AK_WR_COMMITTED);
   }
   if (c->tenant != c->src->tenant) free((void *)c->tenant);
   free(c->body);
   free(c->req.rec);
-  ak_dedupe_claim_free(c->req.dedupe);
+  settle(c, false); /* a request that never got an answer: nothing of it is stored */
   ak_source_release(c->sv); /* last: c->src and c->es point into it */
   free(c);
   *con_cls = NULL;

@@ -208,10 +208,6 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   return w;
 }
 
-/* A tenant's share counts the hooks its requests queue; pen writes (bounded by the pen)
- * and hooks an operator releases from the pen are not charged to it. */
-static bool in_share(const ak_write_req_t *r) { return r->kind == AK_WRITE_HOOK && !r->unpen && r->tenant; }
-
 static void finish(ak_writer_t *w, ak_write_req_t *r, ak_wr_status_t st) {
   r->status = st;
   /* repeats parked on r's key get r's outcome; taken before done() may free r */
@@ -223,10 +219,32 @@ static void finish(ak_writer_t *w, ak_write_req_t *r, ak_wr_status_t st) {
   pthread_mutex_lock(&w->mu);
   w->held_records--;
   w->held_bytes -= r->body_len;
-  if (in_share(r)) ak_tenantshare_release(w->tshare, r->tenant, r->tenant_len, r->body_len);
   pthread_mutex_unlock(&w->mu);
   /* last touch of r: done() may resume the connection, after which r can be freed */
   r->done(r, r->ctx);
+}
+
+/* A tenant's share counts the hooks its ingest requests queue (the edge's ticket takes it
+ * before submit and gives it back when it settles); pen writes (bounded by the pen) and
+ * hooks an operator releases from the pen are not charged to it. The node's bound answers
+ * first, as submit would: a tenant over its share on a full node is told the node is full. */
+ak_wr_status_t ak_writer_share_take(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes) {
+  if (!atomic_load(&w->store_ok)) return AK_WR_STORE_UNAVAILABLE;
+  ak_wr_status_t st = AK_WR_QUEUED;
+  pthread_mutex_lock(&w->mu);
+  if (w->stopping) st = AK_WR_DRAINING;
+  else if ((int64_t)w->held_records + 1 > w->max_queue || (int64_t)(w->held_bytes + bytes) > w->max_queue_bytes)
+    st = AK_WR_OVERLOAD;
+  /* room on the node, but not in this tenant's share: its burst stays its own problem */
+  else if (!ak_tenantshare_admit(w->tshare, tenant, tlen, bytes)) st = AK_WR_TENANT_OVERLOAD;
+  pthread_mutex_unlock(&w->mu);
+  return st;
+}
+
+void ak_writer_share_give(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes) {
+  pthread_mutex_lock(&w->mu);
+  ak_tenantshare_release(w->tshare, tenant, tlen, bytes);
+  pthread_mutex_unlock(&w->mu);
 }
 
 ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
@@ -243,11 +261,6 @@ ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
       (int64_t)(w->held_bytes + req->body_len) > w->max_queue_bytes) {
     pthread_mutex_unlock(&w->mu);
     return AK_WR_OVERLOAD;
-  }
-  /* room on the node, but not in this tenant's share: its burst stays its own problem */
-  if (in_share(req) && !ak_tenantshare_admit(w->tshare, req->tenant, req->tenant_len, req->body_len)) {
-    pthread_mutex_unlock(&w->mu);
-    return AK_WR_TENANT_OVERLOAD;
   }
   w->held_records++;
   w->held_bytes += req->body_len;

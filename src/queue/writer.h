@@ -101,6 +101,12 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst);
 int ak_writer_start(ak_writer_t *w);
 /* AK_WR_QUEUED: done() will be called exactly once from a writer thread. Any other
  * value: refused now, done() will NOT be called. */
+/* A tenant's share of the queue (batcher.tenant_max_queue*), taken by the edge's ingest
+ * ticket before it submits and given back when the ticket settles: AK_WR_QUEUED (taken),
+ * or the refusal submit would give first (store, draining, the node's bound), or
+ * AK_WR_TENANT_OVERLOAD. Any thread. */
+ak_wr_status_t ak_writer_share_take(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes);
+void ak_writer_share_give(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes);
 ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req);
 /* Commit everything already queued, answer it, refuse new submissions, stop threads. */
 void ak_writer_stop(ak_writer_t *w);

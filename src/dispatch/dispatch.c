@@ -25,6 +25,7 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/ids.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "core/sources.h"
 #include "dispatch/breaker.h"
@@ -49,7 +50,7 @@ typedef struct dsinks dsinks_t;
 typedef struct row {
   struct row *qnext;             /* the sink key's queue */
   struct row *onext;             /* the outcome queue (under mu) */
-  struct row *rprev, *rnext;     /* running list, in start order */
+  ak_list_t run_link;            /* the running list, in start order */
   tenant_t *t;
   skey_t *key;
   uint64_t seq;
@@ -73,8 +74,7 @@ typedef struct row {
 } row_t;
 
 struct skey {
-  skey_t *knext, *kprev;         /* the tenant's ring of keys with queued rows */
-  bool in_ring;
+  ak_list_t ring_link;           /* in the tenant's ring of keys with queued rows */
   tenant_t *t;
   uint64_t src;                  /* the source's identity (ak_source_t.uid): kept by updates */
   size_t sink;                   /* sink index */
@@ -91,11 +91,9 @@ struct tenant {
   size_t cursor_len;             /* 0: from the start of the tenant's due keys */
   int64_t next_due;              /* earliest unclaimed due time known; INT64_MAX: none */
   size_t heap_idx;               /* in the timer heap, or SIZE_MAX */
-  tenant_t *rnext, *rprev;       /* ready ring: due now, window has room */
-  bool in_ready;
-  tenant_t *snext, *sprev;       /* slot ring: has queued rows */
-  bool in_slots;
-  skey_t *keys;                  /* ring cursor */
+  ak_list_t ready_link;          /* in the ready ring: due now, window has room */
+  ak_list_t slot_link;           /* in the slot ring: has queued rows */
+  ak_list_t keys;                /* ring of its keys with queued rows; the first is served next */
   int64_t pending, scheduled;    /* unclaimed due rows: first attempts / retries */
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the bytes window: its size (0: none) */
@@ -141,7 +139,7 @@ typedef struct {
  * dispatcher keeps every set it built in a list, so that it can destroy every sink
  * (and collect their late callbacks) before its rows are freed at shutdown. */
 struct dsinks {
-  dsinks_t *prev, *next;         /* the dispatcher's list, under its smu */
+  ak_list_t link;                /* in the dispatcher's list, under its smu */
   ak_dispatch_t *d;              /* NULL once the dispatcher is gone */
   bool destroyed;
   size_t n;
@@ -155,7 +153,7 @@ struct ak_dispatch {
   ak_retry_policy_t retry;
   ak_breaker_config_t bcfg;
   pthread_mutex_t smu;           /* sets: sink sets are built and freed on other threads */
-  dsinks_t *sets;
+  ak_list_t sets;
 
   pthread_t thread;
   bool started;
@@ -177,11 +175,11 @@ struct ak_dispatch {
   umap_t keys;                   /* tenant# <<32 | src <<16 | sink -> skey */
   tenant_t **heap;
   size_t nheap, capheap;
-  tenant_t *ready;               /* ring head */
+  ak_list_t ready;               /* ring: the first is served next */
   size_t nready;
-  tenant_t *slots;               /* ring head */
+  ak_list_t slots;               /* ring: the first is served next */
   size_t nslots;
-  row_t *run_head, *run_tail;
+  ak_list_t run;                 /* rows running, in start (so deadline) order */
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the node's bytes window: its size */
   int64_t pending, scheduled, dead;
@@ -423,31 +421,16 @@ static void heap_upsert(ak_dispatch_t *d, tenant_t *t) {
 }
 
 static void ready_remove(ak_dispatch_t *d, tenant_t *t) {
-  if (!t->in_ready) return;
-  t->in_ready = false;
+  if (!ak_list_linked(&t->ready_link)) return;
   d->nready--;
-  if (t->rnext == t) {
-    d->ready = NULL;
-  } else {
-    t->rprev->rnext = t->rnext;
-    t->rnext->rprev = t->rprev;
-    if (d->ready == t) d->ready = t->rnext;
-  }
+  ak_list_remove(&t->ready_link);
 }
 
 /* New ready tenants join at the tail: the head is whoever the last page did not reach. */
 static void ready_add(ak_dispatch_t *d, tenant_t *t) {
-  if (t->in_ready) return;
-  t->in_ready = true;
+  if (ak_list_linked(&t->ready_link)) return;
   d->nready++;
-  if (!d->ready) {
-    d->ready = t->rnext = t->rprev = t;
-  } else {
-    t->rnext = d->ready;
-    t->rprev = d->ready->rprev;
-    t->rprev->rnext = t;
-    d->ready->rprev = t;
-  }
+  ak_list_insert_tail(&d->ready, &t->ready_link);
 }
 
 /* Put a tenant where its due state says: idle, waiting on the timer heap, ready, or
@@ -481,6 +464,7 @@ static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
   t->nlen = n;
   t->next_due = INT64_MAX;
   t->heap_idx = SIZE_MAX;
+  ak_list_init(&t->keys);
   if (tmap_put(&d->tenants, t) != 0) {
     free(t->name);
     free(t);
@@ -504,55 +488,23 @@ static void tenant_note_due(tenant_t *t, int64_t at) {
 /* ------------------------------------------------------------------ slots ---- */
 
 static void slots_add(ak_dispatch_t *d, tenant_t *t) {
-  if (t->in_slots) return;
-  t->in_slots = true;
+  if (ak_list_linked(&t->slot_link)) return;
   d->nslots++;
-  if (!d->slots) {
-    d->slots = t->snext = t->sprev = t;
-  } else {
-    t->snext = d->slots;
-    t->sprev = d->slots->sprev;
-    t->sprev->snext = t;
-    d->slots->sprev = t;
-  }
+  ak_list_insert_tail(&d->slots, &t->slot_link);
 }
 
 static void slots_remove(ak_dispatch_t *d, tenant_t *t) {
-  if (!t->in_slots) return;
-  t->in_slots = false;
+  if (!ak_list_linked(&t->slot_link)) return;
   d->nslots--;
-  if (t->snext == t) {
-    d->slots = NULL;
-  } else {
-    t->sprev->snext = t->snext;
-    t->snext->sprev = t->sprev;
-    if (d->slots == t) d->slots = t->snext;
-  }
+  ak_list_remove(&t->slot_link);
 }
 
 static void key_ring_add(tenant_t *t, skey_t *k) {
-  if (k->in_ring) return;
-  k->in_ring = true;
-  if (!t->keys) {
-    t->keys = k->knext = k->kprev = k;
-  } else {
-    k->knext = t->keys;
-    k->kprev = t->keys->kprev;
-    k->kprev->knext = k;
-    t->keys->kprev = k;
-  }
+  if (!ak_list_linked(&k->ring_link)) ak_list_insert_tail(&t->keys, &k->ring_link);
 }
 
-static void key_ring_remove(tenant_t *t, skey_t *k) {
-  if (!k->in_ring) return;
-  k->in_ring = false;
-  if (k->knext == k) {
-    t->keys = NULL;
-  } else {
-    k->kprev->knext = k->knext;
-    k->knext->kprev = k->kprev;
-    if (t->keys == k) t->keys = k->knext;
-  }
+static void key_ring_remove(skey_t *k) {
+  if (ak_list_linked(&k->ring_link)) ak_list_remove(&k->ring_link);
 }
 
 static void key_push(ak_dispatch_t *d, skey_t *k, row_t *r) {
@@ -573,7 +525,7 @@ static row_t *key_pop(ak_dispatch_t *d, skey_t *k) {
   if (!k->qhead) k->qtail = NULL;
   k->queued--;
   k->t->queued--;
-  if (!k->queued) key_ring_remove(k->t, k);
+  if (!k->queued) key_ring_remove(k);
   if (!k->t->queued) slots_remove(d, k->t);
   return r;
 }
@@ -853,11 +805,7 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
   double dur = (double)(ak_mono_ns() - r->start_ns) / 1e9;
   if (timeout) dur = (double)d->cfg->dispatch_attempt_timeout_ms / 1000.0;
   r->running = false;
-  if (r->rprev) r->rprev->rnext = r->rnext;
-  else d->run_head = r->rnext;
-  if (r->rnext) r->rnext->rprev = r->rprev;
-  else d->run_tail = r->rprev;
-  r->rprev = r->rnext = NULL;
+  ak_list_remove(&r->run_link);
   k->running--;
   t->running--;
   d->running--;
@@ -1164,7 +1112,7 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
  * share of the page; what a tenant leaves goes to the others; the tenants the page did
  * not reach stay at the head of the ring and go first next time. */
 static void scan(ak_dispatch_t *d, int64_t now) {
-  if (!d->ready || !global_has_room(d)) return;
+  if (ak_list_empty(&d->ready) || !global_has_room(d)) return;
   if (ak_store_pin(d->inst->store) != 0) return;
   rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
   rocksdb_readoptions_set_fill_cache(ro, 0);
@@ -1174,13 +1122,13 @@ static void scan(ak_dispatch_t *d, int64_t now) {
   int64_t gl = d->cfg->dispatch_max_inflight - d->inflight;
   if (gl < room) room = gl;
   bool store_err = false;
-  while (room > 0 && d->ready && !store_err && global_has_room(d)) {
+  while (room > 0 && !ak_list_empty(&d->ready) && !store_err && global_has_room(d)) {
     size_t n = d->nready;
     size_t quantum = (size_t)((room + (int64_t)n - 1) / (int64_t)n);
     size_t visited = 0, progress = 0;
-    while (visited < n && room > 0 && d->ready && !store_err) {
-      tenant_t *t = d->ready;
-      d->ready = t->rnext; /* served tenants rotate behind the unserved ones */
+    while (visited < n && room > 0 && !ak_list_empty(&d->ready) && !store_err) {
+      tenant_t *t = ak_list_entry(ak_list_first(&d->ready), tenant_t, ready_link);
+      ak_list_rotate_after(&d->ready, &t->ready_link); /* served tenants rotate behind the unserved ones */
       size_t want = quantum < (size_t)room ? quantum : (size_t)room;
       int64_t trow = tenant_cap_inflight(d) - t->inflight;
       if ((int64_t)want > trow) want = trow > 0 ? (size_t)trow : 0;
@@ -1230,11 +1178,7 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
   r->running = true;
   r->start_ns = ak_mono_ns();
   r->deadline_ms = now + d->cfg->dispatch_attempt_timeout_ms;
-  r->rprev = d->run_tail;
-  r->rnext = NULL;
-  if (d->run_tail) d->run_tail->rnext = r;
-  else d->run_head = r;
-  d->run_tail = r;
+  ak_list_insert_tail(&d->run, &r->run_link);
   k->running++;
   k->t->running++;
   d->running++;
@@ -1279,20 +1223,19 @@ static void start_attempts(ak_dispatch_t *d, int64_t now) {
   int64_t tcap = d->cfg->dispatch_tenant_concurrency;
   int64_t kcap = d->cfg->dispatch_sink_concurrency;
   size_t idle = 0;
-  while (d->running < d->cfg->dispatch_concurrency && d->slots && idle < d->nslots) {
-    tenant_t *t = d->slots;
-    d->slots = t->snext;
+  while (d->running < d->cfg->dispatch_concurrency && !ak_list_empty(&d->slots) && idle < d->nslots) {
+    tenant_t *t = ak_list_entry(ak_list_first(&d->slots), tenant_t, slot_link);
+    ak_list_rotate_after(&d->slots, &t->slot_link);
     if (t->running >= tcap) {
       idle++;
       continue;
     }
-    /* find a key of t that may run now */
-    skey_t *k = t->keys, *first = t->keys;
+    /* find a key of t that may run now; it goes behind the others */
     bool started = false;
-    while (k) {
-      skey_t *next = k->knext;
+    ak_list_foreach(kl, &t->keys) {
+      skey_t *k = ak_list_entry(kl, skey_t, ring_link);
       if (kcap <= 0 || (int64_t)k->running < kcap) {
-        t->keys = next;
+        ak_list_rotate_after(&t->keys, kl);
         row_t *r = key_pop(d, k);
         ak_breaker_verdict_t v = k->breaker ? ak_breaker_allow(k->breaker, now) : AK_BREAKER_ALLOW;
         if (v == AK_BREAKER_DENY) {
@@ -1308,17 +1251,20 @@ static void start_attempts(ak_dispatch_t *d, int64_t now) {
         }
         break;
       }
-      k = next;
-      if (k == first) break;
     }
     idle = started ? 0 : idle + 1;
-    if (!d->slots) break;
+    if (ak_list_empty(&d->slots)) break;
   }
 }
 
+static row_t *first_running(const ak_dispatch_t *d) {
+  ak_list_t *n = ak_list_first(&d->run);
+  return n ? ak_list_entry(n, row_t, run_link) : NULL;
+}
+
 static void check_timeouts(ak_dispatch_t *d, int64_t now) {
-  while (d->run_head && d->run_head->deadline_ms <= now) {
-    row_t *r = d->run_head;
+  row_t *r;
+  while ((r = first_running(d)) && r->deadline_ms <= now) {
     ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
     snprintf(o.reason, sizeof o.reason, "{attempt_timeout, %lld}", (long long)d->cfg->dispatch_attempt_timeout_ms);
     settle(d, r, &o, true, now);
@@ -1501,7 +1447,7 @@ static void *run(void *arg) {
     if (d->ops_lost && ak_store_is_open(d->inst->store)) rescan_all(d, now);
     if (!stopping) {
       /* outcomes must be in the store before a scan can see their due keys again */
-      if (d->ready && global_wants_claims(d)) {
+      if (!ak_list_empty(&d->ready) && global_wants_claims(d)) {
         flush(d);
         scan(d, now);
       }
@@ -1523,10 +1469,11 @@ static void *run(void *arg) {
     /* sleep until something can happen */
     int64_t wake = now + MAX_SLEEP_MS;
     if (d->nheap && d->heap[0]->next_due < wake) wake = d->heap[0]->next_due;
-    if (d->run_head && d->run_head->deadline_ms < wake) wake = d->run_head->deadline_ms;
+    row_t *oldest = first_running(d);
+    if (oldest && oldest->deadline_ms < wake) wake = oldest->deadline_ms;
     if (d->wb_ops && d->wb_first_ms + FLUSH_MS < wake) wake = d->wb_first_ms + FLUSH_MS;
     if (d->last_tick_ms + TICK_MS < wake) wake = d->last_tick_ms + TICK_MS;
-    if (d->ready && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
+    if (!ak_list_empty(&d->ready) && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
     pthread_mutex_lock(&d->mu);
     if (!d->inbox.n && !d->ohead && !(d->stop && !stopping) && wake > now) {
       struct timespec ts;
@@ -1601,9 +1548,7 @@ static void sinks_free(void *state) {
   ak_dispatch_t *d = ds->d;
   if (d) {
     pthread_mutex_lock(&d->smu);
-    if (ds->prev) ds->prev->next = ds->next;
-    else if (d->sets == ds) d->sets = ds->next;
-    if (ds->next) ds->next->prev = ds->prev;
+    if (ak_list_linked(&ds->link)) ak_list_remove(&ds->link);
     pthread_mutex_unlock(&d->smu);
   }
   sinks_destroy(ds);
@@ -1641,9 +1586,7 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
   ds->n = s->nsinks;
   ds->d = d;
   pthread_mutex_lock(&d->smu);
-  ds->next = d->sets;
-  if (d->sets) d->sets->prev = ds;
-  d->sets = ds;
+  ak_list_insert_head(&d->sets, &ds->link);
   pthread_mutex_unlock(&d->smu);
   return ds;
 fail:
@@ -1660,6 +1603,10 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   }
   d->inst = inst;
   d->cfg = inst->cfg;
+  ak_list_init(&d->sets);
+  ak_list_init(&d->ready);
+  ak_list_init(&d->slots);
+  ak_list_init(&d->run);
   const ak_config_t *c = d->cfg;
   if (RAND_bytes((unsigned char *)&d->jitter_state, sizeof d->jitter_state) != 1)
     d->jitter_state = (uint64_t)ak_mono_ns() ^ ((uint64_t)getpid() << 32);
@@ -1813,13 +1760,14 @@ void ak_dispatch_free(ak_dispatch_t *d) {
    * versions (freed by the table or a last holder), emptied and unlisted. Only the
    * stopping main thread runs now (listeners and the writer are stopped before). */
   ak_sources_detach(d->inst->sources, AK_SOURCE_EXT_DISPATCH);
+  ak_list_t sets;
+  ak_list_init(&sets);
   pthread_mutex_lock(&d->smu);
-  dsinks_t *sets = d->sets;
-  d->sets = NULL;
+  ak_list_move(&d->sets, &sets);
   pthread_mutex_unlock(&d->smu);
-  for (dsinks_t *ds = sets, *nx; ds; ds = nx) {
-    nx = ds->next;
-    ds->prev = ds->next = NULL;
+  ak_list_foreach_safe(n, nx, &sets) {
+    dsinks_t *ds = ak_list_entry(n, dsinks_t, link);
+    ak_list_remove(n);
     ds->d = NULL;
     sinks_destroy(ds);
   }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/list.h"
+#include "core/tmap.h"
 
 /* ------------------------------------------------------------------------ list ---- */
 
@@ -157,4 +158,160 @@ Test(list, random_ops_match_a_model) {
     }
     cr_assert_eq(k, mn, "step %d: shorter than the model", step);
   }
+}
+
+/* ------------------------------------------------------------------------ tmap ---- */
+
+typedef struct {
+  int64_t records;
+  char tag[24];
+} tval_t;
+
+Test(tmap, find_get_remove_count) {
+  ak_tmap_t m;
+  ak_tmap_init(&m, sizeof(tval_t));
+  cr_expect_null(ak_tmap_find(&m, "acme", 4), "an empty map finds nothing");
+  cr_expect_eq(ak_tmap_count(&m), 0);
+  bool created = false;
+  tval_t *a = ak_tmap_get(&m, "acme", 4, &created);
+  cr_assert_not_null(a);
+  cr_expect(created);
+  cr_expect_eq(a->records, 0, "inserted zeroed");
+  cr_expect_eq(a->tag[0], 0);
+  a->records = 7;
+  cr_expect_eq(ak_tmap_get(&m, "acme", 4, &created), a, "the same entry again");
+  cr_expect_not(created);
+  cr_expect_eq(ak_tmap_find(&m, "acme", 4), a);
+  cr_expect_null(ak_tmap_find(&m, "acm", 3), "a prefix is another key");
+  cr_expect_null(ak_tmap_find(&m, "acmex", 5));
+  cr_expect_null(ak_tmap_find(&m, "ACME", 4), "keys compare byte for byte");
+  size_t len = 0;
+  cr_expect_str_eq(ak_tmap_key(a, &len), "acme");
+  cr_expect_eq(len, 4);
+  tval_t *e = ak_tmap_get(&m, "", 0, &created);
+  cr_assert_not_null(e, "the empty key is a key");
+  cr_expect(created);
+  cr_expect_neq(e, a);
+  cr_expect_eq(ak_tmap_count(&m), 2);
+  char big[AK_TMAP_KEY_MAX + 1];
+  memset(big, 'x', sizeof big);
+  cr_expect_not_null(ak_tmap_get(&m, big, AK_TMAP_KEY_MAX, NULL), "the longest key fits");
+  cr_expect_null(ak_tmap_get(&m, big, AK_TMAP_KEY_MAX + 1, &created), "one byte more is refused");
+  cr_expect_not(created);
+  cr_expect_eq(ak_tmap_count(&m), 3);
+  ak_tmap_remove(&m, a);
+  cr_expect_null(ak_tmap_find(&m, "acme", 4));
+  cr_expect_eq(ak_tmap_find(&m, "", 0), e);
+  cr_expect_eq(ak_tmap_count(&m), 2);
+  ak_tmap_fini(&m);
+  cr_expect_eq(ak_tmap_count(&m), 0);
+  cr_expect_null(ak_tmap_find(&m, "", 0), "fini empties the map");
+  a = ak_tmap_get(&m, "again", 5, NULL);
+  cr_expect_not_null(a, "and it is usable again");
+  ak_tmap_fini(&m);
+}
+
+Test(tmap, pointer_values_and_iteration) {
+  ak_tmap_t m;
+  ak_tmap_init(&m, sizeof(void *));
+  static int objs[3];
+  const char *keys[] = {"t-1", "t_2", "T3"};
+  for (int i = 0; i < 3; i++) {
+    void **slot = ak_tmap_get(&m, keys[i], strlen(keys[i]), NULL);
+    cr_assert_not_null(slot);
+    *slot = &objs[i];
+  }
+  int seen[3] = {0};
+  size_t pos = 0, n = 0;
+  void **v;
+  while ((v = ak_tmap_next(&m, &pos))) {
+    int i = (int)((int *)*v - objs);
+    cr_assert(i >= 0 && i < 3);
+    cr_expect_str_eq(ak_tmap_key(v, NULL), keys[i], "each value with its own key");
+    seen[i]++;
+    n++;
+  }
+  cr_expect_eq(n, 3);
+  cr_expect(seen[0] == 1 && seen[1] == 1 && seen[2] == 1, "every entry once");
+  ak_tmap_fini(&m);
+}
+
+/* Random inserts and removals of tenants against a plain array; values must keep their
+ * address through growth and through the removal of others (callers hold pointers). */
+Test(tmap, random_ops_match_a_model_and_values_never_move) {
+  enum { KEYS = 3000 };
+  static char names[KEYS][16];
+  static tval_t *where[KEYS];
+  ak_tmap_t m;
+  ak_tmap_init(&m, sizeof(tval_t));
+  for (int i = 0; i < KEYS; i++) snprintf(names[i], sizeof names[i], "tenant-%d", i);
+  size_t live = 0;
+  srand(11);
+  for (int step = 0; step < 60000; step++) {
+    int i = rand() % KEYS;
+    size_t kl = strlen(names[i]);
+    tval_t *f = ak_tmap_find(&m, names[i], kl);
+    cr_assert_eq(f, where[i], "step %d: %s found where it was put", step, names[i]);
+    if (f) cr_assert_eq(f->records, i, "step %d: value intact", step);
+    if (!where[i] && rand() % 3) {
+      bool created;
+      tval_t *v = ak_tmap_get(&m, names[i], kl, &created);
+      cr_assert(v && created);
+      v->records = i;
+      where[i] = v;
+      live++;
+    } else if (where[i] && rand() % 2) {
+      ak_tmap_remove(&m, where[i]);
+      where[i] = NULL;
+      live--;
+    }
+    cr_assert_eq(ak_tmap_count(&m), live);
+  }
+  size_t pos = 0, n = 0;
+  tval_t *v;
+  while ((v = ak_tmap_next(&m, &pos))) {
+    cr_assert_eq(where[v->records], v, "iteration yields live entries only");
+    n++;
+  }
+  cr_expect_eq(n, live);
+  ak_tmap_fini(&m);
+}
+
+/* Keys sharing their first bytes (what tenant ids look like): len - 1 'W's and one more
+ * byte; len 0 is the empty key. */
+static size_t similar_key(char *k, int len, int c) {
+  memset(k, 'W', (size_t)len);
+  if (len) k[len - 1] = (char)('0' + c);
+  return (size_t)len;
+}
+
+/* Many more than the first slot array holds: every one still found, and gone once removed. */
+Test(tmap, similar_keys_through_growth_and_removal) {
+  ak_tmap_t m;
+  ak_tmap_init(&m, sizeof(int));
+  char k[64];
+  for (int len = 1; len < 64; len++)
+    for (int c = 0; c < 40; c++) {
+      int *v = ak_tmap_get(&m, k, similar_key(k, len, c), NULL);
+      cr_assert_not_null(v);
+      *v = len * 100 + c;
+    }
+  cr_expect_eq(ak_tmap_count(&m), 63 * 40);
+  for (int len = 2; len < 64; len += 2)
+    for (int c = 0; c < 40; c += 3) {
+      size_t kl = similar_key(k, len, c);
+      int *v = ak_tmap_find(&m, k, kl);
+      cr_assert_not_null(v);
+      ak_tmap_remove(&m, v);
+      cr_assert_null(ak_tmap_find(&m, k, kl));
+    }
+  for (int len = 1; len < 64; len++)
+    for (int c = 0; c < 40; c++) {
+      int *v = ak_tmap_find(&m, k, similar_key(k, len, c));
+      bool removed = len % 2 == 0 && c % 3 == 0;
+      cr_assert_eq(v == NULL, removed, "len %d c %d", len, c);
+      if (v) cr_assert_eq(*v, len * 100 + c);
+    }
+  cr_expect_eq(ak_tmap_count(&m), 63 * 40 - 31 * 14);
+  ak_tmap_fini(&m);
 }

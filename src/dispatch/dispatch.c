@@ -28,6 +28,7 @@
 #include "core/list.h"
 #include "core/log.h"
 #include "core/sources.h"
+#include "core/tmap.h"
 #include "dispatch/breaker.h"
 #include "dispatch/retry.h"
 #include "queue/writer.h"
@@ -84,8 +85,9 @@ struct skey {
   bool was_open;
 };
 
+/* Lives in d->tenants (its key is the name), never freed before the dispatcher. */
 struct tenant {
-  char *name;
+  const char *name;
   size_t nlen;
   uint8_t cursor[AK_DUE_KEY_MAX];
   size_t cursor_len;             /* 0: from the start of the tenant's due keys */
@@ -100,13 +102,7 @@ struct tenant {
   size_t queued;
 };
 
-/* Open-addressing maps owned by the dispatch thread. */
-typedef struct {
-  char **names;
-  tenant_t **vals;
-  size_t cap, n;
-} tmap_t;
-
+/* An open-addressing map owned by the dispatch thread. */
 typedef struct {
   uint64_t *keys; /* 0 = empty; stored as key + 1 */
   void **vals;
@@ -170,7 +166,7 @@ struct ak_dispatch {
   void *tick_ctx;
 
   /* dispatch thread only */
-  tmap_t tenants;
+  ak_tmap_t tenants;             /* name -> tenant_t */
   umap_t claimed;                /* seq<<16|sink -> row */
   umap_t keys;                   /* tenant# <<32 | src <<16 | sink -> skey */
   tenant_t **heap;
@@ -208,56 +204,11 @@ struct ak_dispatch {
 
 /* ------------------------------------------------------------------ small maps ---- */
 
-static uint64_t hash_bytes(const char *p, size_t n) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ULL;
-  return h;
-}
-
 static uint64_t mix64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
   x ^= x >> 33;
   return x;
-}
-
-static tenant_t *tmap_get(tmap_t *m, const char *name, size_t n) {
-  if (!m->cap) return NULL;
-  for (size_t i = hash_bytes(name, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-    if (!m->names[i]) return NULL;
-    if (m->vals[i]->nlen == n && memcmp(m->names[i], name, n) == 0) return m->vals[i];
-  }
-}
-
-static int tmap_put(tmap_t *m, tenant_t *t) {
-  if ((m->n + 1) * 2 > m->cap) {
-    size_t nc = m->cap ? m->cap * 2 : 64;
-    char **nn = calloc(nc, sizeof *nn);
-    tenant_t **nv = calloc(nc, sizeof *nv);
-    if (!nn || !nv) {
-      free(nn);
-      free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->names[i]) {
-        size_t j = hash_bytes(m->vals[i]->name, m->vals[i]->nlen) & (nc - 1);
-        while (nn[j]) j = (j + 1) & (nc - 1);
-        nn[j] = m->names[i];
-        nv[j] = m->vals[i];
-      }
-    free(m->names);
-    free(m->vals);
-    m->names = nn;
-    m->vals = nv;
-    m->cap = nc;
-  }
-  size_t j = hash_bytes(t->name, t->nlen) & (m->cap - 1);
-  while (m->names[j]) j = (j + 1) & (m->cap - 1);
-  m->names[j] = t->name;
-  m->vals[j] = t;
-  m->n++;
-  return 0;
 }
 
 static void *umap_get(umap_t *m, uint64_t k) {
@@ -450,26 +401,13 @@ static void tenant_place(ak_dispatch_t *d, tenant_t *t, int64_t now) {
 }
 
 static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
-  tenant_t *t = tmap_get(&d->tenants, name, n);
-  if (t) return t;
-  t = calloc(1, sizeof *t);
-  if (!t) return NULL;
-  t->name = malloc(n + 1);
-  if (!t->name) {
-    free(t);
-    return NULL;
-  }
-  memcpy(t->name, name, n);
-  t->name[n] = 0;
-  t->nlen = n;
+  bool created;
+  tenant_t *t = ak_tmap_get(&d->tenants, name, n, &created);
+  if (!t || !created) return t;
+  t->name = ak_tmap_key(t, &t->nlen);
   t->next_due = INT64_MAX;
   t->heap_idx = SIZE_MAX;
   ak_list_init(&t->keys);
-  if (tmap_put(&d->tenants, t) != 0) {
-    free(t->name);
-    free(t);
-    return NULL;
-  }
   return t;
 }
 
@@ -718,9 +656,8 @@ static void op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *r
  * skipped), so those rows are delivered again rather than forgotten. */
 static void rescan_all(ak_dispatch_t *d, int64_t now) {
   d->ops_lost = false;
-  for (size_t i = 0; i < d->tenants.cap; i++) {
-    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
-    if (!t) continue;
+  size_t pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) {
     t->cursor_len = 0;
     t->next_due = now;
     tenant_place(d, t, now);
@@ -1338,10 +1275,9 @@ static void apply_inbox(ak_dispatch_t *d, inbox_t *in, int64_t now) {
 
 static int64_t oldest_due(ak_dispatch_t *d, int64_t now) {
   int64_t m = INT64_MAX;
-  for (size_t i = 0; i < d->tenants.cap; i++) {
-    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
-    if (t && t->next_due < m && t->next_due <= now) m = t->next_due;
-  }
+  size_t pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));)
+    if (t->next_due < m && t->next_due <= now) m = t->next_due;
   return m == INT64_MAX ? 0 : m;
 }
 
@@ -1358,17 +1294,15 @@ static void publish(ak_dispatch_t *d, int64_t now) {
   ak_gauge_set(d->g_claimed, (double)d->inflight);
   int64_t runnable = d->inflight - d->running;
   ak_gauge_set(d->g_runnable, (double)runnable);
-  ak_gauge_set(d->g_tenants, (double)d->tenants.n);
+  ak_gauge_set(d->g_tenants, (double)ak_tmap_count(&d->tenants));
 }
 
 /* Top tenants by a counter, into a fresh gauge family (the label set changes). */
 static void top_tenants(ak_dispatch_t *d, ak_family_t *f, bool by_pending) {
   tenant_t *top[TOP_TENANTS];
   size_t n = 0;
-  size_t active = 0;
-  for (size_t i = 0; i < d->tenants.cap; i++) {
-    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
-    if (!t) continue;
+  size_t active = 0, pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) {
     int64_t v = by_pending ? t->pending : t->inflight;
     if (t->inflight || t->pending || t->scheduled) active++;
     if (v <= 0) continue;
@@ -1607,6 +1541,7 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   ak_list_init(&d->ready);
   ak_list_init(&d->slots);
   ak_list_init(&d->run);
+  ak_tmap_init(&d->tenants, sizeof(tenant_t));
   const ak_config_t *c = d->cfg;
   if (RAND_bytes((unsigned char *)&d->jitter_state, sizeof d->jitter_state) != 1)
     d->jitter_state = (uint64_t)ak_mono_ns() ^ ((uint64_t)getpid() << 32);
@@ -1697,11 +1632,11 @@ int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen) {
     return -1;
   }
   int64_t now = ak_now_ms();
-  for (size_t i = 0; i < d->tenants.cap; i++)
-    if (d->tenants.names[i]) tenant_place(d, d->tenants.vals[i], now);
+  size_t pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) tenant_place(d, t, now);
   publish(d, now);
   ak_log(AK_LOG_INFO, "dispatch", "due index loaded", "rows=%" PRIu64 " tenants=%zu dead=%lld seconds=%.3f", s.rows,
-         d->tenants.n, (long long)d->dead, (double)(ak_mono_ns() - t0) / 1e9);
+         ak_tmap_count(&d->tenants), (long long)d->dead, (double)(ak_mono_ns() - t0) / 1e9);
   return 0;
 }
 
@@ -1726,7 +1661,7 @@ size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms) {
 size_t ak_dispatch_debug_ready(ak_dispatch_t *d) { return global_wants_claims(d) ? d->nready : 0; }
 
 int64_t ak_dispatch_debug_tenant_claimed(ak_dispatch_t *d, const char *tenant) {
-  tenant_t *t = tmap_get(&d->tenants, tenant, strlen(tenant));
+  tenant_t *t = ak_tmap_find(&d->tenants, tenant, strlen(tenant));
   return t ? t->inflight : -1;
 }
 
@@ -1798,13 +1733,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
     }
   free(d->keys.keys);
   free(d->keys.vals);
-  for (size_t i = 0; i < d->tenants.cap; i++)
-    if (d->tenants.names[i]) {
-      free(d->tenants.vals[i]->name);
-      free(d->tenants.vals[i]);
-    }
-  free(d->tenants.names);
-  free(d->tenants.vals);
+  ak_tmap_fini(&d->tenants);
   for (size_t i = 0; i < d->inbox.n; i++) free(d->inbox.v[i].name);
   free(d->inbox.v);
   free(d->heap);

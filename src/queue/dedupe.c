@@ -36,6 +36,7 @@
 #include "core/clock.h"
 #include "core/instance.h"
 #include "core/log.h"
+#include "core/tmap.h"
 #include "queue/dedupe.h"
 #include "queue/dedupe_record.h"
 #include "queue/writer.h"
@@ -45,7 +46,6 @@
  * long past its own expiry (it already reads as expired: lookups use the key's own time). */
 #define GROUP_SPAN_MS 1000
 #define PENDING_BUCKETS 1024
-#define TENANT_BUCKETS 256
 
 typedef struct {
   uint8_t digest[16];
@@ -53,11 +53,8 @@ typedef struct {
   uint8_t id[16];
 } slot_t;
 
-typedef struct tcount {
-  struct tcount *next;
+typedef struct {
   int64_t n;
-  size_t len;
-  char name[];
 } tcount_t;
 
 struct ak_dedupe {
@@ -66,7 +63,7 @@ struct ak_dedupe {
   slot_t *slots;
   size_t cap, used;            /* cap: a power of two */
   ak_dedupe_claim_t *pending[PENDING_BUCKETS];
-  tcount_t *tenants[TENANT_BUCKETS];
+  ak_tmap_t tenants;           /* tenant -> tcount_t: its keys (a claim points at it) */
   int64_t live;                /* stored + pending keys */
   int64_t max_entries, max_per_tenant;
   int64_t sweep_from;          /* every 'e' record before this expiry is swept */
@@ -224,17 +221,7 @@ static ak_dedupe_claim_t **pending_slot(ak_dedupe_t *dx, const uint8_t digest[16
 /* ------------------------------------------------------------------ tenants ---- */
 
 static tcount_t *tenant_get(ak_dedupe_t *dx, const char *t, size_t tl) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a: tenant ids are short, and not attacker-chosen */
-  for (size_t i = 0; i < tl; i++) h = (h ^ (uint8_t)t[i]) * 1099511628211ULL;
-  tcount_t **pp = &dx->tenants[h % TENANT_BUCKETS];
-  for (; *pp; pp = &(*pp)->next)
-    if ((*pp)->len == tl && memcmp((*pp)->name, t, tl) == 0) return *pp;
-  tcount_t *tc = calloc(1, sizeof *tc + tl + 1);
-  if (!tc) return NULL;
-  tc->len = tl;
-  memcpy(tc->name, t, tl);
-  *pp = tc;
-  return tc;
+  return ak_tmap_get(&dx->tenants, t, tl, NULL);
 }
 
 static void set_gauge(ak_dedupe_t *dx) { ak_gauge_set(dx->m_keys, (double)dx->live); }
@@ -612,6 +599,7 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
   }
   dx->inst = inst;
   pthread_mutex_init(&dx->mu, NULL);
+  ak_tmap_init(&dx->tenants, sizeof(tcount_t));
   const ak_config_t *cfg = inst->cfg;
   dx->max_entries = cfg->dedupe_max_entries > 0 ? cfg->dedupe_max_entries : INT64_MAX;
   dx->max_per_tenant = cfg->dedupe_max_entries_per_tenant > 0 ? cfg->dedupe_max_entries_per_tenant : INT64_MAX;
@@ -656,11 +644,7 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
 
 void ak_dedupe_free(ak_dedupe_t *dx) {
   if (!dx) return;
-  for (size_t i = 0; i < TENANT_BUCKETS; i++)
-    for (tcount_t *t = dx->tenants[i], *n; t; t = n) {
-      n = t->next;
-      free(t);
-    }
+  ak_tmap_fini(&dx->tenants);
   tab_free(dx->slots, dx->cap);
   pthread_mutex_destroy(&dx->mu);
   free(dx);

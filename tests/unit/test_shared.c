@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/buf.h"
 #include "core/list.h"
 #include "core/tmap.h"
 
@@ -314,4 +315,103 @@ Test(tmap, similar_keys_through_growth_and_removal) {
     }
   cr_expect_eq(ak_tmap_count(&m), 63 * 40 - 31 * 14);
   ak_tmap_fini(&m);
+}
+
+/* ------------------------------------------------------------------------- buf ---- */
+
+Test(buf, append_printf_take) {
+  ak_buf_t b = AK_BUF_INIT;
+  char *empty = ak_buf_take(&b, NULL);
+  cr_assert_not_null(empty, "an empty buffer gives \"\"");
+  cr_expect_str_eq(empty, "");
+  free(empty);
+  cr_assert_eq(ak_buf_append(&b, "ab", 2), 0);
+  cr_assert_eq(ak_buf_append(&b, "", 0), 0);
+  cr_assert_eq(ak_buf_puts(&b, "cd"), 0);
+  cr_assert_eq(ak_buf_printf(&b, "-%d-%s", 42, "x"), 0);
+  cr_expect_eq(b.len, 9);
+  cr_expect_str_eq(b.p, "abcd-42-x", "NUL-terminated at every step");
+  /* a line longer than the room left: formatted again after growing */
+  char big[5000];
+  memset(big, 'y', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  cr_assert_eq(ak_buf_printf(&b, "[%s]", big), 0);
+  cr_expect_eq(b.len, 9 + 4999 + 2);
+  cr_expect_eq(b.p[9], '[');
+  cr_expect_eq(b.p[9 + 4999], 'y');
+  cr_expect_eq(b.p[b.len - 1], ']');
+  cr_expect_eq(b.p[b.len], 0);
+  cr_assert_eq(ak_buf_append(&b, "\0z", 2), 0, "bytes, NULs included");
+  size_t len = 0;
+  char *p = ak_buf_take(&b, &len);
+  cr_assert_not_null(p);
+  cr_expect_eq(len, 9 + 4999 + 2 + 2);
+  cr_expect_eq(p[len - 2], 0);
+  cr_expect_eq(p[len - 1], 'z');
+  cr_expect_eq(p[len], 0);
+  free(p);
+  cr_expect(b.p == NULL && b.len == 0 && b.cap == 0, "take leaves an empty buffer");
+  cr_assert_eq(ak_buf_puts(&b, "again"), 0);
+  cr_expect_str_eq(b.p, "again");
+  ak_buf_free(&b);
+  cr_expect(b.p == NULL && b.len == 0);
+}
+
+Test(buf, reserve_then_write_in_place) {
+  ak_buf_t b = AK_BUF_INIT;
+  cr_assert_eq(ak_buf_reserve(&b, 3), 0);
+  cr_assert_geq(b.cap - b.len, 4, "three bytes and the NUL");
+  memcpy(b.p, "abc", 3);
+  b.len = 3;
+  for (size_t want = 1; want < 100000; want = want * 3 + 1) {
+    cr_assert_eq(ak_buf_reserve(&b, want), 0);
+    cr_assert_gt(b.cap - b.len, want, "room for %zu more and the NUL", want);
+  }
+  size_t cap = b.cap;
+  ak_buf_reset(&b);
+  cr_expect_eq(b.len, 0);
+  cr_expect_eq(b.cap, cap, "reset keeps the block");
+  cr_expect_str_eq(b.p, "");
+  ak_buf_free(&b);
+}
+
+Test(buf, a_failure_is_sticky_and_take_refuses) {
+  ak_buf_t b = AK_BUF_INIT;
+  cr_assert_eq(ak_buf_puts(&b, "part one"), 0);
+  cr_expect_eq(ak_buf_reserve(&b, SIZE_MAX - 8), -1, "an impossible size fails like an allocation");
+  cr_expect(b.failed);
+  cr_expect_eq(ak_buf_puts(&b, " two"), -1, "later appends are dropped");
+  cr_expect_eq(ak_buf_printf(&b, "%d", 3), -1);
+  cr_expect_str_eq(b.p, "part one", "what was there stays readable");
+  cr_expect_null(ak_buf_take(&b, NULL), "never a text with a piece missing");
+  cr_expect_not(b.failed, "take clears the failure");
+  cr_expect_eq(ak_buf_puts(&b, "fresh"), 0);
+  cr_expect_str_eq(b.p, "fresh");
+  cr_expect_eq(ak_buf_reserve(&b, SIZE_MAX), -1);
+  ak_buf_reset(&b);
+  cr_expect_not(b.failed, "reset clears it too");
+  cr_expect_eq(ak_buf_puts(&b, "ok"), 0);
+  ak_buf_free(&b);
+}
+
+Test(buf, grow_typed_arrays) {
+  uint64_t *v = NULL;
+  size_t n = 0, cap = 0;
+  for (uint64_t i = 0; i < 1000; i++) {
+    cr_assert_eq(ak_buf_grow(&v, &cap, n + 1, sizeof *v), 0);
+    cr_assert_geq(cap, n + 1);
+    v[n++] = i * i;
+  }
+  for (uint64_t i = 0; i < 1000; i++) cr_assert_eq(v[i], i * i, "kept through every growth");
+  cr_expect_eq(cap, 1024, "doubled from 16");
+  size_t before = cap;
+  cr_expect_eq(ak_buf_grow(&v, &cap, 10, sizeof *v), 0, "enough room: nothing to do");
+  cr_expect_eq(cap, before);
+  uint64_t *old = v;
+  cr_expect_eq(ak_buf_grow(&v, &cap, SIZE_MAX / 4, sizeof *v), -1, "too big");
+  cr_expect(v == old && cap == before, "untouched on failure");
+  cr_expect_eq(ak_buf_grow(&v, &cap, 5000, sizeof *v), 0, "straight to what is needed");
+  cr_expect_eq(cap, 8192);
+  cr_expect_eq(v[999], 999 * 999);
+  free(v);
 }

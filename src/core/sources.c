@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/buf.h"
 #include "core/sources.h"
 #include "verify/verifier.h"
 
@@ -198,15 +199,7 @@ static void update_gauges(ak_sources_t *t) {
   pthread_mutex_unlock(&t->gauge_mu);
 }
 
-static int reserve_locked(ak_sources_t *t) {
-  if (t->n < t->cap) return 0;
-  size_t nc = t->cap ? t->cap * 2 : 16;
-  ak_source_t **nv = realloc(t->v, nc * sizeof *nv);
-  if (!nv) return -1;
-  t->v = nv;
-  t->cap = nc;
-  return 0;
-}
+static int reserve_locked(ak_sources_t *t) { return ak_buf_grow(&t->v, &t->cap, t->n + 1, sizeof *t->v); }
 
 int ak_sources_reserve(ak_sources_t *t) {
   pthread_rwlock_wrlock(&t->lock);

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <openssl/rand.h>
 #include "dispatch/dispatch.h"
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/ids.h"
@@ -122,6 +123,11 @@ typedef struct {
   size_t n, cap;
 } inbox_t;
 
+typedef struct reclaim {
+  uint64_t seq;
+  uint8_t id[16];
+} reclaim_t;
+
 typedef struct {
   const ak_sink_vtable_t *vt;
   void *self;
@@ -184,8 +190,7 @@ struct ak_dispatch {
   int64_t wb_first_ms;
   struct cand *cand;             /* claim_tenant's due rows, reused across scans */
   size_t capcand;
-  uint64_t *reclaim_seq;
-  uint8_t (*reclaim_id)[16];
+  struct reclaim *reclaim;       /* hooks whose last row settled, to delete after the flush */
   size_t nreclaim, capreclaim;
   int64_t last_tick_ms;
   bool store_down_logged;
@@ -359,13 +364,8 @@ static void heap_upsert(ak_dispatch_t *d, tenant_t *t) {
     heap_fix(d, t->heap_idx);
     return;
   }
-  if (d->nheap == d->capheap) {
-    size_t nc = d->capheap ? d->capheap * 2 : 64;
-    tenant_t **nh = realloc(d->heap, nc * sizeof *nh);
-    if (!nh) return; /* the tenant is found again by its next notice */
-    d->heap = nh;
-    d->capheap = nc;
-  }
+  if (d->nheap == d->capheap && ak_buf_grow(&d->heap, &d->capheap, d->nheap + 1, sizeof *d->heap) != 0)
+    return; /* the tenant is found again by its next notice */
   t->heap_idx = d->nheap;
   d->heap[d->nheap++] = t;
   heap_fix(d, t->heap_idx);
@@ -484,18 +484,9 @@ static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
    * this thread's time in bench/deliver.sh. The compactor, when it clears obligations
    * (in seq order), owns reclaiming the hooks whose rows are gone by then. */
   if (d->cfg->roles & AK_ROLE_STORAGE) return;
-  if (d->nreclaim == d->capreclaim) {
-    size_t nc = d->capreclaim ? d->capreclaim * 2 : 64;
-    uint64_t *ns = realloc(d->reclaim_seq, nc * sizeof *ns);
-    if (!ns) return;
-    d->reclaim_seq = ns;
-    uint8_t(*ni)[16] = realloc(d->reclaim_id, nc * sizeof *ni);
-    if (!ni) return;
-    d->reclaim_id = ni;
-    d->capreclaim = nc;
-  }
-  d->reclaim_seq[d->nreclaim] = seq;
-  memcpy(d->reclaim_id[d->nreclaim], id, 16);
+  if (ak_buf_grow(&d->reclaim, &d->capreclaim, d->nreclaim + 1, sizeof *d->reclaim) != 0) return;
+  d->reclaim[d->nreclaim].seq = seq;
+  memcpy(d->reclaim[d->nreclaim].id, id, 16);
   d->nreclaim++;
 }
 
@@ -519,7 +510,7 @@ static void reclaim(ak_dispatch_t *d) {
   ak_store_t *st = d->inst->store;
   rocksdb_writebatch_t *wb = NULL;
   for (size_t i = 0; i < d->nreclaim; i++) {
-    uint64_t seq = d->reclaim_seq[i];
+    uint64_t seq = d->reclaim[i].seq;
     uint8_t ak[AK_ARCHIVE_KEY_LEN], pfx[8];
     ak_key_archive(ak, seq);
     char *v = NULL;
@@ -533,13 +524,13 @@ static void reclaim(ak_dispatch_t *d) {
     if (!wb) wb = rocksdb_writebatch_create();
     uint8_t hk[AK_HOOK_KEY_LEN], ik[AK_ID_KEY_LEN];
     ak_key_hook(hk, seq);
-    ak_key_id(ik, d->reclaim_id[i]);
+    ak_key_id(ik, d->reclaim[i].id);
     if (ak_store_pin(st) != 0) break;
     rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_HOOKS), (const char *)hk, sizeof hk);
     /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
      * sealed, or released from the pen) has */
     const uint8_t *idk = ak_store_id_key(st);
-    if (!idk || ak_uuid7_unseal(idk, d->reclaim_id[i]) != seq)
+    if (!idk || ak_uuid7_unseal(idk, d->reclaim[i].id) != seq)
       rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_INDEX), (const char *)ik, sizeof ik);
     ak_store_unpin(st);
   }
@@ -963,14 +954,9 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
   t->next_due = INT64_MAX;
   /* a bigger share is claimed over the scan's further rounds */
   if (want > CLAIM_CHUNK) want = CLAIM_CHUNK;
-  if (want > d->capcand) {
-    cand_t *nc = realloc(d->cand, want * sizeof *nc);
-    if (!nc) {
-      *store_err = true;
-      return 0;
-    }
-    d->cand = nc;
-    d->capcand = want;
+  if (ak_buf_grow(&d->cand, &d->capcand, want, sizeof *d->cand) != 0) {
+    *store_err = true;
+    return 0;
   }
   if (t->cursor_len) rocksdb_iter_seek(it, (const char *)t->cursor, t->cursor_len);
   else rocksdb_iter_seek(it, (const char *)pfx, pl);
@@ -1222,13 +1208,7 @@ static void inbox_add(inbox_t *in, const char *name, size_t n, int64_t at, uint6
     }
     if (in->n - i >= 8) break;
   }
-  if (in->n == in->cap) {
-    size_t nc = in->cap ? in->cap * 2 : 16;
-    notice_t *nv = realloc(in->v, nc * sizeof *nv);
-    if (!nv) return;
-    in->v = nv;
-    in->cap = nc;
-  }
+  if (in->n == in->cap && ak_buf_grow(&in->v, &in->cap, in->n + 1, sizeof *in->v) != 0) return;
   char *nm = malloc(n + 1);
   if (!nm) return;
   memcpy(nm, name, n);
@@ -1738,8 +1718,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
   free(d->inbox.v);
   free(d->heap);
   free(d->cand);
-  free(d->reclaim_seq);
-  free(d->reclaim_id);
+  free(d->reclaim);
   if (d->wb) rocksdb_writebatch_destroy(d->wb);
   pthread_mutex_destroy(&d->smu);
   pthread_mutex_destroy(&d->mu);

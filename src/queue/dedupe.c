@@ -33,6 +33,7 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <rocksdb/c.h>
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/instance.h"
 #include "core/log.h"
@@ -420,11 +421,15 @@ int64_t ak_dedupe_count(ak_dedupe_t *dx) {
 /* -------------------------------------------------------------------- sweep ---- */
 
 typedef struct {
+  uint8_t *k, *v;
+  size_t kl, vl;
+} rec_t;
+
+typedef struct {
   int64_t now;
   size_t max, n, cap;          /* n: records read; max: keys wanted */
   size_t nkeys;                /* keys in them */
-  uint8_t **keys, **vals;
-  size_t *klens, *vlens;
+  rec_t *recs;
   int64_t last_at;
   int bad;
 } sweep_t;
@@ -444,32 +449,14 @@ static int collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx
     return 1;
   }
   if (at > sw->now || sw->nkeys >= sw->max) return 1; /* whole records: max may be passed by one */
-  if (sw->n == sw->cap) {
-    size_t nc = sw->cap ? sw->cap * 2 : 64;
-    uint8_t **nk = realloc(sw->keys, nc * sizeof *nk);
-    if (!nk) return 1;
-    sw->keys = nk;
-    uint8_t **nv = realloc(sw->vals, nc * sizeof *nv);
-    if (!nv) return 1;
-    sw->vals = nv;
-    size_t *nl = realloc(sw->klens, nc * sizeof *nl);
-    if (!nl) return 1;
-    sw->klens = nl;
-    nl = realloc(sw->vlens, nc * sizeof *nl);
-    if (!nl) return 1;
-    sw->vlens = nl;
-    sw->cap = nc;
-  }
+  if (ak_buf_grow(&sw->recs, &sw->cap, sw->n + 1, sizeof *sw->recs) != 0) return 1;
   uint8_t *kc = dup_bytes(k, kl), *vc = dup_bytes(v, vl);
   if (!kc || !vc) {
     free(kc);
     free(vc);
     return 1;
   }
-  sw->keys[sw->n] = kc;
-  sw->vals[sw->n] = vc;
-  sw->klens[sw->n] = kl;
-  sw->vlens[sw->n++] = vl;
+  sw->recs[sw->n++] = (rec_t){kc, vc, kl, vl};
   sw->nkeys += (size_t)keys;
   sw->last_at = at;
   return 0;
@@ -519,7 +506,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
     goto done;
   }
   rocksdb_column_family_handle_t *cf = ak_store_cf(dx->inst->store, AK_CF_DEDUPE);
-  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.keys[i], sw.klens[i]);
+  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.recs[i].k, sw.recs[i].kl);
   ak_wf_class_t cls;
   char *err = NULL;
   rc = ak_store_write_pinned(dx->inst->store, wb, false, &cls, &err);
@@ -533,7 +520,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   pthread_mutex_lock(&dx->mu);
   for (size_t i = 0; i < sw.n; i++) {
     int64_t at;
-    ak_dedupe_record_each(sw.keys[i], sw.klens[i], sw.vals[i], sw.vlens[i], &at, forget_one, dx);
+    ak_dedupe_record_each(sw.recs[i].k, sw.recs[i].kl, sw.recs[i].v, sw.recs[i].vl, &at, forget_one, dx);
   }
   if (dx->sweep_from == from_at) dx->sweep_from = sw.last_at; /* unless a new key lowered it meanwhile */
   set_gauge(dx);
@@ -541,13 +528,10 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   ak_counter_add(dx->m_swept, sw.nkeys);
 done:
   for (size_t i = 0; i < sw.n; i++) {
-    free(sw.keys[i]);
-    free(sw.vals[i]);
+    free(sw.recs[i].k);
+    free(sw.recs[i].v);
   }
-  free(sw.keys);
-  free(sw.vals);
-  free(sw.klens);
-  free(sw.vlens);
+  free(sw.recs);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/instance.h"
@@ -257,13 +258,7 @@ static int list_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx
   if (f->source_id && (strlen(f->source_id) != s.source_len || memcmp(f->source_id, s.source, s.source_len) != 0))
     return 0;
   if (!ak_tenant_scope_has(f->tenants, s.tenant, s.tenant_len)) return 0;
-  if (lc->n == lc->cap) {
-    size_t nc = lc->cap ? lc->cap * 2 : 64;
-    ak_pen_entry_t *nv = realloc(lc->v, nc * sizeof *nv);
-    if (!nv) return 1;
-    lc->v = nv;
-    lc->cap = nc;
-  }
+  if (ak_buf_grow(&lc->v, &lc->cap, lc->n + 1, sizeof *lc->v) != 0) return 1;
   ak_pen_entry_t *e = &lc->v[lc->n++];
   memcpy(e->id, k + 9, 16);
   e->received_at_ms = at;

@@ -29,7 +29,7 @@ VERIFY_SRCS="$(echo src/verify/*.c)"
 # config.c builds each source's verifier, reads the http.tls files, checks sink URLs
 # against the egress guard, and parses rate-limit entries and proxy CIDRs while loading
 CONFIG_SRCS="src/core/config.c src/core/yamltree.c src/core/netaddr.c src/core/ratelimit.c $(echo src/sinks/*.c) src/core/log.c src/core/ids.c
-             src/core/envelope.c src/core/buf.c src/edge/tls.c $VERIFY_SRCS"
+             src/core/envelope.c src/core/header.c src/core/buf.c src/edge/tls.c $VERIFY_SRCS"
 declare -A SRCS=(
   [route]="src/edge/route.c $CONFIG_SRCS"
   [envelope]="src/core/envelope.c"

@@ -19,6 +19,7 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/gcra.h"
+#include "core/header.h"
 #include "core/httpx.h"
 #include "core/log.h"
 #include "core/sources.h"

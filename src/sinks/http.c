@@ -42,6 +42,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include "core/envelope.h"
+#include "core/header.h"
 #include "sinks/egress.h"
 #include "sinks/forward.h"
 #include "sinks/sink.h"
@@ -181,13 +182,6 @@ static int opt_int(const json_t *opts, const char *key, long def, long min, long
 bad:
   snprintf(err, errlen, "%s: must be an integer", key);
   return -1;
-}
-
-static bool header_name_ok(const char *n) {
-  if (!*n) return false;
-  for (const char *p = n; *p; p++)
-    if (!(isalnum((unsigned char)*p) || strchr("!#$%&'*+-.^_`|~", *p))) return false;
-  return true;
 }
 
 static bool header_value_ok(const char *v) {
@@ -782,12 +776,6 @@ static bool forward_collides(const http_sink_t *s, const char *name, size_t len)
                       name_is(name, len, "webhook-signature"));
 }
 
-static bool token_n(const char *n, size_t len) {
-  for (size_t i = 0; i < len; i++)
-    if (!(isalnum((unsigned char)n[i]) || (n[i] && strchr("!#$%&'*+-.^_`|~", n[i])))) return false;
-  return len > 0;
-}
-
 static bool value_ok_n(const char *v, size_t len) {
   for (size_t i = 0; i < len; i++)
     if (v[i] == '\r' || v[i] == '\n' || v[i] == '\0') return false;
@@ -811,7 +799,7 @@ static char *collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *at
   const ak_envelope_t *env = att->env;
   for (size_t i = 0; i < env->nheaders; i++) {
     const ak_header_t *h = &env->headers[i];
-    if (!h->name || !token_n(h->name, h->name_len)) continue;
+    if (!h->name || !ak_header_name_ok(h->name, h->name_len)) continue;
     bool seen = false;
     for (size_t j = 0; j < i && !seen; j++)
       seen = env->headers[j].name_len == h->name_len && env->headers[j].name &&
@@ -1074,7 +1062,7 @@ static int parse_opts(http_sink_t *s, const json_t *opts, char *err, size_t errl
     const char *name;
     const json_t *hv;
     json_object_foreach((json_t *)h, name, hv) {
-      if (!header_name_ok(name)) {
+      if (!ak_header_name_ok(name, strlen(name))) {
         snprintf(err, errlen, "headers.%.64s: not a valid header name", name);
         return -1;
       }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/buf.h"
+#include "core/header.h"
 #include "core/list.h"
 #include "core/tmap.h"
 
@@ -414,4 +415,39 @@ Test(buf, grow_typed_arrays) {
   cr_expect_eq(cap, 8192);
   cr_expect_eq(v[999], 999 * 999);
   free(v);
+}
+
+/* ---------------------------------------------------------------- header names ---- */
+
+/* RFC 9110 5.6.2: token = 1*tchar; tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" /
+ * "-" / "." / "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA. Every byte value is checked
+ * against that list written out here. */
+Test(header, tchar_is_exactly_the_rfc_set) {
+  const char *sym = "!#$%&'*+-.^_`|~";
+  for (int c = 0; c < 256; c++) {
+    bool want = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                (c && strchr(sym, c) != NULL);
+    cr_assert_eq(ak_header_tchar((unsigned char)c), want, "byte 0x%02x", c);
+    char one = (char)c;
+    cr_assert_eq(ak_header_name_ok(&one, 1), want, "a name of byte 0x%02x alone", c);
+  }
+}
+
+Test(header, names) {
+  cr_expect(ak_header_name_ok("X-Hub-Signature-256", 19));
+  cr_expect(ak_header_name_ok("webhook-id", 10));
+  cr_expect(ak_header_name_ok("!#$%&'*+-.^_`|~09azAZ", 21), "every symbol tchar");
+  cr_expect_not(ak_header_name_ok("", 0), "empty");
+  cr_expect_not(ak_header_name_ok("anything", 0), "a length of 0 is empty whatever follows");
+  cr_expect(ak_header_name_ok("X-Ok trailing", 4), "only len bytes are read");
+  /* separators (RFC 9110 5.6.2 delimiters), whitespace, controls */
+  const char *bad[] = {"X Bad", "X\tBad", "X:Bad", "X(Bad)", "X,Bad", "X/Bad", "X;Bad", "X<Bad>", "X=Bad",
+                       "X?Bad", "X@Bad", "X[Bad]", "X\\Bad", "X{Bad}", "X\"Bad\"", "X-\x7f", "X-\x01", "X\r\n"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    cr_expect_not(ak_header_name_ok(bad[i], strlen(bad[i])), "%s", bad[i]);
+  /* non-ASCII: UTF-8 and Latin-1 letters are not ALPHA */
+  cr_expect_not(ak_header_name_ok("caf\xc3\xa9", 5));
+  cr_expect_not(ak_header_name_ok("X-\xe9", 3));
+  cr_expect_not(ak_header_name_ok("X-\xff", 3));
+  cr_expect_not(ak_header_name_ok("X\0Y", 3), "a NUL inside the length");
 }

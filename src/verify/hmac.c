@@ -89,29 +89,6 @@ bool ak_verify_hex_decode(const char *s, size_t n, uint8_t *out, size_t cap, siz
   return true;
 }
 
-size_t ak_verify_spec_strings(const json_t *v, const char **out, size_t *lens, size_t max) {
-  size_t n = 0;
-  if (json_is_string(v)) {
-    out[0] = json_string_value(v);
-    lens[0] = json_string_length(v);
-    return max ? 1 : 0;
-  }
-  size_t i;
-  json_t *item;
-  json_array_foreach(v, i, item) {
-    if (n == max) break;
-    if (!json_is_string(item)) continue;
-    out[n] = json_string_value(item);
-    lens[n++] = json_string_length(item);
-  }
-  return n;
-}
-
-void ak_verify_entry_label(char *buf, size_t n, const char *key, const json_t *v, size_t i) {
-  if (json_is_array(v)) snprintf(buf, n, "%s[%zu]", key, i);
-  else snprintf(buf, n, "%s", key);
-}
-
 int64_t ak_verify_spec_int(const json_t *spec, const char *key, int64_t def) {
   json_t *v = json_object_get(spec, key);
   return json_is_integer(v) ? json_integer_value(v) : def;
@@ -653,23 +630,17 @@ static void *hmac_create_with(const json_t *spec, const hmac_preset_t *preset, c
     return NULL;
   }
 
-  const json_t *sv = json_object_get(spec, "secret");
-  const char *ss[AK_SIG_MAX_KEYS];
-  size_t sl[AK_SIG_MAX_KEYS];
-  size_t n = ak_verify_spec_strings(sv, ss, sl, AK_SIG_MAX_KEYS);
-  if (n == 0) {
-    snprintf(err, errlen, "secret: missing or empty");
+  ak_verify_secrets_t sec;
+  if (ak_verify_secrets_load(spec, "secret", &sec, err, errlen) != 0) {
     hmac_destroy(h);
     return NULL;
   }
-  for (size_t i = 0; i < n; i++) {
-    char label[32];
-    ak_verify_entry_label(label, sizeof label, "secret", sv, i);
+  for (size_t i = 0; i < sec.n; i++) {
     size_t klen = 0;
-    uint8_t *key = sl[i] ? secret_bytes(ss[i], sl[i], whsec, &klen) : NULL;
+    uint8_t *key = secret_bytes(sec.s[i], sec.len[i], whsec, &klen);
     if (!key) {
-      if (whsec) snprintf(err, errlen, "%s: cannot be decoded: expected \"whsec_\" followed by base64", label);
-      else snprintf(err, errlen, "%s: must not be empty", label);
+      if (whsec) snprintf(err, errlen, "%s: cannot be decoded: expected \"whsec_\" followed by base64", sec.label[i]);
+      else snprintf(err, errlen, "%s: out of memory", sec.label[i]);
       hmac_destroy(h);
       return NULL;
     }

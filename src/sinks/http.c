@@ -46,6 +46,7 @@
 #include "sinks/egress.h"
 #include "sinks/forward.h"
 #include "sinks/sink.h"
+#include "verify/whsec.h"
 
 #define HTTP_MAX_SECRETS 8
 #define HTTP_MAX_ACTIVE 64        /* transfers in one worker's CURLM at once */
@@ -199,36 +200,25 @@ static bool reserved_header(const char *n) {
          strcasecmp(n, "expect") == 0;
 }
 
-/* Key bytes of one secret: whsec_<base64> decodes, anything else is used as is. */
+/* Key bytes of one secret: whsec_<base64> decodes (verify/whsec.h, the decoder our
+ * standard_webhooks verifier uses), anything else is used as is. */
 static int derive_key(const char *secret, uint8_t **key, size_t *keylen) {
   size_t n = strlen(secret);
   if (n == 0) return -1;
-  if (strncmp(secret, "whsec_", 6) != 0) {
+  if (!ak_whsec_prefixed(secret, n)) {
     *key = malloc(n);
     if (!*key) return -1;
     memcpy(*key, secret, n);
     *keylen = n;
     return 0;
   }
-  const char *b = secret + 6;
-  size_t bl = strlen(b);
-  if (bl == 0 || bl % 4 != 0) return -1;
-  uint8_t *out = malloc(bl / 4 * 3 + 1);
+  uint8_t *out = malloc(n);
   if (!out) return -1;
-  int got = EVP_DecodeBlock(out, (const unsigned char *)b, (int)bl);
-  if (got < 0) {
-    free(out);
-    return -1;
-  }
-  size_t len = (size_t)got;
-  if (bl >= 1 && b[bl - 1] == '=') len--;
-  if (bl >= 2 && b[bl - 2] == '=') len--;
-  if (len == 0) {
+  if (!ak_whsec_decode(secret, n, out, n, keylen)) {
     free(out);
     return -1;
   }
   *key = out;
-  *keylen = len;
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include "verify/sig_internal.h"
+#include "verify/whsec.h"
 
 /* ------------------------------------------------------------------ small helpers ---- */
 
@@ -567,7 +568,8 @@ static void hmac_destroy(void *self) {
   free(h);
 }
 
-/* The key bytes of one secret: the string itself, or the base64 after "whsec_". */
+/* The key bytes of one secret: the string itself, or its Standard Webhooks key
+ * (verify/whsec.h: the decoder the http sink signs with). */
 static uint8_t *secret_bytes(const char *s, size_t n, bool whsec, size_t *klen) {
   uint8_t *buf = malloc(n ? n : 1);
   if (!buf) return NULL;
@@ -576,11 +578,7 @@ static uint8_t *secret_bytes(const char *s, size_t n, bool whsec, size_t *klen) 
     *klen = n;
     return buf;
   }
-  if (n >= 6 && !memcmp(s, "whsec_", 6)) {
-    s += 6;
-    n -= 6;
-  }
-  if (!ak_verify_b64_decode(s, n, buf, n ? n : 1, klen, true)) {
+  if (!ak_whsec_decode(s, n, buf, n ? n : 1, klen)) {
     free(buf);
     return NULL;
   }

@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "verify/sig_internal.h"
 #include "verify/verifier.h"
+#include "verify/whsec.h"
 
 #define VECTORS_PATH "../shared/vectors/signatures.json"
 
@@ -929,4 +930,33 @@ Test(verify, every_verifier_reads_its_keys_the_same_way) {
   cr_expect_null(ak_verifier_new(spec, err, sizeof err));
   cr_expect_str_eq(err, "secret[1]: must not be empty");
   json_decref(spec);
+}
+
+/* ------------------------------------------------------ Standard Webhooks secrets ---- */
+
+Test(verify, whsec_decoder) {
+  uint8_t out[64];
+  size_t n = 0;
+  struct {
+    const char *s;
+    const char *key; /* NULL: refused */
+  } cases[] = {
+    {"whsec_QUJD", "ABC"},      {"QUJD", "ABC"},          /* the prefix is optional */
+    {"whsec_QUJDRA==", "ABCD"}, {"whsec_QUJDRA", "ABCD"}, /* and so is the padding */
+    {"whsec_QUJDREU=", "ABCDE"}, {"whsec_QUJDREU", "ABCDE"},
+    {"whsec_", NULL},           {"", NULL},                {"whsec_====", NULL},
+    {"whsec_QQ==QUJD", NULL},   {"whsec_QUJDR", NULL},     {"whsec_ QUJD", NULL},
+    {"whsec_QUJD\n", NULL},     {"whsec_QUJDRA===", NULL}, {"whsec_QUJD-_==", NULL},
+    {"WHSEC_QUJD", NULL},       {"whsec_whsec_QUJD", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bool ok = ak_whsec_decode(cases[i].s, strlen(cases[i].s), out, sizeof out, &n);
+    cr_expect_eq(ok, cases[i].key != NULL, "%s", cases[i].s);
+    if (ok && cases[i].key)
+      cr_expect(n == strlen(cases[i].key) && memcmp(out, cases[i].key, n) == 0, "%s: %zu bytes", cases[i].s, n);
+  }
+  cr_expect(ak_whsec_prefixed("whsec_x", 7));
+  cr_expect_not(ak_whsec_prefixed("whsec", 5));
+  cr_expect_not(ak_whsec_prefixed("whsec_x", 5), "only n bytes are read");
+  cr_expect_not(ak_whsec_decode("whsec_QUJDRA==", 14, out, 3, &n), "four bytes do not fit in three");
 }

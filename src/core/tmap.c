@@ -26,18 +26,33 @@ static entry_t *entry_of(const void *value) {
   return (entry_t *)(void *)((char *)value - offsetof(entry_t, value));
 }
 
-/* A multiply-xorshift over 8-byte words, keyed by the map's seed. */
+static uint64_t mix(uint64_t h, uint64_t w) {
+  h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+  return h ^ (h >> 31);
+}
+
+/* A multiply-xorshift over 8-byte words, keyed by the map's seed. The last word is the
+ * key's last 8 bytes (overlapping the one before), a short key is read in two or three
+ * overlapping pieces: no byte loop and no memcpy of a variable length (a library call),
+ * which were most of a lookup's cost on ids of a dozen bytes. */
 static uint64_t hash_key(uint64_t seed, const char *k, size_t n) {
-  uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL);
-  while (n) {
-    uint64_t w = 0;
-    size_t take = n < 8 ? n : 8;
-    memcpy(&w, k, take);
-    h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 31;
-    k += take;
-    n -= take;
+  uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL), w;
+  size_t left = n;
+  for (const char *p = k; left > 8; p += 8, left -= 8) {
+    memcpy(&w, p, 8);
+    h = mix(h, w);
   }
+  if (n >= 8) {
+    memcpy(&w, k + n - 8, 8);
+  } else if (n >= 4) {
+    uint32_t a, b;
+    memcpy(&a, k, 4);
+    memcpy(&b, k + n - 4, 4);
+    w = (uint64_t)a << 32 | b;
+  } else {
+    w = n ? (uint64_t)(uint8_t)k[0] << 16 | (uint64_t)(uint8_t)k[n / 2] << 8 | (uint8_t)k[n - 1] : 0;
+  }
+  h = mix(h, w);
   h ^= h >> 29;
   h *= 0x94d049bb133111ebULL;
   h ^= h >> 32;
@@ -93,19 +108,23 @@ void *ak_tmap_get(ak_tmap_t *m, const char *key, size_t len, bool *created) {
   if (created) *created = false;
   if (len > AK_TMAP_KEY_MAX) return NULL;
   uint64_t h = hash_key(m->seed, key, len);
-  if (m->n) {
-    struct ak_tmap_slot *s = lookup(m, h, key, len);
-    if (s->e) return s->e->value;
+  struct ak_tmap_slot *s = m->cap ? lookup(m, h, key, len) : NULL;
+  if (s && s->e) return s->e->value;
+  if ((m->n + 1) * 2 > m->cap) {
+    if (grow(m) != 0) return NULL;
+    s = lookup(m, h, key, len); /* the free slot moved with the array */
   }
-  if ((m->n + 1) * 2 > m->cap && grow(m) != 0) return NULL;
-  entry_t *e = calloc(1, sizeof *e + m->vsize + len + 1);
+  /* malloc, not calloc: glibc's calloc bypasses its per-thread cache, and a map whose
+   * tenants come and go (the writer's shares) allocates per request */
+  entry_t *e = malloc(sizeof *e + m->vsize + len + 1);
   if (!e) return NULL;
+  memset(e->value, 0, m->vsize);
   char *k = (char *)e->value + m->vsize;
   if (len) memcpy(k, key, len);
+  k[len] = '\0';
   e->hash = h;
   e->len = len;
   e->key = k;
-  struct ak_tmap_slot *s = lookup(m, h, key, len);
   s->hash = h;
   s->e = e;
   m->n++;

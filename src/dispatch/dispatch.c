@@ -1153,7 +1153,7 @@ static void start_attempts(ak_dispatch_t *d, int64_t now) {
       idle++;
       continue;
     }
-    /* find a key of t that may run now; it goes behind the others */
+    /* find a key of t that may run now; the ring turns past it */
     bool started = false;
     ak_list_foreach(kl, &t->keys) {
       skey_t *k = ak_list_entry(kl, skey_t, ring_link);

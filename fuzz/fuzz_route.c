@@ -1,4 +1,4 @@
-/* libFuzzer harness for catch-URL resolution and the header byte checks (edge/route.c),
+/* libFuzzer harness for catch-URL resolution and the header checks (edge/route.c, core/header.c),
  * which see untrusted request paths and header bytes before anything else does.
  *
  * Input: byte 0 picks one of four configs (path / tenant_path routing, with and without a
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/config.h"
+#include "core/header.h"
 #include "edge/route.h"
 #include "modules.h"
 #include "core/node.h"
@@ -118,10 +119,13 @@ static bool ref_tenant(const char *s, size_t len) {
   return true;
 }
 
+/* RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~ */
 static bool ref_name(const uint8_t *s, size_t len) {
   if (!len) return false;
   for (size_t i = 0; i < len; i++)
-    if (s[i] <= ' ' || s[i] >= 0x7F) return false;
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+          (s[i] && strchr("!#$%&'*+-.^_`|~", s[i]))))
+      return false;
   return true;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include "core/buf.h"
 #include "core/config.h"
 #include "core/yamltree.h"
 
@@ -198,25 +199,6 @@ static void type_error(vctx_t *c, const char *label, const char *want, const jso
 
 /* ------------------------------------------------------------------ interpolation ---- */
 
-typedef struct {
-  char *s;
-  size_t n, cap;
-} sbuf_t;
-
-static void sb_add(sbuf_t *b, const char *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *ns = realloc(b->s, cap);
-    if (!ns) return;
-    b->s = ns;
-    b->cap = cap;
-  }
-  memcpy(b->s + b->n, s, n);
-  b->n += n;
-  b->s[b->n] = '\0';
-}
-
 static bool is_name_char(char ch) {
   return (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
 }
@@ -227,11 +209,10 @@ static json_t *interpolate(vctx_t *c, json_t *v, const char *label, bool secret)
   const char *s = json_string_value(v);
   if (c->literal || !strstr(s, "${")) return json_incref(v);
   size_t n = strlen(s), errs = c->n;
-  sbuf_t b = {0};
-  sb_add(&b, "", 0);
+  ak_buf_t b = AK_BUF_INIT;
   for (size_t i = 0; i < n;) {
     if (s[i] != '$' || s[i + 1] != '{') {
-      sb_add(&b, s + i, 1);
+      ak_buf_append(&b, s + i, 1);
       i++;
       continue;
     }
@@ -241,7 +222,7 @@ static json_t *interpolate(vctx_t *c, json_t *v, const char *label, bool secret)
     if (named && j < n && s[j] == '}') {
       char *name = strndup(s + i + 2, j - i - 2);
       const char *val = name ? env_lookup(c->env, name) : NULL;
-      if (val) sb_add(&b, val, strlen(val));
+      if (val) ak_buf_append(&b, val, strlen(val));
       else verr(c, "%s: ${%s} is not set", label, name ? name : "?");
       free(name);
       i = j + 1;
@@ -252,8 +233,8 @@ static json_t *interpolate(vctx_t *c, json_t *v, const char *label, bool secret)
       if (close) {
         char *name = strndup(s + i + 2, j - i - 2);
         const char *val = name ? env_lookup(c->env, name) : NULL;
-        if (val) sb_add(&b, val, strlen(val));
-        else sb_add(&b, s + j + 2, (size_t)(close - (s + j + 2)));
+        if (val) ak_buf_append(&b, val, strlen(val));
+        else ak_buf_append(&b, s + j + 2, (size_t)(close - (s + j + 2)));
         free(name);
         i = (size_t)(close - s) + 1;
         continue;
@@ -269,10 +250,12 @@ static json_t *interpolate(vctx_t *c, json_t *v, const char *label, bool secret)
   }
   json_t *out = NULL;
   if (c->n == errs) {
-    out = b.s ? json_string(b.s) : NULL;
+    char *text = ak_buf_take(&b, NULL);
+    out = text ? json_string(text) : NULL;
+    free(text);
     if (!out) verr(c, "%s: the interpolated value is not valid UTF-8", label);
   }
-  free(b.s);
+  ak_buf_free(&b);
   return out;
 }
 
@@ -481,8 +464,7 @@ static json_t *check_secrets(vctx_t *c, json_t *v, const char *path, const char 
 }
 
 static json_t *check_prefix(vctx_t *c, const char *label, const char *s) {
-  sbuf_t b = {0};
-  sb_add(&b, "", 0);
+  ak_buf_t b = AK_BUF_INIT;
   bool ok = true;
   while (*s) {
     const char *slash = strchr(s, '/');
@@ -506,13 +488,14 @@ static json_t *check_prefix(vctx_t *c, const char *label, const char *s) {
         ok = false;
         break;
       }
-      sb_add(&b, "/", 1);
-      sb_add(&b, s, len);
+      ak_buf_append(&b, "/", 1);
+      ak_buf_append(&b, s, len);
     }
     s += len + (slash ? 1 : 0);
   }
-  json_t *out = ok && b.s ? json_string(b.s) : NULL;
-  free(b.s);
+  char *text = ak_buf_take(&b, NULL);
+  json_t *out = ok && text ? json_string(text) : NULL;
+  free(text);
   return out;
 }
 
@@ -935,13 +918,12 @@ const ak_plugin_t *ak_plugin_find(const ak_plugin_kind_t *k, const char *type) {
 }
 
 char *ak_plugin_type_list(const ak_plugin_kind_t *k) {
-  sbuf_t b = {0};
-  sb_add(&b, "", 0);
+  ak_buf_t b = AK_BUF_INIT;
   for (size_t i = 0; k && i < k->count; i++) {
-    if (i) sb_add(&b, ", ", 2);
-    sb_add(&b, k->all[i]->type, strlen(k->all[i]->type));
+    if (i) ak_buf_append(&b, ", ", 2);
+    ak_buf_append(&b, k->all[i]->type, strlen(k->all[i]->type));
   }
-  return b.s;
+  return ak_buf_take(&b, NULL);
 }
 
 /* One MAP row per module section, in schema order (terminated by a zero row). */

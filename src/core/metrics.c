@@ -1,11 +1,11 @@
 /* The metrics registry. A mutex guards only family/series creation and rendering;
  * updates are lock-free atomics on series the callers hold. */
 #include <math.h>
-#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/buf.h"
 #include "core/metrics.h"
 
 const double ak_latency_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -174,27 +174,6 @@ void ak_histogram_observe(ak_series_t *s, double v) {
   }
 }
 
-typedef struct {
-  char *p;
-  size_t len, cap;
-} sb_t;
-
-static void sb_printf(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb_t *b, const char *fmt, ...) {
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n >= 0 && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    b->cap = b->cap * 2 + (size_t)(n > 0 ? n : 0) + 64;
-    b->p = realloc(b->p, b->cap);
-  }
-}
-
 static void fmt_double(char *out, size_t n, double v) {
   if (isinf(v)) snprintf(out, n, v > 0 ? "+Inf" : "-Inf");
   else if (v == floor(v) && fabs(v) < 1e15) snprintf(out, n, "%.0f", v);
@@ -202,21 +181,21 @@ static void fmt_double(char *out, size_t n, double v) {
 }
 
 char *ak_metrics_render(ak_metrics_t *m, size_t *len) {
-  sb_t b = {malloc(8192), 0, 8192};
-  b.p[0] = 0;
+  ak_buf_t b = AK_BUF_INIT;
+  ak_buf_reserve(&b, 8192);
   static const char *tn[] = {"counter", "gauge", "histogram"};
   pthread_mutex_lock(&m->mu);
   for (ak_family_t *f = m->families; f; f = f->next) {
-    sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, tn[f->type]);
+    ak_buf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, tn[f->type]);
     for (ak_series_t *s = f->series; s; s = s->next) {
       const char *open = s->labels[0] ? "{" : "", *close = s->labels[0] ? "}" : "";
       char num[64];
       if (f->type == AK_METRIC_COUNTER) {
-        sb_printf(&b, "%s%s%s%s %llu\n", f->name, open, s->labels, close,
+        ak_buf_printf(&b, "%s%s%s%s %llu\n", f->name, open, s->labels, close,
                   (unsigned long long)atomic_load(&s->value));
       } else if (f->type == AK_METRIC_GAUGE) {
         fmt_double(num, sizeof num, ak_gauge_get(s));
-        sb_printf(&b, "%s%s%s%s %s\n", f->name, open, s->labels, close, num);
+        ak_buf_printf(&b, "%s%s%s%s %s\n", f->name, open, s->labels, close, num);
       } else {
         uint64_t cum = 0;
         const char *sep = s->labels[0] ? "," : "";
@@ -224,16 +203,15 @@ char *ak_metrics_render(ak_metrics_t *m, size_t *len) {
           cum += atomic_load(&s->buckets[i]);
           if (i < f->nbounds) fmt_double(num, sizeof num, f->bounds[i]);
           else snprintf(num, sizeof num, "+Inf");
-          sb_printf(&b, "%s_bucket{%s%sle=\"%s\"} %llu\n", f->name, s->labels, sep, num, (unsigned long long)cum);
+          ak_buf_printf(&b, "%s_bucket{%s%sle=\"%s\"} %llu\n", f->name, s->labels, sep, num, (unsigned long long)cum);
         }
         fmt_double(num, sizeof num, bitsd(atomic_load(&s->sum_bits)));
-        sb_printf(&b, "%s_sum%s%s%s %s\n", f->name, open, s->labels, close, num);
-        sb_printf(&b, "%s_count%s%s%s %llu\n", f->name, open, s->labels, close,
+        ak_buf_printf(&b, "%s_sum%s%s%s %s\n", f->name, open, s->labels, close, num);
+        ak_buf_printf(&b, "%s_count%s%s%s %llu\n", f->name, open, s->labels, close,
                   (unsigned long long)atomic_load(&s->count));
       }
     }
   }
   pthread_mutex_unlock(&m->mu);
-  *len = b.len;
-  return b.p;
+  return ak_buf_take(&b, len);
 }

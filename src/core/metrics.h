@@ -50,7 +50,7 @@ double ak_gauge_get(const ak_series_t *s);
 uint64_t ak_counter_get(const ak_series_t *s);
 void ak_histogram_observe(ak_series_t *s, double v);
 
-/* Prometheus text format 0.0.4; malloc'd. */
+/* Prometheus text format 0.0.4; malloc'd, NULL out of memory. */
 char *ak_metrics_render(ak_metrics_t *m, size_t *len);
 
 extern const double ak_latency_bounds[];

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/buf.h"
+#include "core/header.h"
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/ratelimit.h"
@@ -202,15 +204,7 @@ static void update_gauges(ak_sources_t *t) {
   pthread_mutex_unlock(&t->gauge_mu);
 }
 
-static int reserve_locked(ak_sources_t *t) {
-  if (t->n < t->cap) return 0;
-  size_t nc = t->cap ? t->cap * 2 : 16;
-  ak_source_t **nv = realloc(t->v, nc * sizeof *nv);
-  if (!nv) return -1;
-  t->v = nv;
-  t->cap = nc;
-  return 0;
-}
+static int reserve_locked(ak_sources_t *t) { return ak_buf_grow(&t->v, &t->cap, t->n + 1, sizeof *t->v); }
 
 int ak_sources_reserve(ak_sources_t *t) {
   pthread_rwlock_wrlock(&t->lock);
@@ -378,13 +372,6 @@ static const ak_opt_t source_rows[] = {
 
 const ak_opt_t *ak_sources_options(void) { return source_rows; }
 
-static bool header_token(const char *n) {
-  if (!*n) return false;
-  for (const char *p = n; *p; p++)
-    if (!(isalnum((unsigned char)*p) || strchr("!#$%&'*+-.^_`|~", *p))) return false;
-  return true;
-}
-
 static void strlist_add(json_t *list, const char *w) {
   size_t k;
   json_t *prev;
@@ -409,7 +396,7 @@ static void check_forward_headers(ak_check_t *c, const char *id, json_t *src) {
       bad = true;
       continue;
     }
-    if (!header_token(name)) {
+    if (!ak_header_name_ok(name, strlen(name))) {
       char *r = ak_check_render(item, false);
       ak_check_error(c, "sources.%s.forward_headers[%zu]: %s is not a header name", id, i, r ? r : "?");
       free(r);
@@ -440,7 +427,7 @@ static void check_dedupe(ak_check_t *c, const char *id, json_t *src) {
   }
   json_t *h = json_object_get(d, "header");
   if (json_is_string(h)) {
-    if (!header_token(json_string_value(h))) {
+    if (!ak_header_name_ok(json_string_value(h), json_string_length(h))) {
       char *r = ak_check_render(h, false);
       ak_check_error(c, "sources.%s.dedupe.header: %s is not a header name", id, r ? r : "?");
       free(r);

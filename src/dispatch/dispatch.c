@@ -23,12 +23,15 @@
 #include <time.h>
 #include <openssl/rand.h>
 #include "dispatch/dispatch.h"
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/ids.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "core/node.h"
 #include "core/sources.h"
+#include "core/tmap.h"
 #include "dispatch/breaker.h"
 #include "dispatch/retry.h"
 #include "queue/writer.h"
@@ -51,7 +54,7 @@ typedef struct dsinks dsinks_t;
 typedef struct row {
   struct row *qnext;             /* the sink key's queue */
   struct row *onext;             /* the outcome queue (under mu) */
-  struct row *rprev, *rnext;     /* running list, in start order */
+  ak_list_t run_link;            /* the running list, in start order */
   tenant_t *t;
   skey_t *key;
   uint64_t seq;
@@ -75,8 +78,7 @@ typedef struct row {
 } row_t;
 
 struct skey {
-  skey_t *knext, *kprev;         /* the tenant's ring of keys with queued rows */
-  bool in_ring;
+  ak_list_t ring_link;           /* in the tenant's ring of keys with queued rows */
   tenant_t *t;
   uint64_t src;                  /* the source's identity (ak_source_t.uid): kept by updates */
   size_t sink;                   /* sink index */
@@ -86,31 +88,24 @@ struct skey {
   bool was_open;
 };
 
+/* Lives in d->tenants (its key is the name), never freed before the dispatcher. */
 struct tenant {
-  char *name;
+  const char *name;
   size_t nlen;
   uint8_t cursor[AK_DUE_KEY_MAX];
   size_t cursor_len;             /* 0: from the start of the tenant's due keys */
   int64_t next_due;              /* earliest unclaimed due time known; INT64_MAX: none */
   size_t heap_idx;               /* in the timer heap, or SIZE_MAX */
-  tenant_t *rnext, *rprev;       /* ready ring: due now, window has room */
-  bool in_ready;
-  tenant_t *snext, *sprev;       /* slot ring: has queued rows */
-  bool in_slots;
-  skey_t *keys;                  /* ring cursor */
+  ak_list_t ready_link;          /* in the ready ring: due now, window has room */
+  ak_list_t slot_link;           /* in the slot ring: has queued rows */
+  ak_list_t keys;                /* ring of its keys with queued rows; the first is served next */
   int64_t pending, scheduled;    /* unclaimed due rows: first attempts / retries */
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the bytes window: its size (0: none) */
   size_t queued;
 };
 
-/* Open-addressing maps owned by the dispatch thread. */
-typedef struct {
-  char **names;
-  tenant_t **vals;
-  size_t cap, n;
-} tmap_t;
-
+/* An open-addressing map owned by the dispatch thread. */
 typedef struct {
   uint64_t *keys; /* 0 = empty; stored as key + 1 */
   void **vals;
@@ -130,6 +125,11 @@ typedef struct {
   size_t n, cap;
 } inbox_t;
 
+typedef struct reclaim {
+  uint64_t seq;
+  uint8_t id[16];
+} reclaim_t;
+
 typedef struct {
   const ak_sink_vtable_t *vt;
   void *self;
@@ -143,7 +143,7 @@ typedef struct {
  * dispatcher keeps every set it built in a list, so that it can destroy every sink
  * (and collect their late callbacks) before its rows are freed at shutdown. */
 struct dsinks {
-  dsinks_t *prev, *next;         /* the dispatcher's list, under its smu */
+  ak_list_t link;                /* in the dispatcher's list, under its smu */
   ak_dispatch_t *d;              /* NULL once the dispatcher is gone */
   bool destroyed;
   size_t n;
@@ -157,7 +157,7 @@ struct ak_dispatch {
   ak_retry_policy_t retry;
   ak_breaker_config_t bcfg;
   pthread_mutex_t smu;           /* sets: sink sets are built and freed on other threads */
-  dsinks_t *sets;
+  ak_list_t sets;
 
   pthread_t thread;
   bool started;
@@ -174,16 +174,16 @@ struct ak_dispatch {
   void *tick_ctx;
 
   /* dispatch thread only */
-  tmap_t tenants;
+  ak_tmap_t tenants;             /* name -> tenant_t */
   umap_t claimed;                /* seq<<16|sink -> row */
   umap_t keys;                   /* tenant# <<32 | src <<16 | sink -> skey */
   tenant_t **heap;
   size_t nheap, capheap;
-  tenant_t *ready;               /* ring head */
+  ak_list_t ready;               /* ring: the first is served next */
   size_t nready;
-  tenant_t *slots;               /* ring head */
+  ak_list_t slots;               /* ring: the first is served next */
   size_t nslots;
-  row_t *run_head, *run_tail;
+  ak_list_t run;                 /* rows running, in start (so deadline) order */
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the node's bytes window: its size */
   int64_t pending, scheduled, dead;
@@ -192,8 +192,7 @@ struct ak_dispatch {
   int64_t wb_first_ms;
   struct cand *cand;             /* claim_tenant's due rows, reused across scans */
   size_t capcand;
-  uint64_t *reclaim_seq;
-  uint8_t (*reclaim_id)[16];
+  struct reclaim *reclaim;       /* hooks whose last row settled, to delete after the flush */
   size_t nreclaim, capreclaim;
   int64_t last_tick_ms;
   bool store_down_logged;
@@ -212,56 +211,11 @@ struct ak_dispatch {
 
 /* ------------------------------------------------------------------ small maps ---- */
 
-static uint64_t hash_bytes(const char *p, size_t n) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ULL;
-  return h;
-}
-
 static uint64_t mix64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
   x ^= x >> 33;
   return x;
-}
-
-static tenant_t *tmap_get(tmap_t *m, const char *name, size_t n) {
-  if (!m->cap) return NULL;
-  for (size_t i = hash_bytes(name, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-    if (!m->names[i]) return NULL;
-    if (m->vals[i]->nlen == n && memcmp(m->names[i], name, n) == 0) return m->vals[i];
-  }
-}
-
-static int tmap_put(tmap_t *m, tenant_t *t) {
-  if ((m->n + 1) * 2 > m->cap) {
-    size_t nc = m->cap ? m->cap * 2 : 64;
-    char **nn = calloc(nc, sizeof *nn);
-    tenant_t **nv = calloc(nc, sizeof *nv);
-    if (!nn || !nv) {
-      free(nn);
-      free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->names[i]) {
-        size_t j = hash_bytes(m->vals[i]->name, m->vals[i]->nlen) & (nc - 1);
-        while (nn[j]) j = (j + 1) & (nc - 1);
-        nn[j] = m->names[i];
-        nv[j] = m->vals[i];
-      }
-    free(m->names);
-    free(m->vals);
-    m->names = nn;
-    m->vals = nv;
-    m->cap = nc;
-  }
-  size_t j = hash_bytes(t->name, t->nlen) & (m->cap - 1);
-  while (m->names[j]) j = (j + 1) & (m->cap - 1);
-  m->names[j] = t->name;
-  m->vals[j] = t;
-  m->n++;
-  return 0;
 }
 
 static void *umap_get(umap_t *m, uint64_t k) {
@@ -412,44 +366,24 @@ static void heap_upsert(ak_dispatch_t *d, tenant_t *t) {
     heap_fix(d, t->heap_idx);
     return;
   }
-  if (d->nheap == d->capheap) {
-    size_t nc = d->capheap ? d->capheap * 2 : 64;
-    tenant_t **nh = realloc(d->heap, nc * sizeof *nh);
-    if (!nh) return; /* the tenant is found again by its next notice */
-    d->heap = nh;
-    d->capheap = nc;
-  }
+  if (d->nheap == d->capheap && ak_buf_grow(&d->heap, &d->capheap, d->nheap + 1, sizeof *d->heap) != 0)
+    return; /* the tenant is found again by its next notice */
   t->heap_idx = d->nheap;
   d->heap[d->nheap++] = t;
   heap_fix(d, t->heap_idx);
 }
 
 static void ready_remove(ak_dispatch_t *d, tenant_t *t) {
-  if (!t->in_ready) return;
-  t->in_ready = false;
+  if (!ak_list_linked(&t->ready_link)) return;
   d->nready--;
-  if (t->rnext == t) {
-    d->ready = NULL;
-  } else {
-    t->rprev->rnext = t->rnext;
-    t->rnext->rprev = t->rprev;
-    if (d->ready == t) d->ready = t->rnext;
-  }
+  ak_list_remove(&t->ready_link);
 }
 
 /* New ready tenants join at the tail: the head is whoever the last page did not reach. */
 static void ready_add(ak_dispatch_t *d, tenant_t *t) {
-  if (t->in_ready) return;
-  t->in_ready = true;
+  if (ak_list_linked(&t->ready_link)) return;
   d->nready++;
-  if (!d->ready) {
-    d->ready = t->rnext = t->rprev = t;
-  } else {
-    t->rnext = d->ready;
-    t->rprev = d->ready->rprev;
-    t->rprev->rnext = t;
-    d->ready->rprev = t;
-  }
+  ak_list_insert_tail(&d->ready, &t->ready_link);
 }
 
 /* Put a tenant where its due state says: idle, waiting on the timer heap, ready, or
@@ -469,25 +403,13 @@ static void tenant_place(ak_dispatch_t *d, tenant_t *t, int64_t now) {
 }
 
 static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
-  tenant_t *t = tmap_get(&d->tenants, name, n);
-  if (t) return t;
-  t = calloc(1, sizeof *t);
-  if (!t) return NULL;
-  t->name = malloc(n + 1);
-  if (!t->name) {
-    free(t);
-    return NULL;
-  }
-  memcpy(t->name, name, n);
-  t->name[n] = 0;
-  t->nlen = n;
+  bool created;
+  tenant_t *t = ak_tmap_get(&d->tenants, name, n, &created);
+  if (!t || !created) return t;
+  t->name = ak_tmap_key(t, &t->nlen);
   t->next_due = INT64_MAX;
   t->heap_idx = SIZE_MAX;
-  if (tmap_put(&d->tenants, t) != 0) {
-    free(t->name);
-    free(t);
-    return NULL;
-  }
+  ak_list_init(&t->keys);
   return t;
 }
 
@@ -506,55 +428,23 @@ static void tenant_note_due(tenant_t *t, int64_t at) {
 /* ------------------------------------------------------------------ slots ---- */
 
 static void slots_add(ak_dispatch_t *d, tenant_t *t) {
-  if (t->in_slots) return;
-  t->in_slots = true;
+  if (ak_list_linked(&t->slot_link)) return;
   d->nslots++;
-  if (!d->slots) {
-    d->slots = t->snext = t->sprev = t;
-  } else {
-    t->snext = d->slots;
-    t->sprev = d->slots->sprev;
-    t->sprev->snext = t;
-    d->slots->sprev = t;
-  }
+  ak_list_insert_tail(&d->slots, &t->slot_link);
 }
 
 static void slots_remove(ak_dispatch_t *d, tenant_t *t) {
-  if (!t->in_slots) return;
-  t->in_slots = false;
+  if (!ak_list_linked(&t->slot_link)) return;
   d->nslots--;
-  if (t->snext == t) {
-    d->slots = NULL;
-  } else {
-    t->sprev->snext = t->snext;
-    t->snext->sprev = t->sprev;
-    if (d->slots == t) d->slots = t->snext;
-  }
+  ak_list_remove(&t->slot_link);
 }
 
 static void key_ring_add(tenant_t *t, skey_t *k) {
-  if (k->in_ring) return;
-  k->in_ring = true;
-  if (!t->keys) {
-    t->keys = k->knext = k->kprev = k;
-  } else {
-    k->knext = t->keys;
-    k->kprev = t->keys->kprev;
-    k->kprev->knext = k;
-    t->keys->kprev = k;
-  }
+  if (!ak_list_linked(&k->ring_link)) ak_list_insert_tail(&t->keys, &k->ring_link);
 }
 
-static void key_ring_remove(tenant_t *t, skey_t *k) {
-  if (!k->in_ring) return;
-  k->in_ring = false;
-  if (k->knext == k) {
-    t->keys = NULL;
-  } else {
-    k->kprev->knext = k->knext;
-    k->knext->kprev = k->kprev;
-    if (t->keys == k) t->keys = k->knext;
-  }
+static void key_ring_remove(skey_t *k) {
+  if (ak_list_linked(&k->ring_link)) ak_list_remove(&k->ring_link);
 }
 
 static void key_push(ak_dispatch_t *d, skey_t *k, row_t *r) {
@@ -575,7 +465,7 @@ static row_t *key_pop(ak_dispatch_t *d, skey_t *k) {
   if (!k->qhead) k->qtail = NULL;
   k->queued--;
   k->t->queued--;
-  if (!k->queued) key_ring_remove(k->t, k);
+  if (!k->queued) key_ring_remove(k);
   if (!k->t->queued) slots_remove(d, k->t);
   return r;
 }
@@ -596,18 +486,9 @@ static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
    * this thread's time in bench/deliver.sh. The compactor, when it clears obligations
    * (in seq order), owns reclaiming the hooks whose rows are gone by then. */
   if (d->inst->roles & AK_ROLE_STORAGE) return;
-  if (d->nreclaim == d->capreclaim) {
-    size_t nc = d->capreclaim ? d->capreclaim * 2 : 64;
-    uint64_t *ns = realloc(d->reclaim_seq, nc * sizeof *ns);
-    if (!ns) return;
-    d->reclaim_seq = ns;
-    uint8_t(*ni)[16] = realloc(d->reclaim_id, nc * sizeof *ni);
-    if (!ni) return;
-    d->reclaim_id = ni;
-    d->capreclaim = nc;
-  }
-  d->reclaim_seq[d->nreclaim] = seq;
-  memcpy(d->reclaim_id[d->nreclaim], id, 16);
+  if (ak_buf_grow(&d->reclaim, &d->capreclaim, d->nreclaim + 1, sizeof *d->reclaim) != 0) return;
+  d->reclaim[d->nreclaim].seq = seq;
+  memcpy(d->reclaim[d->nreclaim].id, id, 16);
   d->nreclaim++;
 }
 
@@ -631,7 +512,7 @@ static void reclaim(ak_dispatch_t *d) {
   ak_store_t *st = d->inst->store;
   rocksdb_writebatch_t *wb = NULL;
   for (size_t i = 0; i < d->nreclaim; i++) {
-    uint64_t seq = d->reclaim_seq[i];
+    uint64_t seq = d->reclaim[i].seq;
     uint8_t ak[AK_ARCHIVE_KEY_LEN], pfx[8];
     ak_key_archive(ak, seq);
     char *v = NULL;
@@ -645,13 +526,13 @@ static void reclaim(ak_dispatch_t *d) {
     if (!wb) wb = rocksdb_writebatch_create();
     uint8_t hk[AK_HOOK_KEY_LEN], ik[AK_ID_KEY_LEN];
     ak_key_hook(hk, seq);
-    ak_key_id(ik, d->reclaim_id[i]);
+    ak_key_id(ik, d->reclaim[i].id);
     if (ak_store_pin(st) != 0) break;
     rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_HOOKS), (const char *)hk, sizeof hk);
     /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
      * sealed, or released from the pen) has */
     const uint8_t *idk = ak_store_id_key(st);
-    if (!idk || ak_uuid7_unseal(idk, d->reclaim_id[i]) != seq)
+    if (!idk || ak_uuid7_unseal(idk, d->reclaim[i].id) != seq)
       rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_INDEX), (const char *)ik, sizeof ik);
     ak_store_unpin(st);
   }
@@ -768,9 +649,8 @@ static void op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *r
  * skipped), so those rows are delivered again rather than forgotten. */
 static void rescan_all(ak_dispatch_t *d, int64_t now) {
   d->ops_lost = false;
-  for (size_t i = 0; i < d->tenants.cap; i++) {
-    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
-    if (!t) continue;
+  size_t pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) {
     t->cursor_len = 0;
     t->next_due = now;
     tenant_place(d, t, now);
@@ -855,11 +735,7 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
   double dur = (double)(ak_mono_ns() - r->start_ns) / 1e9;
   if (timeout) dur = (double)d->cfg->attempt_timeout_ms / 1000.0;
   r->running = false;
-  if (r->rprev) r->rprev->rnext = r->rnext;
-  else d->run_head = r->rnext;
-  if (r->rnext) r->rnext->rprev = r->rprev;
-  else d->run_tail = r->rprev;
-  r->rprev = r->rnext = NULL;
+  ak_list_remove(&r->run_link);
   k->running--;
   t->running--;
   d->running--;
@@ -1080,14 +956,9 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
   t->next_due = INT64_MAX;
   /* a bigger share is claimed over the scan's further rounds */
   if (want > CLAIM_CHUNK) want = CLAIM_CHUNK;
-  if (want > d->capcand) {
-    cand_t *nc = realloc(d->cand, want * sizeof *nc);
-    if (!nc) {
-      *store_err = true;
-      return 0;
-    }
-    d->cand = nc;
-    d->capcand = want;
+  if (ak_buf_grow(&d->cand, &d->capcand, want, sizeof *d->cand) != 0) {
+    *store_err = true;
+    return 0;
   }
   if (t->cursor_len) rocksdb_iter_seek(it, (const char *)t->cursor, t->cursor_len);
   else rocksdb_iter_seek(it, (const char *)pfx, pl);
@@ -1166,7 +1037,7 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
  * share of the page; what a tenant leaves goes to the others; the tenants the page did
  * not reach stay at the head of the ring and go first next time. */
 static void scan(ak_dispatch_t *d, int64_t now) {
-  if (!d->ready || !global_has_room(d)) return;
+  if (ak_list_empty(&d->ready) || !global_has_room(d)) return;
   if (ak_store_pin(d->inst->store) != 0) return;
   rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
   rocksdb_readoptions_set_fill_cache(ro, 0);
@@ -1176,13 +1047,13 @@ static void scan(ak_dispatch_t *d, int64_t now) {
   int64_t gl = d->cfg->max_inflight - d->inflight;
   if (gl < room) room = gl;
   bool store_err = false;
-  while (room > 0 && d->ready && !store_err && global_has_room(d)) {
+  while (room > 0 && !ak_list_empty(&d->ready) && !store_err && global_has_room(d)) {
     size_t n = d->nready;
     size_t quantum = (size_t)((room + (int64_t)n - 1) / (int64_t)n);
     size_t visited = 0, progress = 0;
-    while (visited < n && room > 0 && d->ready && !store_err) {
-      tenant_t *t = d->ready;
-      d->ready = t->rnext; /* served tenants rotate behind the unserved ones */
+    while (visited < n && room > 0 && !ak_list_empty(&d->ready) && !store_err) {
+      tenant_t *t = ak_list_entry(ak_list_first(&d->ready), tenant_t, ready_link);
+      ak_list_rotate_after(&d->ready, &t->ready_link); /* served tenants rotate behind the unserved ones */
       size_t want = quantum < (size_t)room ? quantum : (size_t)room;
       int64_t trow = tenant_cap_inflight(d) - t->inflight;
       if ((int64_t)want > trow) want = trow > 0 ? (size_t)trow : 0;
@@ -1232,11 +1103,7 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
   r->running = true;
   r->start_ns = ak_mono_ns();
   r->deadline_ms = now + d->cfg->attempt_timeout_ms;
-  r->rprev = d->run_tail;
-  r->rnext = NULL;
-  if (d->run_tail) d->run_tail->rnext = r;
-  else d->run_head = r;
-  d->run_tail = r;
+  ak_list_insert_tail(&d->run, &r->run_link);
   k->running++;
   k->t->running++;
   d->running++;
@@ -1281,20 +1148,19 @@ static void start_attempts(ak_dispatch_t *d, int64_t now) {
   int64_t tcap = d->cfg->tenants.concurrency;
   int64_t kcap = d->cfg->sink_concurrency;
   size_t idle = 0;
-  while (d->running < d->cfg->concurrency && d->slots && idle < d->nslots) {
-    tenant_t *t = d->slots;
-    d->slots = t->snext;
+  while (d->running < d->cfg->concurrency && !ak_list_empty(&d->slots) && idle < d->nslots) {
+    tenant_t *t = ak_list_entry(ak_list_first(&d->slots), tenant_t, slot_link);
+    ak_list_rotate_after(&d->slots, &t->slot_link);
     if (t->running >= tcap) {
       idle++;
       continue;
     }
-    /* find a key of t that may run now */
-    skey_t *k = t->keys, *first = t->keys;
+    /* find a key of t that may run now; the ring turns past it */
     bool started = false;
-    while (k) {
-      skey_t *next = k->knext;
+    ak_list_foreach(kl, &t->keys) {
+      skey_t *k = ak_list_entry(kl, skey_t, ring_link);
       if (kcap <= 0 || (int64_t)k->running < kcap) {
-        t->keys = next;
+        ak_list_rotate_after(&t->keys, kl);
         row_t *r = key_pop(d, k);
         ak_breaker_verdict_t v = k->breaker ? ak_breaker_allow(k->breaker, now) : AK_BREAKER_ALLOW;
         if (v == AK_BREAKER_DENY) {
@@ -1310,17 +1176,20 @@ static void start_attempts(ak_dispatch_t *d, int64_t now) {
         }
         break;
       }
-      k = next;
-      if (k == first) break;
     }
     idle = started ? 0 : idle + 1;
-    if (!d->slots) break;
+    if (ak_list_empty(&d->slots)) break;
   }
 }
 
+static row_t *first_running(const ak_dispatch_t *d) {
+  ak_list_t *n = ak_list_first(&d->run);
+  return n ? ak_list_entry(n, row_t, run_link) : NULL;
+}
+
 static void check_timeouts(ak_dispatch_t *d, int64_t now) {
-  while (d->run_head && d->run_head->deadline_ms <= now) {
-    row_t *r = d->run_head;
+  row_t *r;
+  while ((r = first_running(d)) && r->deadline_ms <= now) {
     ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
     snprintf(o.reason, sizeof o.reason, "{attempt_timeout, %lld}", (long long)d->cfg->attempt_timeout_ms);
     settle(d, r, &o, true, now);
@@ -1341,13 +1210,7 @@ static void inbox_add(inbox_t *in, const char *name, size_t n, int64_t at, uint6
     }
     if (in->n - i >= 8) break;
   }
-  if (in->n == in->cap) {
-    size_t nc = in->cap ? in->cap * 2 : 16;
-    notice_t *nv = realloc(in->v, nc * sizeof *nv);
-    if (!nv) return;
-    in->v = nv;
-    in->cap = nc;
-  }
+  if (in->n == in->cap && ak_buf_grow(&in->v, &in->cap, in->n + 1, sizeof *in->v) != 0) return;
   char *nm = malloc(n + 1);
   if (!nm) return;
   memcpy(nm, name, n);
@@ -1394,10 +1257,9 @@ static void apply_inbox(ak_dispatch_t *d, inbox_t *in, int64_t now) {
 
 static int64_t oldest_due(ak_dispatch_t *d, int64_t now) {
   int64_t m = INT64_MAX;
-  for (size_t i = 0; i < d->tenants.cap; i++) {
-    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
-    if (t && t->next_due < m && t->next_due <= now) m = t->next_due;
-  }
+  size_t pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));)
+    if (t->next_due < m && t->next_due <= now) m = t->next_due;
   return m == INT64_MAX ? 0 : m;
 }
 
@@ -1414,17 +1276,15 @@ static void publish(ak_dispatch_t *d, int64_t now) {
   ak_gauge_set(d->g_claimed, (double)d->inflight);
   int64_t runnable = d->inflight - d->running;
   ak_gauge_set(d->g_runnable, (double)runnable);
-  ak_gauge_set(d->g_tenants, (double)d->tenants.n);
+  ak_gauge_set(d->g_tenants, (double)ak_tmap_count(&d->tenants));
 }
 
 /* Top tenants by a counter, into a fresh gauge family (the label set changes). */
 static void top_tenants(ak_dispatch_t *d, ak_family_t *f, bool by_pending) {
   tenant_t *top[TOP_TENANTS];
   size_t n = 0;
-  size_t active = 0;
-  for (size_t i = 0; i < d->tenants.cap; i++) {
-    tenant_t *t = d->tenants.names[i] ? d->tenants.vals[i] : NULL;
-    if (!t) continue;
+  size_t active = 0, pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) {
     int64_t v = by_pending ? t->pending : t->inflight;
     if (t->inflight || t->pending || t->scheduled) active++;
     if (v <= 0) continue;
@@ -1503,7 +1363,7 @@ static void *run(void *arg) {
     if (d->ops_lost && ak_store_is_open(d->inst->store)) rescan_all(d, now);
     if (!stopping) {
       /* outcomes must be in the store before a scan can see their due keys again */
-      if (d->ready && global_wants_claims(d)) {
+      if (!ak_list_empty(&d->ready) && global_wants_claims(d)) {
         flush(d);
         scan(d, now);
       }
@@ -1525,10 +1385,11 @@ static void *run(void *arg) {
     /* sleep until something can happen */
     int64_t wake = now + MAX_SLEEP_MS;
     if (d->nheap && d->heap[0]->next_due < wake) wake = d->heap[0]->next_due;
-    if (d->run_head && d->run_head->deadline_ms < wake) wake = d->run_head->deadline_ms;
+    row_t *oldest = first_running(d);
+    if (oldest && oldest->deadline_ms < wake) wake = oldest->deadline_ms;
     if (d->wb_ops && d->wb_first_ms + FLUSH_MS < wake) wake = d->wb_first_ms + FLUSH_MS;
     if (d->last_tick_ms + TICK_MS < wake) wake = d->last_tick_ms + TICK_MS;
-    if (d->ready && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
+    if (!ak_list_empty(&d->ready) && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
     pthread_mutex_lock(&d->mu);
     if (!d->inbox.n && !d->ohead && !(d->stop && !stopping) && wake > now) {
       struct timespec ts;
@@ -1603,9 +1464,7 @@ static void sinks_free(void *state) {
   ak_dispatch_t *d = ds->d;
   if (d) {
     pthread_mutex_lock(&d->smu);
-    if (ds->prev) ds->prev->next = ds->next;
-    else if (d->sets == ds) d->sets = ds->next;
-    if (ds->next) ds->next->prev = ds->prev;
+    if (ak_list_linked(&ds->link)) ak_list_remove(&ds->link);
     pthread_mutex_unlock(&d->smu);
   }
   sinks_destroy(ds);
@@ -1643,9 +1502,7 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
   ds->n = s->nsinks;
   ds->d = d;
   pthread_mutex_lock(&d->smu);
-  ds->next = d->sets;
-  if (d->sets) d->sets->prev = ds;
-  d->sets = ds;
+  ak_list_insert_head(&d->sets, &ds->link);
   pthread_mutex_unlock(&d->smu);
   return ds;
 fail:
@@ -1662,6 +1519,11 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   }
   d->inst = inst;
   d->cfg = ak_dispatch_cfg(inst->cfg);
+  ak_list_init(&d->sets);
+  ak_list_init(&d->ready);
+  ak_list_init(&d->slots);
+  ak_list_init(&d->run);
+  ak_tmap_init(&d->tenants, sizeof(tenant_t));
   const ak_dispatch_cfg_t *c = d->cfg;
   if (RAND_bytes((unsigned char *)&d->jitter_state, sizeof d->jitter_state) != 1)
     d->jitter_state = (uint64_t)ak_mono_ns() ^ ((uint64_t)getpid() << 32);
@@ -1752,11 +1614,11 @@ int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen) {
     return -1;
   }
   int64_t now = ak_now_ms();
-  for (size_t i = 0; i < d->tenants.cap; i++)
-    if (d->tenants.names[i]) tenant_place(d, d->tenants.vals[i], now);
+  size_t pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) tenant_place(d, t, now);
   publish(d, now);
   ak_log(AK_LOG_INFO, "dispatch", "due index loaded", "rows=%" PRIu64 " tenants=%zu dead=%lld seconds=%.3f", s.rows,
-         d->tenants.n, (long long)d->dead, (double)(ak_mono_ns() - t0) / 1e9);
+         ak_tmap_count(&d->tenants), (long long)d->dead, (double)(ak_mono_ns() - t0) / 1e9);
   return 0;
 }
 
@@ -1781,7 +1643,7 @@ size_t ak_dispatch_debug_scan(ak_dispatch_t *d, int64_t now_ms) {
 size_t ak_dispatch_debug_ready(ak_dispatch_t *d) { return global_wants_claims(d) ? d->nready : 0; }
 
 int64_t ak_dispatch_debug_tenant_claimed(ak_dispatch_t *d, const char *tenant) {
-  tenant_t *t = tmap_get(&d->tenants, tenant, strlen(tenant));
+  tenant_t *t = ak_tmap_find(&d->tenants, tenant, strlen(tenant));
   return t ? t->inflight : -1;
 }
 
@@ -1815,13 +1677,14 @@ void ak_dispatch_free(ak_dispatch_t *d) {
    * versions (freed by the table or a last holder), emptied and unlisted. Only the
    * stopping main thread runs now (listeners and the writer are stopped before). */
   ak_sources_detach(d->inst->sources, AK_SOURCE_EXT_DISPATCH);
+  ak_list_t sets;
+  ak_list_init(&sets);
   pthread_mutex_lock(&d->smu);
-  dsinks_t *sets = d->sets;
-  d->sets = NULL;
+  ak_list_move(&d->sets, &sets);
   pthread_mutex_unlock(&d->smu);
-  for (dsinks_t *ds = sets, *nx; ds; ds = nx) {
-    nx = ds->next;
-    ds->prev = ds->next = NULL;
+  ak_list_foreach_safe(n, nx, &sets) {
+    dsinks_t *ds = ak_list_entry(n, dsinks_t, link);
+    ak_list_remove(n);
     ds->d = NULL;
     sinks_destroy(ds);
   }
@@ -1852,19 +1715,12 @@ void ak_dispatch_free(ak_dispatch_t *d) {
     }
   free(d->keys.keys);
   free(d->keys.vals);
-  for (size_t i = 0; i < d->tenants.cap; i++)
-    if (d->tenants.names[i]) {
-      free(d->tenants.vals[i]->name);
-      free(d->tenants.vals[i]);
-    }
-  free(d->tenants.names);
-  free(d->tenants.vals);
+  ak_tmap_fini(&d->tenants);
   for (size_t i = 0; i < d->inbox.n; i++) free(d->inbox.v[i].name);
   free(d->inbox.v);
   free(d->heap);
   free(d->cand);
-  free(d->reclaim_seq);
-  free(d->reclaim_id);
+  free(d->reclaim);
   if (d->wb) rocksdb_writebatch_destroy(d->wb);
   pthread_mutex_destroy(&d->smu);
   pthread_mutex_destroy(&d->mu);

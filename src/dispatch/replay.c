@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "dispatch/dispatch.h"
@@ -234,13 +235,7 @@ ak_replays_t *ak_replays_new(ak_instance_t *inst) {
 }
 
 static int append(ak_replays_t *r, job_t *j) {
-  if (r->n == r->cap) {
-    size_t nc = r->cap ? 2 * r->cap : 16;
-    job_t **nj = realloc(r->jobs, nc * sizeof *nj);
-    if (!nj) return -1;
-    r->jobs = nj;
-    r->cap = nc;
-  }
+  if (ak_buf_grow(&r->jobs, &r->cap, r->n + 1, sizeof *r->jobs) != 0) return -1;
   r->jobs[r->n++] = j;
   return 0;
 }

@@ -15,9 +15,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/gcra.h"
+#include "core/header.h"
 #include "core/log.h"
 #include "core/sources.h"
 #include "edge/admission.h"
@@ -138,13 +140,7 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
                                       const char *value, size_t value_size) {
   (void)kind;
   hdrs_t *h = cls;
-  if (h->n == h->cap) {
-    size_t nc = h->cap ? h->cap * 2 : 16;
-    ak_header_t *nv = realloc(h->v, nc * sizeof *nv);
-    if (!nv) return MHD_NO;
-    h->v = nv;
-    h->cap = nc;
-  }
+  if (h->n == h->cap && ak_buf_grow(&h->v, &h->cap, h->n + 1, sizeof *h->v) != 0) return MHD_NO;
   h->v[h->n++] = (ak_header_t){key, key_size, value ? value : "", value ? value_size : 0};
   return MHD_YES;
 }
@@ -243,23 +239,9 @@ static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
 }
 
 typedef struct {
-  char *buf;
-  size_t len, cap;
+  ak_buf_t b;
   const char *skip;    /* parameter left out (a verifier's credential) */
 } qs_t;
-
-static void qs_put(qs_t *q, const char *s, size_t n) {
-  if (q->len + n + 1 > q->cap) {
-    size_t nc = (q->cap ? q->cap * 2 : 256) + n;
-    char *nb = realloc(q->buf, nc);
-    if (!nb) return;
-    q->buf = nb;
-    q->cap = nc;
-  }
-  memcpy(q->buf + q->len, s, n);
-  q->len += n;
-  q->buf[q->len] = 0;
-}
 
 /* The listener does not percent-decode (no_unescape), so MHD's parsed arguments are the
  * raw text: joining them in order gives back the query string as sent. */
@@ -268,20 +250,20 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
   (void)kind;
   qs_t *q = cls;
   if (q->skip && strlen(q->skip) == key_size && memcmp(q->skip, key, key_size) == 0) return MHD_YES;
-  if (q->len) qs_put(q, "&", 1);
-  qs_put(q, key, key_size);
+  if (q->b.len) ak_buf_append(&q->b, "&", 1);
+  ak_buf_append(&q->b, key, key_size);
   if (value) {
-    qs_put(q, "=", 1);
-    qs_put(q, value, value_size);
+    ak_buf_append(&q->b, "=", 1);
+    ak_buf_append(&q->b, value, value_size);
   }
   return MHD_YES;
 }
 
 static char *query_string(struct MHD_Connection *mc, const char *skip, size_t *len) {
-  qs_t q = {NULL, 0, 0, skip};
+  qs_t q = {AK_BUF_INIT, skip};
   MHD_get_connection_values_n(mc, MHD_GET_ARGUMENT_KIND, collect_arg, &q);
-  *len = q.len;
-  return q.buf;
+  *len = 0;
+  return q.b.p ? ak_buf_take(&q.b, len) : NULL; /* NULL: no argument (or out of memory) */
 }
 
 static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, const char *url,

@@ -11,13 +11,12 @@
 #include "core/gcra.h"
 #include "core/log.h"
 #include "core/ratetable.h"
+#include "core/tmap.h"
 #include "edge/quota.h"
 #include "store/audit.h"
 #include "store/store.h"
 
 typedef struct entry {
-  char *tenant;
-  size_t tlen;
   ak_ratelimit_t lim;
   ak_gcra_t hooks, bytes;
 } entry_t;
@@ -27,12 +26,10 @@ struct ak_quota {
   ak_audit_t *audit;          /* rows of override changes (NULL: none) */
   bool has_default;
   entry_t def;
-  entry_t *cfg;               /* rate_limits.tenants, sorted by tenant */
-  size_t ncfg;
+  ak_tmap_t cfg;              /* rate_limits.tenants: tenant -> entry_t */
   pthread_rwlock_t mu;        /* guards ovr */
-  entry_t *ovr;               /* overrides, sorted by tenant */
-  size_t novr, ovr_cap;
-  _Atomic size_t novr_hint;   /* novr, read without the lock to skip it when zero */
+  ak_tmap_t ovr;              /* overrides: tenant -> entry_t */
+  _Atomic size_t novr_hint;   /* overrides, read without the lock to skip it when zero */
   _Atomic int any;            /* some limit exists: default, a config tenant or an override */
   pthread_mutex_t admin_mu;   /* one put/delete at a time: store row and memory change together */
   ak_ratetable_t *table;
@@ -50,30 +47,8 @@ static int cmp_tenant(const char *a, size_t al, const char *b, size_t bl) {
   return al < bl ? -1 : al > bl ? 1 : 0;
 }
 
-/* Index of tenant in a sorted array, or the insertion point with *found false. */
-static size_t search(const entry_t *v, size_t n, const char *t, size_t tl, bool *found) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = cmp_tenant(v[mid].tenant, v[mid].tlen, t, tl);
-    if (c == 0) {
-      *found = true;
-      return mid;
-    }
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  *found = false;
-  return lo;
-}
-
-static int cmp_entry(const void *a, const void *b) {
-  const entry_t *x = a, *y = b;
-  return cmp_tenant(x->tenant, x->tlen, y->tenant, y->tlen);
-}
-
 static void update_any(ak_quota_t *q) {
-  atomic_store(&q->any, q->has_default || q->ncfg > 0 || atomic_load(&q->novr_hint) > 0);
+  atomic_store(&q->any, q->has_default || ak_tmap_count(&q->cfg) > 0 || atomic_load(&q->novr_hint) > 0);
 }
 
 static ak_quota_t *build(const json_t *rl) {
@@ -81,6 +56,8 @@ static ak_quota_t *build(const json_t *rl) {
   if (!q) return NULL;
   pthread_rwlock_init(&q->mu, NULL);
   pthread_mutex_init(&q->admin_mu, NULL);
+  ak_tmap_init(&q->cfg, sizeof(entry_t));
+  ak_tmap_init(&q->ovr, sizeof(entry_t));
   q->table = ak_ratetable_new(AK_QUOTA_TABLE_SLOTS, 0);
   if (!q->table) {
     ak_quota_free(q);
@@ -93,52 +70,29 @@ static ak_quota_t *build(const json_t *rl) {
     entry_set(&q->def, &l);
   }
   const json_t *tenants = json_object_get(rl, "tenants");
-  q->cfg = calloc(json_object_size(tenants) + 1, sizeof *q->cfg);
-  if (!q->cfg) {
-    ak_quota_free(q);
-    return NULL;
-  }
   const char *t;
   json_t *e;
   json_object_foreach((json_t *)tenants, t, e) {
     if (ak_ratelimit_parse(e, &l, NULL, 0, NULL, 0) != 0) continue; /* the loader refused it already */
-    entry_t *en = &q->cfg[q->ncfg];
-    if (!(en->tenant = strdup(t))) continue;
-    en->tlen = strlen(t);
+    entry_t *en = ak_tmap_get(&q->cfg, t, strlen(t), NULL);
+    if (!en) {
+      ak_quota_free(q);
+      return NULL;
+    }
     entry_set(en, &l);
-    q->ncfg++;
   }
-  qsort(q->cfg, q->ncfg, sizeof *q->cfg, cmp_entry);
   update_any(q);
   return q;
 }
 
 ak_quota_t *ak_quota_new_raw(const json_t *rate_limits) { return build(rate_limits); }
 
-/* In memory, sorted; caller holds the write lock. */
+/* In memory; caller holds the write lock. */
 static int ovr_set(ak_quota_t *q, const char *t, size_t tl, const ak_ratelimit_t *l) {
-  bool found;
-  size_t i = search(q->ovr, q->novr, t, tl, &found);
-  if (found) {
-    entry_set(&q->ovr[i], l);
-    return 0;
-  }
-  if (q->novr == q->ovr_cap) {
-    size_t nc = q->ovr_cap ? q->ovr_cap * 2 : 16;
-    entry_t *nv = realloc(q->ovr, nc * sizeof *nv);
-    if (!nv) return -1;
-    q->ovr = nv;
-    q->ovr_cap = nc;
-  }
-  char *copy = strndup(t, tl);
-  if (!copy) return -1;
-  memmove(&q->ovr[i + 1], &q->ovr[i], (q->novr - i) * sizeof *q->ovr);
-  memset(&q->ovr[i], 0, sizeof q->ovr[i]);
-  q->ovr[i].tenant = copy;
-  q->ovr[i].tlen = tl;
-  entry_set(&q->ovr[i], l);
-  q->novr++;
-  atomic_store(&q->novr_hint, q->novr);
+  entry_t *e = ak_tmap_get(&q->ovr, t, tl, NULL);
+  if (!e) return -1;
+  entry_set(e, l);
+  atomic_store(&q->novr_hint, ak_tmap_count(&q->ovr));
   return 0;
 }
 
@@ -192,45 +146,34 @@ ak_quota_t *ak_quota_new(ak_instance_t *inst, char **err) {
   return q;
 }
 
-static void free_entries(entry_t *v, size_t n) {
-  for (size_t i = 0; i < n; i++) free(v[i].tenant);
-  free(v);
-}
-
 void ak_quota_free(ak_quota_t *q) {
   if (!q) return;
-  free_entries(q->cfg, q->ncfg);
-  free_entries(q->ovr, q->novr);
+  ak_tmap_fini(&q->cfg);
+  ak_tmap_fini(&q->ovr);
   ak_ratetable_free(q->table);
   pthread_rwlock_destroy(&q->mu);
   pthread_mutex_destroy(&q->admin_mu);
   free(q);
 }
 
-/* The entry in force, copied out (tenant pointer cleared). */
+/* The entry in force, copied out. */
 static ak_quota_source_t resolve(ak_quota_t *q, const char *t, size_t tl, entry_t *out) {
   memset(out, 0, sizeof *out);
   if (!atomic_load(&q->any)) return AK_QUOTA_NONE;
-  bool found = false;
   if (atomic_load(&q->novr_hint) > 0) {
     pthread_rwlock_rdlock(&q->mu);
-    size_t i = search(q->ovr, q->novr, t, tl, &found);
-    if (found) *out = q->ovr[i];
+    const entry_t *o = ak_tmap_find(&q->ovr, t, tl);
+    if (o) *out = *o;
     pthread_rwlock_unlock(&q->mu);
-    if (found) {
-      out->tenant = NULL;
-      return AK_QUOTA_OVERRIDE;
-    }
+    if (o) return AK_QUOTA_OVERRIDE;
   }
-  size_t i = search(q->cfg, q->ncfg, t, tl, &found);
-  if (found) {
-    *out = q->cfg[i];
-    out->tenant = NULL;
+  const entry_t *c = ak_tmap_find(&q->cfg, t, tl);
+  if (c) {
+    *out = *c;
     return AK_QUOTA_CONFIG;
   }
   if (q->has_default) {
     *out = q->def;
-    out->tenant = NULL;
     return AK_QUOTA_DEFAULT;
   }
   return AK_QUOTA_NONE;
@@ -301,24 +244,42 @@ json_t *ak_quota_tenant_json(ak_quota_t *q, const char *tenant) {
   return view(tenant, strlen(tenant), &l, s);
 }
 
+typedef struct {
+  const entry_t *e;
+  ak_quota_source_t src;
+} listed_t;
+
+static int cmp_listed(const void *a, const void *b) {
+  size_t al, bl;
+  const char *at = ak_tmap_key(((const listed_t *)a)->e, &al), *bt = ak_tmap_key(((const listed_t *)b)->e, &bl);
+  return cmp_tenant(at, al, bt, bl);
+}
+
+/* Every tenant with an entry, sorted; NULL out of memory. */
 json_t *ak_quota_list_json(ak_quota_t *q) {
   json_t *arr = json_array();
   pthread_rwlock_rdlock(&q->mu);
-  size_t i = 0, k = 0;
-  while (i < q->ncfg || k < q->novr) {
-    int c = i == q->ncfg ? 1 : k == q->novr ? -1
-                                            : cmp_tenant(q->cfg[i].tenant, q->cfg[i].tlen, q->ovr[k].tenant,
-                                                         q->ovr[k].tlen);
-    if (c < 0) {
-      json_array_append_new(arr, view(q->cfg[i].tenant, q->cfg[i].tlen, &q->cfg[i].lim, AK_QUOTA_CONFIG));
-      i++;
-      continue;
-    }
-    json_array_append_new(arr, view(q->ovr[k].tenant, q->ovr[k].tlen, &q->ovr[k].lim, AK_QUOTA_OVERRIDE));
-    if (c == 0) i++; /* the override wins over the file */
-    k++;
+  listed_t *v = calloc(ak_tmap_count(&q->cfg) + ak_tmap_count(&q->ovr) + 1, sizeof *v);
+  size_t n = 0, pos = 0;
+  for (const entry_t *e; v && (e = ak_tmap_next(&q->ovr, &pos));) v[n++] = (listed_t){e, AK_QUOTA_OVERRIDE};
+  pos = 0;
+  for (const entry_t *e; v && (e = ak_tmap_next(&q->cfg, &pos));) {
+    size_t tl;
+    const char *t = ak_tmap_key(e, &tl);
+    if (!ak_tmap_find(&q->ovr, t, tl)) v[n++] = (listed_t){e, AK_QUOTA_CONFIG}; /* the override wins over the file */
+  }
+  if (v) qsort(v, n, sizeof *v, cmp_listed);
+  for (size_t i = 0; i < n; i++) {
+    size_t tl;
+    const char *t = ak_tmap_key(v[i].e, &tl);
+    json_array_append_new(arr, view(t, tl, &v[i].e->lim, v[i].src));
   }
   pthread_rwlock_unlock(&q->mu);
+  free(v);
+  if (!v) {
+    json_decref(arr);
+    return NULL;
+  }
   json_t *def = q->has_default ? ak_ratelimit_json(&q->def.lim) : json_null();
   return json_pack("{s:o,s:o}", "default", def, "tenants", arr);
 }
@@ -372,11 +333,11 @@ int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l, con
   char *after = override_text(l);
   if (!after) return -1;
   pthread_mutex_lock(&q->admin_mu);
-  bool found;
   char *before = NULL;
   pthread_rwlock_rdlock(&q->mu);
-  size_t i = search(q->ovr, q->novr, tenant, strlen(tenant), &found);
-  if (found) before = override_text(&q->ovr[i].lim);
+  const entry_t *o = ak_tmap_find(&q->ovr, tenant, strlen(tenant));
+  bool found = o != NULL;
+  if (found) before = override_text(&o->lim);
   pthread_rwlock_unlock(&q->mu);
   /* the same override again changes nothing: no write, no audit row, buckets kept */
   int rc = (found && !before) ? -1 : (before && !strcmp(before, after)) ? 1 : store_row(q, tenant, before, after, who);
@@ -396,22 +357,20 @@ int ak_quota_put(ak_quota_t *q, const char *tenant, const ak_ratelimit_t *l, con
 int ak_quota_delete(ak_quota_t *q, const char *tenant, const ak_audit_who_t *who) {
   size_t tl = strlen(tenant);
   pthread_mutex_lock(&q->admin_mu);
-  bool found;
   char *before = NULL;
   pthread_rwlock_rdlock(&q->mu);
-  size_t at = search(q->ovr, q->novr, tenant, tl, &found);
-  if (found) before = override_text(&q->ovr[at].lim);
+  const entry_t *o = ak_tmap_find(&q->ovr, tenant, tl);
+  bool found = o != NULL;
+  if (found) before = override_text(&o->lim);
   pthread_rwlock_unlock(&q->mu);
   int rc = !found ? 1 : !before ? -1 : store_row(q, tenant, before, NULL, who);
   free(before);
   if (rc == 0) {
     pthread_rwlock_wrlock(&q->mu);
-    size_t i = search(q->ovr, q->novr, tenant, tl, &found);
-    if (found) {
-      free(q->ovr[i].tenant);
-      memmove(&q->ovr[i], &q->ovr[i + 1], (q->novr - i - 1) * sizeof *q->ovr);
-      q->novr--;
-      atomic_store(&q->novr_hint, q->novr);
+    entry_t *e = ak_tmap_find(&q->ovr, tenant, tl);
+    if (e) {
+      ak_tmap_remove(&q->ovr, e);
+      atomic_store(&q->novr_hint, ak_tmap_count(&q->ovr));
     }
     pthread_rwlock_unlock(&q->mu);
     update_any(q);

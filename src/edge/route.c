@@ -14,15 +14,6 @@ bool ak_tenant_valid(const char *s, size_t len) {
   return true;
 }
 
-bool ak_header_name_ok(const char *s, size_t len) {
-  if (len == 0) return false;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c < 0x21 || c > 0x7E) return false;
-  }
-  return true;
-}
-
 bool ak_header_value_ok(const char *s, size_t len) {
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];

@@ -1,5 +1,5 @@
 /* Route resolution: catch URL -> (tenant, source) under http.routing and http.prefix, the
- * tenant-binding rule, and the header byte check. Pure functions over the config (and a
+ * tenant-binding rule, and the header value byte check. Pure functions over the config (and a
  * source already looked up), so
  * they are unit tested and fuzzed directly. Never reads a body. */
 #ifndef AK_EDGE_ROUTE_H
@@ -35,9 +35,7 @@ ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
                                 const ak_source_cfg_t **src_out, const char **tenant_out);
 
 bool ak_tenant_valid(const char *s, size_t len);
-/* 0 when every byte is allowed; else the offending header is invalid. Names: visible
- * ASCII 0x21..0x7E. Values: visible ASCII plus space and tab. */
-bool ak_header_name_ok(const char *s, size_t len);
+/* A header value's bytes: visible ASCII plus space and tab (names: core/header.h). */
 bool ak_header_value_ok(const char *s, size_t len);
 
 #endif

@@ -10,6 +10,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <openssl/evp.h>
+#include "core/buf.h"
 #include "edge/tls.h"
 
 #define PEM_MAX_BYTES (1u << 20)
@@ -22,33 +23,19 @@ static gnutls_typed_vdata_st client_purpose[1] = {
 
 /* ------------------------------------------------------------------- loading ---- */
 
-typedef struct {
-  char *s;
-  size_t n;
-} lines_t;
-
-static void add_line(lines_t *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add_line(lines_t *l, const char *fmt, ...) {
-  char *line = NULL;
+/* Error lines, joined by '\n'. */
+static void add_line(ak_buf_t *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_line(ak_buf_t *l, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int rc = vasprintf(&line, fmt, ap);
+  if (l->len) ak_buf_append(l, "\n", 1);
+  ak_buf_vprintf(l, fmt, ap);
   va_end(ap);
-  if (rc < 0) return;
-  size_t ln = strlen(line);
-  char *ns = realloc(l->s, l->n + ln + 2);
-  if (ns) {
-    if (l->n) ns[l->n++] = '\n';
-    memcpy(ns + l->n, line, ln + 1);
-    l->n += ln;
-    l->s = ns;
-  }
-  free(line);
 }
 
 /* The whole file as a NUL-terminated string (MHD takes PEM as C strings). NULL after
  * reporting under `key`. */
-static char *read_pem(lines_t *errs, const char *key, const char *path, size_t *len) {
+static char *read_pem(ak_buf_t *errs, const char *key, const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     add_line(errs, "%s: cannot read %s: %s", key, path, strerror(errno));
@@ -122,7 +109,7 @@ int ak_tls_load_files(ak_http_tls_cfg_t *tc, char **err) {
   const char *cert_path = tc->cert;
   const char *key_path = tc->key;
   const char *ca_path = tc->client_ca;
-  lines_t errs = {0};
+  ak_buf_t errs = AK_BUF_INIT;
   size_t clen = 0, klen = 0, calen = 0;
   char *cert = cert_path ? read_pem(&errs, "http.tls.cert", cert_path, &clen) : NULL;
   char *key = key_path ? read_pem(&errs, "http.tls.key", key_path, &klen) : NULL;
@@ -151,12 +138,14 @@ int ak_tls_load_files(ak_http_tls_cfg_t *tc, char **err) {
   if (ca && (rc = count_certs(ca, calen)) <= 0)
     add_line(&errs, "http.tls.client_ca: %s holds no PEM certificate (%s)", ca_path,
              rc < 0 ? gnutls_strerror(rc) : "none found");
-  if (errs.n || (cert_path && !cert) || (key_path && !key) || (ca_path && !ca)) {
+  if (errs.len || errs.failed || (cert_path && !cert) || (key_path && !key) || (ca_path && !ca)) {
     if (key) explicit_bzero(key, klen);
     free(cert);
     free(key);
     free(ca);
-    *err = errs.s ? errs.s : strdup("http.tls: out of memory");
+    *err = errs.len ? ak_buf_take(&errs, NULL) : NULL;
+    ak_buf_free(&errs);
+    if (!*err) *err = strdup("http.tls: out of memory");
     return -1;
   }
   ak_tls_free_files(tc);

@@ -33,10 +33,12 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <rocksdb/c.h>
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/sources.h"
+#include "core/tmap.h"
 #include "queue/dedupe.h"
 #include "queue/dedupe_record.h"
 #include "queue/sweeper.h"
@@ -47,7 +49,6 @@
  * long past its own expiry (it already reads as expired: lookups use the key's own time). */
 #define GROUP_SPAN_MS 1000
 #define PENDING_BUCKETS 1024
-#define TENANT_BUCKETS 256
 
 typedef struct {
   uint8_t digest[16];
@@ -55,11 +56,8 @@ typedef struct {
   uint8_t id[16];
 } slot_t;
 
-typedef struct tcount {
-  struct tcount *next;
+typedef struct {
   int64_t n;
-  size_t len;
-  char name[];
 } tcount_t;
 
 struct ak_dedupe {
@@ -68,7 +66,7 @@ struct ak_dedupe {
   slot_t *slots;
   size_t cap, used;            /* cap: a power of two */
   ak_dedupe_claim_t *pending[PENDING_BUCKETS];
-  tcount_t *tenants[TENANT_BUCKETS];
+  ak_tmap_t tenants;           /* tenant -> tcount_t: its keys (a claim points at it) */
   int64_t live;                /* stored + pending keys */
   int64_t max_entries, max_per_tenant;
   int64_t sweep_from;          /* every 'e' record before this expiry is swept */
@@ -226,17 +224,7 @@ static ak_dedupe_claim_t **pending_slot(ak_dedupe_t *dx, const uint8_t digest[16
 /* ------------------------------------------------------------------ tenants ---- */
 
 static tcount_t *tenant_get(ak_dedupe_t *dx, const char *t, size_t tl) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a: tenant ids are short, and not attacker-chosen */
-  for (size_t i = 0; i < tl; i++) h = (h ^ (uint8_t)t[i]) * 1099511628211ULL;
-  tcount_t **pp = &dx->tenants[h % TENANT_BUCKETS];
-  for (; *pp; pp = &(*pp)->next)
-    if ((*pp)->len == tl && memcmp((*pp)->name, t, tl) == 0) return *pp;
-  tcount_t *tc = calloc(1, sizeof *tc + tl + 1);
-  if (!tc) return NULL;
-  tc->len = tl;
-  memcpy(tc->name, t, tl);
-  *pp = tc;
-  return tc;
+  return ak_tmap_get(&dx->tenants, t, tl, NULL);
 }
 
 static void set_gauge(ak_dedupe_t *dx) { ak_gauge_set(dx->m_keys, (double)dx->live); }
@@ -435,11 +423,15 @@ int64_t ak_dedupe_count(ak_dedupe_t *dx) {
 /* -------------------------------------------------------------------- sweep ---- */
 
 typedef struct {
+  uint8_t *k, *v;
+  size_t kl, vl;
+} rec_t;
+
+typedef struct {
   int64_t now;
   size_t max, n, cap;          /* n: records read; max: keys wanted */
   size_t nkeys;                /* keys in them */
-  uint8_t **keys, **vals;
-  size_t *klens, *vlens;
+  rec_t *recs;
   int64_t last_at;
   int bad;
 } sweep_t;
@@ -459,32 +451,14 @@ static int collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx
     return 1;
   }
   if (at > sw->now || sw->nkeys >= sw->max) return 1; /* whole records: max may be passed by one */
-  if (sw->n == sw->cap) {
-    size_t nc = sw->cap ? sw->cap * 2 : 64;
-    uint8_t **nk = realloc(sw->keys, nc * sizeof *nk);
-    if (!nk) return 1;
-    sw->keys = nk;
-    uint8_t **nv = realloc(sw->vals, nc * sizeof *nv);
-    if (!nv) return 1;
-    sw->vals = nv;
-    size_t *nl = realloc(sw->klens, nc * sizeof *nl);
-    if (!nl) return 1;
-    sw->klens = nl;
-    nl = realloc(sw->vlens, nc * sizeof *nl);
-    if (!nl) return 1;
-    sw->vlens = nl;
-    sw->cap = nc;
-  }
+  if (ak_buf_grow(&sw->recs, &sw->cap, sw->n + 1, sizeof *sw->recs) != 0) return 1;
   uint8_t *kc = dup_bytes(k, kl), *vc = dup_bytes(v, vl);
   if (!kc || !vc) {
     free(kc);
     free(vc);
     return 1;
   }
-  sw->keys[sw->n] = kc;
-  sw->vals[sw->n] = vc;
-  sw->klens[sw->n] = kl;
-  sw->vlens[sw->n++] = vl;
+  sw->recs[sw->n++] = (rec_t){kc, vc, kl, vl};
   sw->nkeys += (size_t)keys;
   sw->last_at = at;
   return 0;
@@ -534,7 +508,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
     goto done;
   }
   rocksdb_column_family_handle_t *cf = ak_store_cf(dx->inst->store, AK_CF_DEDUPE);
-  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.keys[i], sw.klens[i]);
+  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.recs[i].k, sw.recs[i].kl);
   ak_wf_class_t cls;
   char *err = NULL;
   rc = ak_store_write_pinned(dx->inst->store, wb, false, &cls, &err);
@@ -548,7 +522,7 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   pthread_mutex_lock(&dx->mu);
   for (size_t i = 0; i < sw.n; i++) {
     int64_t at;
-    ak_dedupe_record_each(sw.keys[i], sw.klens[i], sw.vals[i], sw.vlens[i], &at, forget_one, dx);
+    ak_dedupe_record_each(sw.recs[i].k, sw.recs[i].kl, sw.recs[i].v, sw.recs[i].vl, &at, forget_one, dx);
   }
   if (dx->sweep_from == from_at) dx->sweep_from = sw.last_at; /* unless a new key lowered it meanwhile */
   set_gauge(dx);
@@ -556,13 +530,10 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   ak_counter_add(dx->m_swept, sw.nkeys);
 done:
   for (size_t i = 0; i < sw.n; i++) {
-    free(sw.keys[i]);
-    free(sw.vals[i]);
+    free(sw.recs[i].k);
+    free(sw.recs[i].v);
   }
-  free(sw.keys);
-  free(sw.vals);
-  free(sw.klens);
-  free(sw.vlens);
+  free(sw.recs);
   return out;
 }
 
@@ -614,6 +585,7 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
   }
   dx->inst = inst;
   pthread_mutex_init(&dx->mu, NULL);
+  ak_tmap_init(&dx->tenants, sizeof(tcount_t));
   const ak_dedupe_cfg_t *dc = ak_dedupe_cfg(inst->cfg);
   dx->max_entries = dc && dc->max_entries > 0 ? dc->max_entries : INT64_MAX;
   dx->max_per_tenant = dc && dc->max_entries_per_tenant > 0 ? dc->max_entries_per_tenant : INT64_MAX;
@@ -659,11 +631,7 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
 
 void ak_dedupe_free(ak_dedupe_t *dx) {
   if (!dx) return;
-  for (size_t i = 0; i < TENANT_BUCKETS; i++)
-    for (tcount_t *t = dx->tenants[i], *n; t; t = n) {
-      n = t->next;
-      free(t);
-    }
+  ak_tmap_fini(&dx->tenants);
   tab_free(dx->slots, dx->cap);
   pthread_mutex_destroy(&dx->mu);
   free(dx);

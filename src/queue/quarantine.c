@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/gauges.h"
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/tmap.h"
 #include "core/sources.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
@@ -258,13 +260,7 @@ static int list_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx
   if (f->source_id && (strlen(f->source_id) != s.source_len || memcmp(f->source_id, s.source, s.source_len) != 0))
     return 0;
   if (!ak_tenant_scope_has(f->tenants, s.tenant, s.tenant_len)) return 0;
-  if (lc->n == lc->cap) {
-    size_t nc = lc->cap ? lc->cap * 2 : 64;
-    ak_pen_entry_t *nv = realloc(lc->v, nc * sizeof *nv);
-    if (!nv) return 1;
-    lc->v = nv;
-    lc->cap = nc;
-  }
+  if (ak_buf_grow(&lc->v, &lc->cap, lc->n + 1, sizeof *lc->v) != 0) return 1;
   ak_pen_entry_t *e = &lc->v[lc->n++];
   memcpy(e->id, k + 9, 16);
   e->received_at_ms = at;
@@ -329,24 +325,33 @@ static int entry_set(const ak_pen_entry_t *es, size_t n, const bool *pick, entry
   memset(out, 0, sizeof *out);
   FILE *m = open_memstream(&out->text, &out->len);
   out->tenants = calloc(n + 1, sizeof *out->tenants);
+  ak_tmap_t seen;               /* the tenants listed so far */
+  ak_tmap_init(&seen, 0);
   if (!m || !out->tenants) {
     if (m) fclose(m);
     free(out->text);
     free(out->tenants);
     return -1;
   }
-  for (size_t i = 0; i < n; i++) {
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
     if (pick && !pick[i]) continue;
     char id[AK_UUID_STR_LEN];
     ak_uuid_format(es[i].id, id);
     fprintf(m, "%s %lld %llu %s %s\n", id, (long long)es[i].received_at_ms, (unsigned long long)es[i].size,
             es[i].source_id, es[i].tenant_id);
-    size_t k = 0;
-    while (k < out->ntenants && strcmp(out->tenants[k], es[i].tenant_id)) k++;
-    if (k == out->ntenants) out->tenants[out->ntenants++] = es[i].tenant_id;
+    bool created;
+    if (!ak_tmap_get(&seen, es[i].tenant_id, strlen(es[i].tenant_id), &created)) rc = -1;
+    else if (created) out->tenants[out->ntenants++] = es[i].tenant_id;
   }
+  ak_tmap_fini(&seen);
   fclose(m);
-  return 0;
+  if (rc != 0) {
+    free(out->text);
+    free(out->tenants);
+    memset(out, 0, sizeof *out);
+  }
+  return rc;
 }
 
 static void entry_set_free(entry_set_t *s) {

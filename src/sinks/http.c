@@ -45,9 +45,11 @@
 #include <netinet/in.h>
 #include "core/config.h"
 #include "core/envelope.h"
+#include "core/header.h"
 #include "sinks/egress.h"
 #include "sinks/forward.h"
 #include "sinks/sink.h"
+#include "verify/whsec.h"
 
 #define HTTP_MAX_SECRETS 8
 #define HTTP_MAX_ACTIVE 64        /* transfers in one worker's CURLM at once */
@@ -186,13 +188,6 @@ bad:
   return -1;
 }
 
-static bool header_name_ok(const char *n) {
-  if (!*n) return false;
-  for (const char *p = n; *p; p++)
-    if (!(isalnum((unsigned char)*p) || strchr("!#$%&'*+-.^_`|~", *p))) return false;
-  return true;
-}
-
 static bool header_value_ok(const char *v) {
   for (const char *p = v; *p; p++)
     if (*p == '\r' || *p == '\n' || *p == '\0') return false;
@@ -208,36 +203,25 @@ static bool reserved_header(const char *n) {
          strcasecmp(n, "expect") == 0;
 }
 
-/* Key bytes of one secret: whsec_<base64> decodes, anything else is used as is. */
+/* Key bytes of one secret: whsec_<base64> decodes (verify/whsec.h, the decoder our
+ * standard_webhooks verifier uses), anything else is used as is. */
 static int derive_key(const char *secret, uint8_t **key, size_t *keylen) {
   size_t n = strlen(secret);
   if (n == 0) return -1;
-  if (strncmp(secret, "whsec_", 6) != 0) {
+  if (!ak_whsec_prefixed(secret, n)) {
     *key = malloc(n);
     if (!*key) return -1;
     memcpy(*key, secret, n);
     *keylen = n;
     return 0;
   }
-  const char *b = secret + 6;
-  size_t bl = strlen(b);
-  if (bl == 0 || bl % 4 != 0) return -1;
-  uint8_t *out = malloc(bl / 4 * 3 + 1);
+  uint8_t *out = malloc(n);
   if (!out) return -1;
-  int got = EVP_DecodeBlock(out, (const unsigned char *)b, (int)bl);
-  if (got < 0) {
-    free(out);
-    return -1;
-  }
-  size_t len = (size_t)got;
-  if (bl >= 1 && b[bl - 1] == '=') len--;
-  if (bl >= 2 && b[bl - 2] == '=') len--;
-  if (len == 0) {
+  if (!ak_whsec_decode(secret, n, out, n, keylen)) {
     free(out);
     return -1;
   }
   *key = out;
-  *keylen = len;
   return 0;
 }
 
@@ -785,12 +769,6 @@ static bool forward_collides(const http_sink_t *s, const char *name, size_t len)
                       name_is(name, len, "webhook-signature"));
 }
 
-static bool token_n(const char *n, size_t len) {
-  for (size_t i = 0; i < len; i++)
-    if (!(isalnum((unsigned char)n[i]) || (n[i] && strchr("!#$%&'*+-.^_`|~", n[i])))) return false;
-  return len > 0;
-}
-
 static bool value_ok_n(const char *v, size_t len) {
   for (size_t i = 0; i < len; i++)
     if (v[i] == '\r' || v[i] == '\n' || v[i] == '\0') return false;
@@ -814,7 +792,7 @@ static char *collect_forwarded(const http_sink_t *s, const ak_sink_attempt_t *at
   const ak_envelope_t *env = att->env;
   for (size_t i = 0; i < env->nheaders; i++) {
     const ak_header_t *h = &env->headers[i];
-    if (!h->name || !token_n(h->name, h->name_len)) continue;
+    if (!h->name || !ak_header_name_ok(h->name, h->name_len)) continue;
     bool seen = false;
     for (size_t j = 0; j < i && !seen; j++)
       seen = env->headers[j].name_len == h->name_len && env->headers[j].name &&
@@ -1077,7 +1055,7 @@ static int parse_opts(http_sink_t *s, const json_t *opts, char *err, size_t errl
     const char *name;
     const json_t *hv;
     json_object_foreach((json_t *)h, name, hv) {
-      if (!header_name_ok(name)) {
+      if (!ak_header_name_ok(name, strlen(name))) {
         snprintf(err, errlen, "headers.%.64s: not a valid header name", name);
         return -1;
       }
@@ -1294,7 +1272,7 @@ static void http_check(ak_check_t *c, const char *path, json_t *sink, const json
   json_t *v;
   json_object_foreach((json_t *)json_object_get(sink, "headers"), name, v) {
     const char *val = json_string_value(v);
-    if (!header_name_ok(name)) {
+    if (!ak_header_name_ok(name, strlen(name))) {
       json_t *tmp = json_string(name);
       char *r = tmp ? ak_check_render(tmp, false) : NULL;
       ak_check_error(c, "%s.headers: %s is not a header name", path, r ? r : "?");

@@ -115,19 +115,13 @@ static void *asym_create_with(const json_t *spec, bool preset, char *err, size_t
     free(a);
     return NULL;
   }
-  const json_t *kv = json_object_get(spec, "public_key");
-  const char *ks[AK_SIG_MAX_KEYS];
-  size_t kl[AK_SIG_MAX_KEYS];
-  size_t n = ak_verify_spec_strings(kv, ks, kl, AK_SIG_MAX_KEYS);
-  if (n == 0) {
-    snprintf(err, errlen, "public_key: missing or empty");
+  ak_verify_secrets_t keys;
+  if (ak_verify_secrets_load(spec, "public_key", &keys, err, errlen) != 0) {
     asym_destroy(a);
     return NULL;
   }
-  for (size_t i = 0; i < n; i++) {
-    char label[32];
-    ak_verify_entry_label(label, sizeof label, "public_key", kv, i);
-    EVP_PKEY *pk = parse_key(ks[i], kl[i], a->alg, label, err, errlen);
+  for (size_t i = 0; i < keys.n; i++) {
+    EVP_PKEY *pk = parse_key(keys.s[i], keys.len[i], a->alg, keys.label[i], err, errlen);
     if (!pk) {
       asym_destroy(a);
       return NULL;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include "verify/sig_internal.h"
+#include "verify/whsec.h"
 
 /* ------------------------------------------------------------------ small helpers ---- */
 
@@ -87,29 +88,6 @@ bool ak_verify_hex_decode(const char *s, size_t n, uint8_t *out, size_t cap, siz
   }
   *outlen = n / 2;
   return true;
-}
-
-size_t ak_verify_spec_strings(const json_t *v, const char **out, size_t *lens, size_t max) {
-  size_t n = 0;
-  if (json_is_string(v)) {
-    out[0] = json_string_value(v);
-    lens[0] = json_string_length(v);
-    return max ? 1 : 0;
-  }
-  size_t i;
-  json_t *item;
-  json_array_foreach(v, i, item) {
-    if (n == max) break;
-    if (!json_is_string(item)) continue;
-    out[n] = json_string_value(item);
-    lens[n++] = json_string_length(item);
-  }
-  return n;
-}
-
-void ak_verify_entry_label(char *buf, size_t n, const char *key, const json_t *v, size_t i) {
-  if (json_is_array(v)) snprintf(buf, n, "%s[%zu]", key, i);
-  else snprintf(buf, n, "%s", key);
 }
 
 int64_t ak_verify_spec_int(const json_t *spec, const char *key, int64_t def) {
@@ -590,7 +568,8 @@ static void hmac_destroy(void *self) {
   free(h);
 }
 
-/* The key bytes of one secret: the string itself, or the base64 after "whsec_". */
+/* The key bytes of one secret: the string itself, or its Standard Webhooks key
+ * (verify/whsec.h: the decoder the http sink signs with). */
 static uint8_t *secret_bytes(const char *s, size_t n, bool whsec, size_t *klen) {
   uint8_t *buf = malloc(n ? n : 1);
   if (!buf) return NULL;
@@ -599,11 +578,7 @@ static uint8_t *secret_bytes(const char *s, size_t n, bool whsec, size_t *klen) 
     *klen = n;
     return buf;
   }
-  if (n >= 6 && !memcmp(s, "whsec_", 6)) {
-    s += 6;
-    n -= 6;
-  }
-  if (!ak_verify_b64_decode(s, n, buf, n ? n : 1, klen, true)) {
+  if (!ak_whsec_decode(s, n, buf, n ? n : 1, klen)) {
     free(buf);
     return NULL;
   }
@@ -653,23 +628,17 @@ static void *hmac_create_with(const json_t *spec, const hmac_preset_t *preset, c
     return NULL;
   }
 
-  const json_t *sv = json_object_get(spec, "secret");
-  const char *ss[AK_SIG_MAX_KEYS];
-  size_t sl[AK_SIG_MAX_KEYS];
-  size_t n = ak_verify_spec_strings(sv, ss, sl, AK_SIG_MAX_KEYS);
-  if (n == 0) {
-    snprintf(err, errlen, "secret: missing or empty");
+  ak_verify_secrets_t sec;
+  if (ak_verify_secrets_load(spec, "secret", &sec, err, errlen) != 0) {
     hmac_destroy(h);
     return NULL;
   }
-  for (size_t i = 0; i < n; i++) {
-    char label[32];
-    ak_verify_entry_label(label, sizeof label, "secret", sv, i);
+  for (size_t i = 0; i < sec.n; i++) {
     size_t klen = 0;
-    uint8_t *key = sl[i] ? secret_bytes(ss[i], sl[i], whsec, &klen) : NULL;
+    uint8_t *key = secret_bytes(sec.s[i], sec.len[i], whsec, &klen);
     if (!key) {
-      if (whsec) snprintf(err, errlen, "%s: cannot be decoded: expected \"whsec_\" followed by base64", label);
-      else snprintf(err, errlen, "%s: must not be empty", label);
+      if (whsec) snprintf(err, errlen, "%s: cannot be decoded: expected \"whsec_\" followed by base64", sec.label[i]);
+      else snprintf(err, errlen, "%s: out of memory", sec.label[i]);
       hmac_destroy(h);
       return NULL;
     }

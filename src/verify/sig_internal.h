@@ -2,7 +2,8 @@
  * asymmetric verifier): where the signature sits in the request, how candidates are
  * parsed out of its header, the timestamp rule, and the compiled signed-content template.
  * Private to src/verify. Holds no key material; per request it never allocates (the
- * caller streams the signed bytes through a callback). Implemented in hmac.c. */
+ * caller streams the signed bytes through a callback). Implemented in hmac.c, but for the
+ * key-list reader (secrets.c). */
 #ifndef AK_VERIFY_SIG_INTERNAL_H
 #define AK_VERIFY_SIG_INTERNAL_H
 
@@ -95,12 +96,22 @@ const ak_header_t *ak_verify_find_header(const ak_verify_input_t *in, const char
 bool ak_verify_b64_decode(const char *s, size_t n, uint8_t *out, size_t cap, size_t *outlen,
                           bool allow_unpadded);
 bool ak_verify_hex_decode(const char *s, size_t n, uint8_t *out, size_t cap, size_t *outlen);
-/* The strings of a "string or list of strings" value (secret, public_key); returns the
- * count (at most max). */
-size_t ak_verify_spec_strings(const json_t *v, const char **out, size_t *lens, size_t max);
-/* "secret" for a scalar, "secret[i]" for a list item: how an error names one entry. */
-void ak_verify_entry_label(char *buf, size_t n, const char *key, const json_t *v, size_t i);
 int64_t ak_verify_spec_int(const json_t *spec, const char *key, int64_t def);
 const char *ak_verify_spec_str(const json_t *spec, const char *key, const char *def);
+
+/* The entries of a key list (secret, public_key: a string or 1..AK_SIG_MAX_KEYS strings),
+ * borrowed from the mapping, each with the label that names it in an error ("secret",
+ * "secret[2]"). Implemented in secrets.c. */
+typedef struct {
+  size_t n;
+  const char *s[AK_SIG_MAX_KEYS];
+  size_t len[AK_SIG_MAX_KEYS];
+  char label[AK_SIG_MAX_KEYS][32];
+} ak_verify_secrets_t;
+
+/* 0, or -1 with err naming the key or the entry: missing or empty, too many, an entry
+ * that is not a string or is empty. Never quotes a value. */
+int ak_verify_secrets_load(const json_t *spec, const char *key, ak_verify_secrets_t *out, char *err,
+                           size_t errlen);
 
 #endif

@@ -88,28 +88,16 @@ static void *token_create(const json_t *spec, char *err, size_t errlen) {
     snprintf(err, errlen, "secret: out of memory");
     goto fail;
   }
-  const json_t *sv = json_object_get(spec, "secret");
-  const char *ss[AK_SIG_MAX_KEYS];
-  size_t sl[AK_SIG_MAX_KEYS];
-  size_t n = ak_verify_spec_strings(sv, ss, sl, AK_SIG_MAX_KEYS);
-  if (n == 0) {
-    snprintf(err, errlen, "secret: missing or empty");
-    goto fail;
-  }
-  for (size_t i = 0; i < n; i++) {
-    char label[32];
-    ak_verify_entry_label(label, sizeof label, "secret", sv, i);
-    if (sl[i] == 0) {
-      snprintf(err, errlen, "%s: must not be empty", label);
-      goto fail;
-    }
-    if (t->loc == LOC_BASIC && !memchr(ss[i], ':', sl[i])) {
-      snprintf(err, errlen, "%s: expected \"user:password\" for location basic", label);
+  ak_verify_secrets_t sec;
+  if (ak_verify_secrets_load(spec, "secret", &sec, err, errlen) != 0) goto fail;
+  for (size_t i = 0; i < sec.n; i++) {
+    if (t->loc == LOC_BASIC && !memchr(sec.s[i], ':', sec.len[i])) {
+      snprintf(err, errlen, "%s: expected \"user:password\" for location basic", sec.label[i]);
       goto fail;
     }
     unsigned int dl = 0;
-    if (EVP_Digest(ss[i], sl[i], t->digests[i], &dl, t->sha256, NULL) != 1 || dl != DIGEST_LEN) {
-      snprintf(err, errlen, "%s: digest failed", label);
+    if (EVP_Digest(sec.s[i], sec.len[i], t->digests[i], &dl, t->sha256, NULL) != 1 || dl != DIGEST_LEN) {
+      snprintf(err, errlen, "%s: digest failed", sec.label[i]);
       goto fail;
     }
     t->n++;

@@ -224,6 +224,9 @@ BAD_HEADERS = [
     pytest.param(b"X-Bad: caf\xc3\xa9", "X-Bad", id="value-utf8"),
     pytest.param(b"X-B\x01d: ab", "X-B\x01d", id="name-0x01"),
     pytest.param(b"X-B\xffd: ab", "X-B\xffd", id="name-0xff"),
+    # visible, but not a token (RFC 9110 field-name): no HTTP sink could send it on
+    pytest.param(b"X(Bad): ab", "X(Bad)", id="name-separator-paren"),
+    pytest.param(b"X@Bad: ab", "X@Bad", id="name-separator-at"),
 ]
 
 

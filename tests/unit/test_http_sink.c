@@ -1,7 +1,8 @@
 /* Unit tests: the http sink against a receiver in this process (libmicrohttpd on
  * 127.0.0.1, port 0): request shape, Standard Webhooks signatures checked with an HMAC
  * computed here, status mapping, timeouts, response cap, the egress guard, the per-attempt
- * x-ankusa-* headers and forwarded provider headers with their precedence. */
+ * x-ankusa-* headers and forwarded provider headers with their precedence, and whsec_
+ * signatures checked by our own standard_webhooks verifier. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -21,6 +22,7 @@
 #include "sinks/forward.h"
 #include "core/sources.h"
 #include "sinks/sink.h"
+#include "verify/verifier.h"
 
 extern const ak_sink_vtable_t ak_sink_http;
 
@@ -402,6 +404,119 @@ Test(http_sink, standard_webhooks_signature_per_secret) {
   ak_sink_http.destroy(s);
   ak_egress_free(eg);
   recv_stop(rv);
+}
+
+/* ---- the sink's signatures against our own verifier -------------------------------- */
+
+/* "whsec_" + the base64 of n key bytes made from seed; unpadded: the '=' padding cut. */
+static void make_whsec(char *out, size_t n, unsigned seed, bool unpadded) {
+  unsigned char key[300];
+  cr_assert_leq(n, sizeof key);
+  for (size_t i = 0; i < n; i++) key[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 3));
+  strcpy(out, "whsec_");
+  b64(key, n, out + 6);
+  size_t l = strlen(out);
+  while (unpadded && out[l - 1] == '=') out[--l] = 0;
+}
+
+/* One hook through an http sink signing with sink_secret (JSON: a string or a list), and
+ * the request the receiver got through a standard_webhooks verifier holding
+ * verify_secret: what our own ingest would answer for it. */
+static ak_verify_reason_t sink_then_verify(recv_t *rv, const ak_egress_t *eg, const char *sink_secret,
+                                           const char *verify_secret) {
+  char fmt[1024];
+  snprintf(fmt, sizeof fmt, "{\"url\":\"http://127.0.0.1:%%d/signed\",\"secret\":%s}", sink_secret);
+  void *s = sink_new(eg, fmt, rv->port);
+  const char *body = "{\"type\":\"invoice.paid\",\"n\":7}";
+  ak_envelope_t env = envelope((const uint8_t *)body, strlen(body), "application/json");
+  ak_sink_outcome_t out = deliver(s, &env);
+  ak_sink_http.destroy(s);
+  cr_assert_eq(out.result, AK_SINK_OK, "%s", out.reason);
+
+  char spec_text[1024], err[256] = "";
+  snprintf(spec_text, sizeof spec_text, "{\"type\":\"standard_webhooks\",\"secret\":%s}", verify_secret);
+  json_t *spec = json_loads(spec_text, 0, NULL);
+  cr_assert_not_null(spec, "%s", spec_text);
+  ak_verifier_t *v = ak_verifier_new(spec, err, sizeof err);
+  cr_assert_not_null(v, "verifier refused %s: %s", verify_secret, err);
+  pthread_mutex_lock(&rv->mu);
+  ak_header_t hs[MAX_HDRS];
+  for (int i = 0; i < rv->nhdrs; i++)
+    hs[i] = (ak_header_t){rv->hname[i], strlen(rv->hname[i]), rv->hval[i], strlen(rv->hval[i])};
+  cr_assert_not_null(recv_header(rv, "webhook-signature"), "signed");
+  ak_verify_input_t in = {.headers = hs, .nheaders = (size_t)rv->nhdrs, .body = rv->body,
+                          .body_len = rv->body_len, .now_s = time(NULL)};
+  ak_verify_reason_t r = ak_verifier_check(v, &in);
+  pthread_mutex_unlock(&rv->mu);
+  ak_verifier_free(v);
+  json_decref(spec);
+  return r;
+}
+
+/* The sink and the verifier decode a whsec_ secret with one decoder (verify/whsec.h): a
+ * delivery signed with a secret passes the verifier configured with the same string,
+ * whatever its key length and padding. */
+Test(http_sink, whsec_signatures_pass_our_own_verifier) {
+  recv_t *rv = recv_start();
+  ak_egress_t *eg = loopback_egress();
+  const struct {
+    size_t n;
+    bool unpadded;
+    const char *what;
+  } keys[] = {
+    {80, false, "an 80-byte key (longer than an HMAC-SHA256 block: hashed first), '=' padding"},
+    {16, false, "'==' padding"},
+    {32, false, "'=' padding"},
+    {33, false, "no padding"},
+    {200, false, "a 200-byte key"},
+    {65, true, "'=' padding left out"},
+    {64, true, "'==' padding left out"},
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char sec[420], q[440];
+    make_whsec(sec, keys[i].n, (unsigned)i + 1, keys[i].unpadded);
+    snprintf(q, sizeof q, "\"%s\"", sec);
+    cr_expect_eq(sink_then_verify(rv, eg, q, q), AK_VR_OK, "%s: %s", keys[i].what, sec);
+    /* the verifier takes the key without its prefix as well: still the same key */
+    snprintf(q, sizeof q, "\"%s\"", sec + 6);
+    char qs[440];
+    snprintf(qs, sizeof qs, "\"%s\"", sec);
+    cr_expect_eq(sink_then_verify(rv, eg, qs, q), AK_VR_OK, "%s, prefix left out: %s", keys[i].what, sec);
+  }
+  /* controls: another key does not pass; rotation: any one of the sink's secrets does */
+  char a[420], b[420], qa[440], qb[440], both[900];
+  make_whsec(a, 80, 101, false);
+  make_whsec(b, 80, 102, false);
+  snprintf(qa, sizeof qa, "\"%s\"", a);
+  snprintf(qb, sizeof qb, "\"%s\"", b);
+  snprintf(both, sizeof both, "[%s,%s]", qa, qb);
+  cr_expect_eq(sink_then_verify(rv, eg, qa, qb), AK_VR_NO_MATCH, "a different key must not pass");
+  cr_expect_eq(sink_then_verify(rv, eg, both, qb), AK_VR_OK, "signed with both, checked with the second");
+  ak_egress_free(eg);
+  recv_stop(rv);
+}
+
+/* A string that is not a Standard Webhooks secret is refused by both sides, at create:
+ * never a sink signing with a key our verifier would derive differently (or not at all). */
+Test(http_sink, whsec_strings_refused_by_both) {
+  const char *bad[] = {"whsec_",          "whsec_====",       "whsec_QUJD!",      "whsec_QQ==QUJD",
+                       "whsec_QUJDR",     "whsec_ QUJDRA==",  "whsec_QUJD RA==",  "whsec_QUJDRA=\n",
+                       "whsec_QUJDRA===", "whsec_Q",          "whsec_QUJD\tQQ==", "whsec_QUJD-_==",
+                       "whsec_=QUJD"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char err[256] = "";
+    json_t *opts = json_pack("{s:s,s:s}", "url", "https://example.com", "secret", bad[i]);
+    void *s = ak_sink_http.create(opts, &(ak_sink_ctx_t){.source_id = "src"}, err, sizeof err);
+    cr_expect_null(s, "the sink took %s", bad[i]);
+    if (s) ak_sink_http.destroy(s);
+    json_decref(opts);
+    json_t *spec = json_pack("{s:s,s:s}", "type", "standard_webhooks", "secret", bad[i]);
+    err[0] = 0;
+    ak_verifier_t *v = ak_verifier_new(spec, err, sizeof err);
+    cr_expect_null(v, "the verifier took %s", bad[i]);
+    ak_verifier_free(v);
+    json_decref(spec);
+  }
 }
 
 Test(http_sink, bad_secrets_refused_at_create) {

@@ -90,10 +90,6 @@ Test(route, tenant_path_binding) {
 }
 
 Test(route, header_bytes) {
-  cr_assert(ak_header_name_ok("X-Hub-Signature-256", 19));
-  cr_assert_not(ak_header_name_ok("X Bad", 5));
-  cr_assert_not(ak_header_name_ok("", 0));
-  cr_assert_not(ak_header_name_ok("X-\x7f", 3));
   cr_assert(ak_header_value_ok("a b\tc", 5));
   cr_assert(ak_header_value_ok("", 0));
   cr_assert_not(ak_header_value_ok("a\x01", 2));

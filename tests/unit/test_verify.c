@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 #include "core/config.h"
+#include "verify/sig_internal.h"
 #include "verify/verifier.h"
 #include "modules.h"
 #include "core/node.h"
@@ -34,6 +35,7 @@
 #include "edge/headers.h"
 #include "admin/sources_api.h"
 #include "core/log.h"
+#include "verify/whsec.h"
 
 #define VECTORS_PATH "../shared/vectors/signatures.json"
 
@@ -858,4 +860,119 @@ Test(verify, print_config_redacts_secrets) {
   free(text);
   json_decref(red);
   ak_config_free(cfg);
+}
+
+/* ----------------------------------------------------------------- key lists ---- */
+
+/* The entries borrow from the mapping: it is kept until the next call. */
+static const char *load_err(const char *spec_json, const char *key, ak_verify_secrets_t *out) {
+  static char err[160];
+  static json_t *spec;
+  json_decref(spec);
+  spec = NULL;
+  err[0] = 0;
+  if (!spec_json) return err;
+  spec = json_loads(spec_json, 0, NULL);
+  cr_assert_not_null(spec, "bad test json %s", spec_json);
+  int rc = ak_verify_secrets_load(spec, key, out, err, sizeof err);
+  cr_assert_eq(rc == 0, err[0] == 0, "%s: rc %d with err \"%s\"", spec_json, rc, err);
+  return err;
+}
+
+Test(verify, key_list_reader) {
+  ak_verify_secrets_t s;
+  cr_expect_str_eq(load_err("{\"secret\":\"one\"}", "secret", &s), "");
+  cr_expect_eq(s.n, 1);
+  cr_expect_eq(s.len[0], 3);
+  cr_expect_str_eq(s.label[0], "secret", "a scalar is named by its key");
+  cr_expect_str_eq(load_err("{\"public_key\":[\"a\",\"bc\",\"d\"]}", "public_key", &s), "");
+  cr_expect_eq(s.n, 3);
+  cr_expect(s.len[1] == 2 && memcmp(s.s[1], "bc", 2) == 0);
+  cr_expect_str_eq(s.label[2], "public_key[2]", "a list item by its index");
+  cr_expect_str_eq(load_err("{\"secret\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\"]}", "secret", &s), "");
+  cr_expect_eq(s.n, 8, "eight is the most");
+  cr_expect_str_eq(load_err("{\"secret\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]}", "secret", &s),
+                   "secret: at most 8 entries", "a ninth is refused, not dropped");
+  cr_expect_str_eq(load_err("{}", "secret", &s), "secret: missing or empty");
+  cr_expect_str_eq(load_err("{\"secret\":[]}", "secret", &s), "secret: missing or empty");
+  cr_expect_str_eq(load_err("{\"secret\":7}", "secret", &s), "secret: missing or empty");
+  cr_expect_str_eq(load_err("{\"secret\":[\"a\",7]}", "secret", &s), "secret[1]: must be a string",
+                   "not skipped (which would shift every later label)");
+  cr_expect_str_eq(load_err("{\"secret\":\"\"}", "secret", &s), "secret: must not be empty");
+  cr_expect_str_eq(load_err("{\"secret\":[\"TOPSECRET\",\"\"]}", "secret", &s), "secret[1]: must not be empty");
+  load_err(NULL, NULL, &s);
+}
+
+/* Every verifier with a key list reads it through the one reader: the same refusals, in
+ * the same words, whatever the type (specs given straight to ak_verifier_new, as a
+ * caller that skipped the config's checks would). */
+Test(verify, every_verifier_reads_its_keys_the_same_way) {
+  const char *types[][2] = {{"stripe", "secret"},           {"github", "secret"},
+                            {"standard_webhooks", "secret"}, {"shopify", "secret"},
+                            {"slack", "secret"},             {"token", "secret"},
+                            {"standard_webhooks_v1a", "public_key"}, {"asymmetric", "public_key"}};
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    const char *type = types[i][0], *key = types[i][1];
+    struct {
+      const char *value; /* JSON */
+      const char *want;  /* after "<key>" */
+    } cases[] = {
+      {NULL, ": missing or empty"},
+      {"[]", ": missing or empty"},
+      {"[\"" V1A_PK "\",\"\"]", "[1]: must not be empty"},
+      {"[\"" V1A_PK "\",3]", "[1]: must be a string"},
+      {"[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]", ": at most 8 entries"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      char spec_text[512];
+      if (cases[c].value)
+        snprintf(spec_text, sizeof spec_text, "{\"type\":\"%s\",\"%s\":%s}", type, key, cases[c].value);
+      else
+        snprintf(spec_text, sizeof spec_text, "{\"type\":\"%s\"}", type);
+      json_t *spec = json_loads(spec_text, 0, NULL);
+      cr_assert_not_null(spec, "%s", spec_text);
+      char err[256] = "", want[96];
+      snprintf(want, sizeof want, "%s%s", key, cases[c].want);
+      ak_verifier_t *v = ak_verifier_new(spec, err, sizeof err);
+      cr_expect_null(v, "%s accepted", spec_text);
+      ak_verifier_free(v);
+      cr_expect_str_eq(err, want, "%s", spec_text);
+      json_decref(spec);
+    }
+  }
+  /* the custom hmac descriptor too (its other required key given) */
+  json_t *spec = json_pack("{s:s,s:s,s:[s,s]}", "type", "hmac", "signature_header", "X-Sig", "secret", "k", "");
+  char err[256] = "";
+  cr_expect_null(ak_verifier_new(spec, err, sizeof err));
+  cr_expect_str_eq(err, "secret[1]: must not be empty");
+  json_decref(spec);
+}
+
+/* ------------------------------------------------------ Standard Webhooks secrets ---- */
+
+Test(verify, whsec_decoder) {
+  uint8_t out[64];
+  size_t n = 0;
+  struct {
+    const char *s;
+    const char *key; /* NULL: refused */
+  } cases[] = {
+    {"whsec_QUJD", "ABC"},      {"QUJD", "ABC"},          /* the prefix is optional */
+    {"whsec_QUJDRA==", "ABCD"}, {"whsec_QUJDRA", "ABCD"}, /* and so is the padding */
+    {"whsec_QUJDREU=", "ABCDE"}, {"whsec_QUJDREU", "ABCDE"},
+    {"whsec_", NULL},           {"", NULL},                {"whsec_====", NULL},
+    {"whsec_QQ==QUJD", NULL},   {"whsec_QUJDR", NULL},     {"whsec_ QUJD", NULL},
+    {"whsec_QUJD\n", NULL},     {"whsec_QUJDRA===", NULL}, {"whsec_QUJD-_==", NULL},
+    {"WHSEC_QUJD", NULL},       {"whsec_whsec_QUJD", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bool ok = ak_whsec_decode(cases[i].s, strlen(cases[i].s), out, sizeof out, &n);
+    cr_expect_eq(ok, cases[i].key != NULL, "%s", cases[i].s);
+    if (ok && cases[i].key)
+      cr_expect(n == strlen(cases[i].key) && memcmp(out, cases[i].key, n) == 0, "%s: %zu bytes", cases[i].s, n);
+  }
+  cr_expect(ak_whsec_prefixed("whsec_x", 7));
+  cr_expect_not(ak_whsec_prefixed("whsec", 5));
+  cr_expect_not(ak_whsec_prefixed("whsec_x", 5), "only n bytes are read");
+  cr_expect_not(ak_whsec_decode("whsec_QUJDRA==", 14, out, 3, &n), "four bytes do not fit in three");
 }

@@ -11,10 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/config.h"
 #include "verify/sig_internal.h"
 
 #define MIN_RSA_BITS 2048
 
+/* The algorithm names in the order of alg_t: its row's enum_vals and create's reading. */
+#define ALG_NAMES "ed25519|rsa_pkcs1_sha256|rsa_pss_sha256"
 typedef enum { ALG_ED25519, ALG_RSA_PKCS1_SHA256, ALG_RSA_PSS_SHA256 } alg_t;
 
 typedef struct {
@@ -102,9 +105,8 @@ static void *asym_create_with(const json_t *spec, bool preset, char *err, size_t
   } else {
     ak_verify_sig_desc_from_spec(&d, spec, &v1a_layout);
     const char *alg = ak_verify_spec_str(spec, "algorithm", "ed25519");
-    if (alg && !strcmp(alg, "ed25519")) a->alg = ALG_ED25519;
-    else if (alg && !strcmp(alg, "rsa_pkcs1_sha256")) a->alg = ALG_RSA_PKCS1_SHA256;
-    else if (alg && !strcmp(alg, "rsa_pss_sha256")) a->alg = ALG_RSA_PSS_SHA256;
+    int ai = alg ? ak_opt_enum_index(ALG_NAMES, alg) : -1;
+    if (ai >= 0) a->alg = (alg_t)ai;
     else {
       snprintf(err, errlen, "algorithm: unknown value; expected one of ed25519, rsa_pkcs1_sha256, rsa_pss_sha256");
       free(a);
@@ -209,14 +211,14 @@ static const ak_opt_t v1a_opts[] = {
 
 static const ak_opt_t asym_opts[] = {
   {.key = "algorithm", .type = AK_OPT_ENUM, .def = "ed25519",
-   .enum_vals = "ed25519|rsa_pkcs1_sha256|rsa_pss_sha256", .doc = "signature algorithm"},
+   .enum_vals = ALG_NAMES, .doc = "signature algorithm"},
   PUBLIC_KEY_ROW,
   {.key = "signature_header", .type = AK_OPT_STRING, .def = "webhook-signature", .min = 1,
    .flags = AK_OPTF_HAS_MIN, .doc = "header carrying the signature (any case)"},
   {.key = "signed", .type = AK_OPT_STRING, .def = "{header:webhook-id}.{header:webhook-timestamp}.{body}",
    .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "signed content: literal text with {body}, {ts} and {header:NAME}"},
-  {.key = "parse", .type = AK_OPT_ENUM, .def = "space_versions", .enum_vals = "whole|csv_pairs|space_versions",
+  {.key = "parse", .type = AK_OPT_ENUM, .def = "space_versions", .enum_vals = AK_SIG_PARSE_NAMES,
    .doc = "how candidates are read from the header"},
   {.key = "sig_key", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "csv_pairs: key of the signature pairs (required with csv_pairs)"},
@@ -224,7 +226,7 @@ static const ak_opt_t asym_opts[] = {
    .doc = "space_versions: keep tokens \"<version>,...\" (null: every token)"},
   {.key = "sig_prefix", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "whole: required prefix of the header value"},
-  {.key = "encoding", .type = AK_OPT_ENUM, .def = "base64", .enum_vals = "hex|base64",
+  {.key = "encoding", .type = AK_OPT_ENUM, .def = "base64", .enum_vals = AK_SIG_ENC_NAMES,
    .doc = "encoding of the signature in the header"},
   {.key = "timestamp_header", .type = AK_OPT_STRING, .def = "webhook-timestamp", .min = 1,
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_NULLABLE,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "core/config.h"
 #include "verify/sig_internal.h"
 #include "verify/whsec.h"
 
@@ -223,21 +224,18 @@ int ak_verify_sig_layout_init(ak_sig_layout_t *l, const ak_sig_desc_t *d, char *
     snprintf(err, errlen, "signature_header: missing");
     return -1;
   }
-  const char *parse = d->parse ? d->parse : "whole";
-  if (!strcmp(parse, "whole")) l->parse = AK_SIG_PARSE_WHOLE;
-  else if (!strcmp(parse, "csv_pairs")) l->parse = AK_SIG_PARSE_CSV_PAIRS;
-  else if (!strcmp(parse, "space_versions")) l->parse = AK_SIG_PARSE_SPACE_VERSIONS;
-  else {
+  int parse = ak_opt_enum_index(AK_SIG_PARSE_NAMES, d->parse ? d->parse : "whole");
+  if (parse < 0) {
     snprintf(err, errlen, "parse: unknown value; expected one of whole, csv_pairs, space_versions");
     return -1;
   }
-  const char *enc = d->encoding ? d->encoding : "hex";
-  if (!strcmp(enc, "hex")) l->encoding = AK_SIG_ENC_HEX;
-  else if (!strcmp(enc, "base64")) l->encoding = AK_SIG_ENC_BASE64;
-  else {
+  l->parse = (ak_sig_parse_t)parse;
+  int enc = ak_opt_enum_index(AK_SIG_ENC_NAMES, d->encoding ? d->encoding : "hex");
+  if (enc < 0) {
     snprintf(err, errlen, "encoding: unknown value; expected one of hex, base64");
     return -1;
   }
+  l->encoding = (ak_sig_encoding_t)enc;
   if (l->parse == AK_SIG_PARSE_CSV_PAIRS && (!d->sig_key || !*d->sig_key)) {
     snprintf(err, errlen, "sig_key: required when parse is csv_pairs");
     return -1;
@@ -474,6 +472,10 @@ typedef struct {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
+/* The names of hash and secret_decode (the rows' enum_vals and create's reading of them). */
+#define HASH_NAMES "sha256|sha512|sha1"
+#define DECODE_NAMES "raw|whsec_base64"
+
 typedef enum { HM_SHA1, HM_SHA256, HM_SHA512 } hm_alg_t;
 
 typedef union {
@@ -610,23 +612,23 @@ static void *hmac_create_with(const json_t *spec, const hmac_preset_t *preset, c
     hmac_destroy(h); /* the layout cleared itself */
     return NULL;
   }
-  if (hash && !strcmp(hash, "sha256")) h->alg = HM_SHA256;
-  else if (hash && !strcmp(hash, "sha512")) h->alg = HM_SHA512;
-  else if (hash && !strcmp(hash, "sha1")) h->alg = HM_SHA1;
-  else {
+  /* the names are the rows' (HASH_NAMES, DECODE_NAMES), in the order of these tables */
+  static const hm_alg_t algs[] = {HM_SHA256, HM_SHA512, HM_SHA1};
+  int hi = hash ? ak_opt_enum_index(HASH_NAMES, hash) : -1;
+  if (hi < 0) {
     snprintf(err, errlen, "hash: unknown value; expected one of sha256, sha512, sha1");
     hmac_destroy(h);
     return NULL;
   }
+  h->alg = algs[hi];
   h->weak = h->alg == HM_SHA1;
-  bool whsec;
-  if (decode && !strcmp(decode, "raw")) whsec = false;
-  else if (decode && !strcmp(decode, "whsec_base64")) whsec = true;
-  else {
+  int di = decode ? ak_opt_enum_index(DECODE_NAMES, decode) : -1;
+  if (di < 0) {
     snprintf(err, errlen, "secret_decode: unknown value; expected one of raw, whsec_base64");
     hmac_destroy(h);
     return NULL;
   }
+  bool whsec = di == 1;
 
   ak_verify_secrets_t sec;
   if (ak_verify_secrets_load(spec, "secret", &sec, err, errlen) != 0) {
@@ -696,7 +698,7 @@ static const ak_opt_t custom_opts[] = {
    .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN, .doc = "header carrying the signature (any case)"},
   {.key = "signed", .type = AK_OPT_STRING, .def = "{body}", .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "signed content: literal text with {body}, {ts} and {header:NAME}"},
-  {.key = "parse", .type = AK_OPT_ENUM, .def = "whole", .enum_vals = "whole|csv_pairs|space_versions",
+  {.key = "parse", .type = AK_OPT_ENUM, .def = "whole", .enum_vals = AK_SIG_PARSE_NAMES,
    .doc = "how candidates are read from the header"},
   {.key = "sig_key", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "csv_pairs: key of the signature pairs (required with csv_pairs)"},
@@ -704,11 +706,11 @@ static const ak_opt_t custom_opts[] = {
    .doc = "space_versions: keep tokens \"<version>,...\" (none: every token)"},
   {.key = "sig_prefix", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "whole: required prefix of the header value (absent: malformed)"},
-  {.key = "hash", .type = AK_OPT_ENUM, .def = "sha256", .enum_vals = "sha256|sha512|sha1",
+  {.key = "hash", .type = AK_OPT_ENUM, .def = "sha256", .enum_vals = HASH_NAMES,
    .doc = "HMAC hash; sha1 is counted on ankusa_verifier_weak_hash_total"},
-  {.key = "encoding", .type = AK_OPT_ENUM, .def = "hex", .enum_vals = "hex|base64",
+  {.key = "encoding", .type = AK_OPT_ENUM, .def = "hex", .enum_vals = AK_SIG_ENC_NAMES,
    .doc = "encoding of the signature in the header"},
-  {.key = "secret_decode", .type = AK_OPT_ENUM, .def = "raw", .enum_vals = "raw|whsec_base64",
+  {.key = "secret_decode", .type = AK_OPT_ENUM, .def = "raw", .enum_vals = DECODE_NAMES,
    .doc = "raw: the secret string is the key; whsec_base64: base64 after \"whsec_\""},
   {.key = "timestamp_header", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "header with the Unix timestamp: signed as {ts} and checked against the tolerance"},

@@ -18,6 +18,10 @@
 #define AK_SIG_MAX_HEADER_TOKENS 8   /* {header:NAME} tokens in one template */
 #define AK_SIG_DEFAULT_TOLERANCE 300
 
+/* The names of these enums, in their order: the option rows' enum_vals and the layout's
+ * reading of a spec both use them, so the two can never disagree. */
+#define AK_SIG_PARSE_NAMES "whole|csv_pairs|space_versions"
+#define AK_SIG_ENC_NAMES "hex|base64"
 typedef enum { AK_SIG_PARSE_WHOLE, AK_SIG_PARSE_CSV_PAIRS, AK_SIG_PARSE_SPACE_VERSIONS } ak_sig_parse_t;
 typedef enum { AK_SIG_ENC_HEX, AK_SIG_ENC_BASE64 } ak_sig_encoding_t;
 typedef enum { AK_SIG_PART_LITERAL, AK_SIG_PART_BODY, AK_SIG_PART_TS, AK_SIG_PART_HEADER } ak_sig_part_kind_t;

@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "core/config.h"
 #include "verify/sig_internal.h"
 
 #define DIGEST_LEN 32
 #define STACK_BUF 512
 
+/* The location names in the order of loc_t: its row's enum_vals and create's reading. */
+#define LOC_NAMES "bearer|basic|header|query"
 typedef enum { LOC_BEARER, LOC_BASIC, LOC_HEADER, LOC_QUERY } loc_t;
 
 typedef struct {
@@ -53,10 +56,8 @@ static void *token_create(const json_t *spec, char *err, size_t errlen) {
   const char *loc = ak_verify_spec_str(spec, "location", "bearer");
   const char *header = ak_verify_spec_str(spec, "header", NULL);
   const char *param = ak_verify_spec_str(spec, "param", NULL);
-  if (loc && !strcmp(loc, "bearer")) t->loc = LOC_BEARER;
-  else if (loc && !strcmp(loc, "basic")) t->loc = LOC_BASIC;
-  else if (loc && !strcmp(loc, "header")) t->loc = LOC_HEADER;
-  else if (loc && !strcmp(loc, "query")) t->loc = LOC_QUERY;
+  int li = loc ? ak_opt_enum_index(LOC_NAMES, loc) : -1;
+  if (li >= 0) t->loc = (loc_t)li;
   else {
     snprintf(err, errlen, "location: unknown value; expected one of bearer, basic, header, query");
     goto fail;
@@ -211,7 +212,7 @@ static const char *token_credential_header(const void *self) { return ((const to
 static const char *token_credential_param(const void *self) { return ((const token_t *)self)->param; }
 
 static const ak_opt_t token_opts[] = {
-  {.key = "location", .type = AK_OPT_ENUM, .def = "bearer", .enum_vals = "bearer|basic|header|query",
+  {.key = "location", .type = AK_OPT_ENUM, .def = "bearer", .enum_vals = LOC_NAMES,
    .doc = "where the token is: Authorization Bearer / Basic, a named header, or a query parameter"},
   {.key = "header", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "header name (required with location header)"},

@@ -8,6 +8,7 @@
  * request that failed a check with anything but 401/403/404/400, and never echoes a
  * token. */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 
 struct ak_admin {
   ak_instance_t *inst;
+  pthread_mutex_t settings_mu; /* node-wide settings changes, one at a time (api.h) */
   ak_auth_t *auth;
   struct MHD_Daemon *d;
   int port;
@@ -67,6 +69,7 @@ static void call_init(ak_admin_t *a, admin_req_t *ar, struct MHD_Connection *c, 
   call->scope = ar->principal ? ar->principal->tenants : NULL;
   call->who = &ar->who;
   call->request_id = ar->request_id;
+  call->settings_mu = &a->settings_mu;
 }
 
 static void client_text(struct MHD_Connection *c, char *out, size_t n) {
@@ -163,11 +166,13 @@ ak_admin_t *ak_admin_new(ak_instance_t *inst) {
   ak_admin_t *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   a->inst = inst;
+  pthread_mutex_init(&a->settings_mu, NULL);
   char *err = NULL;
   a->auth = ak_auth_new(ak_admin_cfg(inst->cfg)->principals, &err);
   if (!a->auth) {
     ak_log(AK_LOG_ERROR, "admin", "cannot build the admin principals", "reason=\"%s\"", err ? err : "out of memory");
     free(err);
+    pthread_mutex_destroy(&a->settings_mu);
     free(a);
     return NULL;
   }
@@ -227,5 +232,6 @@ void ak_admin_free(ak_admin_t *a) {
   if (!a) return;
   ak_admin_stop(a);
   ak_auth_free(a->auth);
+  pthread_mutex_destroy(&a->settings_mu);
   free(a);
 }

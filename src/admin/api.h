@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +51,9 @@ typedef struct ak_admin_call {
   const ak_tenant_scope_t *scope; /* the principal's tenants; NULL = every tenant */
   const ak_audit_who_t *who;      /* actor, client, request id: for the audit rows */
   const char *request_id;
+  /* Held across a change of a node-wide setting (the log level) and its audit row, so two
+   * changes never interleave: the listener's, not a global. */
+  pthread_mutex_t *settings_mu;
 } ak_admin_call_t;
 
 typedef enum MHD_Result (*ak_admin_handler_fn)(ak_admin_call_t *call, const ak_admin_path_t *path);

@@ -1,13 +1,10 @@
-/* The log level over the admin API (loglevel_api.h): GET and PUT /v1/log-level. The
- * level is process-wide (core/log.c), so the lock that orders its changes is too. Never
- * changes the level before its audit row is synced. */
+/* The log level over the admin API (loglevel_api.h): GET and PUT /v1/log-level. Changes
+ * are ordered by the listener's settings lock (call->settings_mu). Never changes the level
+ * before its audit row is synced. */
 #include <pthread.h>
 #include <string.h>
 #include "admin/loglevel_api.h"
 #include "core/log.h"
-
-/* PUT /v1/log-level: one change (and its audit row) at a time, in this process */
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 enum MHD_Result ak_loglevel_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
@@ -30,7 +27,7 @@ enum MHD_Result ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t
     return ak_admin_json(call, 400, json_pack("{s:s,s:s,s:s}", "error", "invalid_log_level", "field",
                                               extra ? "body" : "level", "message",
                                               "expected {\"level\": \"debug|info|warning|error\"}"));
-  pthread_mutex_lock(&log_mu);
+  pthread_mutex_lock(call->settings_mu);
   ak_log_level_t cur = ak_log_get_level();
   const char *before = ak_log_level_name(cur), *after = ak_log_level_name((ak_log_level_t)level);
   int rc = 0;
@@ -45,7 +42,7 @@ enum MHD_Result ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t
              call->who->actor, call->request_id);
     }
   }
-  pthread_mutex_unlock(&log_mu);
+  pthread_mutex_unlock(call->settings_mu);
   if (rc != 0) return ak_admin_error(call, 503, "store_unavailable");
   return ak_admin_json(call, 200, json_pack("{s:s,s:s}", "level", after, "previous", before));
 }

@@ -24,6 +24,7 @@
 #include <openssl/rand.h>
 #include "dispatch/dispatch.h"
 #include "core/buf.h"
+#include "core/assert.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/ids.h"
@@ -173,7 +174,8 @@ struct ak_dispatch {
   ak_dispatch_tick_fn tick;
   void *tick_ctx;
 
-  /* dispatch thread only */
+  /* dispatch thread only (owner: the thread run() claims it for; boot's scan runs before) */
+  ak_owner_t owner;
   ak_tmap_t tenants;             /* name -> tenant_t */
   umap_t claimed;                /* seq<<16|sink -> row */
   umap_t keys;                   /* tenant# <<32 | src <<16 | sink -> skey */
@@ -362,6 +364,7 @@ static void heap_remove(ak_dispatch_t *d, tenant_t *t) {
 }
 
 static void heap_upsert(ak_dispatch_t *d, tenant_t *t) {
+  AK_ASSERT_OWNER(&d->owner);
   if (t->heap_idx != SIZE_MAX) {
     heap_fix(d, t->heap_idx);
     return;
@@ -381,6 +384,7 @@ static void ready_remove(ak_dispatch_t *d, tenant_t *t) {
 
 /* New ready tenants join at the tail: the head is whoever the last page did not reach. */
 static void ready_add(ak_dispatch_t *d, tenant_t *t) {
+  AK_ASSERT_OWNER(&d->owner);
   if (ak_list_linked(&t->ready_link)) return;
   d->nready++;
   ak_list_insert_tail(&d->ready, &t->ready_link);
@@ -403,6 +407,7 @@ static void tenant_place(ak_dispatch_t *d, tenant_t *t, int64_t now) {
 }
 
 static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
+  AK_ASSERT_OWNER(&d->owner);
   bool created;
   tenant_t *t = ak_tmap_get(&d->tenants, name, n, &created);
   if (!t || !created) return t;
@@ -428,6 +433,7 @@ static void tenant_note_due(tenant_t *t, int64_t at) {
 /* ------------------------------------------------------------------ slots ---- */
 
 static void slots_add(ak_dispatch_t *d, tenant_t *t) {
+  AK_ASSERT_OWNER(&d->owner);
   if (ak_list_linked(&t->slot_link)) return;
   d->nslots++;
   ak_list_insert_tail(&d->slots, &t->slot_link);
@@ -448,6 +454,7 @@ static void key_ring_remove(skey_t *k) {
 }
 
 static void key_push(ak_dispatch_t *d, skey_t *k, row_t *r) {
+  AK_ASSERT_OWNER(&d->owner);
   r->qnext = NULL;
   if (k->qtail) k->qtail->qnext = r;
   else k->qhead = r;
@@ -551,6 +558,7 @@ static void reclaim(ak_dispatch_t *d) {
 /* Write the outcome batch. On failure the rows' outcomes are lost, which only means
  * they are delivered again (their due keys stay): at-least-once holds. */
 static void flush(ak_dispatch_t *d) {
+  AK_ASSERT_OWNER(&d->owner);
   if (!d->wb_ops) return;
   ak_wf_class_t cls;
   char *err = NULL;
@@ -729,6 +737,7 @@ static void row_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *
 
 /* Settle a finished attempt: outcome -> retry decision -> store op. */
 static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool timeout, int64_t now) {
+  AK_ASSERT_OWNER(&d->owner);
   skey_t *k = r->key;
   tenant_t *t = r->t;
   sink_inst_t *si = &r->ds->v[k->sink];
@@ -1037,6 +1046,7 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
  * share of the page; what a tenant leaves goes to the others; the tenants the page did
  * not reach stay at the head of the ring and go first next time. */
 static void scan(ak_dispatch_t *d, int64_t now) {
+  AK_ASSERT_OWNER(&d->owner);
   if (ak_list_empty(&d->ready) || !global_has_room(d)) return;
   if (ak_store_pin(d->inst->store) != 0) return;
   rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
@@ -1089,6 +1099,7 @@ static void on_sink_done(void *ctx, const ak_sink_outcome_t *o) {
   r->onext = NULL;
   /* the dispatcher re-checks the queue under mu before it sleeps: only the first
    * outcome of a burst needs to wake it */
+  AK_ASSERT_HELD(&d->mu);
   bool was_empty = !d->ohead;
   if (d->otail) d->otail->onext = r;
   else d->ohead = r;
@@ -1145,6 +1156,7 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
 /* Hand free slots round-robin across tenants with queued rows, then across the
  * tenant's sink keys, within every cap. */
 static void start_attempts(ak_dispatch_t *d, int64_t now) {
+  AK_ASSERT_OWNER(&d->owner);
   int64_t tcap = d->cfg->tenants.concurrency;
   int64_t kcap = d->cfg->sink_concurrency;
   size_t idle = 0;
@@ -1188,6 +1200,7 @@ static row_t *first_running(const ak_dispatch_t *d) {
 }
 
 static void check_timeouts(ak_dispatch_t *d, int64_t now) {
+  AK_ASSERT_OWNER(&d->owner);
   row_t *r;
   while ((r = first_running(d)) && r->deadline_ms <= now) {
     ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
@@ -1221,6 +1234,7 @@ static void inbox_add(inbox_t *in, const char *name, size_t n, int64_t at, uint6
 static void on_commit(void *ctx, const ak_write_req_t *list, int64_t due_at) {
   ak_dispatch_t *d = ctx;
   pthread_mutex_lock(&d->mu);
+  AK_ASSERT_HELD(&d->mu);
   bool was_empty = !d->inbox.n;
   for (const ak_write_req_t *r = list; r; r = r->next)
     if (r->kind == AK_WRITE_HOOK && r->source->nsinks)
@@ -1239,6 +1253,7 @@ void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int
 }
 
 static void apply_inbox(ak_dispatch_t *d, inbox_t *in, int64_t now) {
+  AK_ASSERT_OWNER(&d->owner);
   for (size_t i = 0; i < in->n; i++) {
     notice_t *x = &in->v[i];
     tenant_t *t = tenant_get(d, x->name, x->nlen);
@@ -1264,6 +1279,7 @@ static int64_t oldest_due(ak_dispatch_t *d, int64_t now) {
 }
 
 static void publish(ak_dispatch_t *d, int64_t now) {
+  AK_ASSERT_OWNER(&d->owner);
   atomic_store(&d->pub_oldest_due_ms, oldest_due(d, now));
   atomic_store(&d->pub_has_room, global_has_room(d) ? 1 : 0);
   ak_gauge_set(d->g_pending, (double)d->pending);
@@ -1325,6 +1341,7 @@ static void sample_breakers(ak_dispatch_t *d) {
 static void *run(void *arg) {
   ak_dispatch_t *d = arg;
   pthread_setname_np(pthread_self(), "ak-dispatch");
+  AK_OWNER_CLAIM(&d->owner);
   ak_store_thread_init();
   inbox_t spare = {0};
   int64_t last_gauge = 0;
@@ -1407,6 +1424,7 @@ static void *run(void *arg) {
   }
   free(spare.v);
   publish(d, ak_now_ms());
+  AK_OWNER_RELEASE(&d->owner); /* ak_dispatch_stop settles what is left, on its own thread */
   return NULL;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/assert.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/gauges.h"
@@ -279,6 +280,7 @@ ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
  * to *expired with their status set (answered by the caller, outside the lock); a repeat
  * of a key still in flight is parked on the record that holds it. */
 static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n, ak_write_req_t **expired) {
+  AK_ASSERT_HELD(&w->mu);
   int64_t now = ak_mono_ns();
   if (w->inst->dedupe) ak_dedupe_prefetch(w->inst->dedupe, w->head, (size_t)w->max_batch);
   ak_write_req_t *keep = NULL, **kt = &keep, **et = expired;

@@ -451,3 +451,59 @@ Test(header, names) {
   cr_expect_not(ak_header_name_ok("X-\xff", 3));
   cr_expect_not(ak_header_name_ok("X\0Y", 3), "a NUL inside the length");
 }
+
+/* ------------------------------------------------------- debug assertions ---- */
+/* compiled into test builds only, like the assertions themselves */
+#ifdef AK_TEST_HOOKS
+#include <pthread.h>
+#include <signal.h>
+#include "core/assert.h"
+
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+
+Test(assert, held_passes_while_the_mutex_is_ours) {
+  pthread_mutex_lock(&held_mu);
+  AK_ASSERT_HELD(&held_mu);
+  pthread_mutex_unlock(&held_mu);
+  AK_ASSERT(1 + 1 == 2);
+}
+
+Test(assert, held_aborts_when_the_mutex_is_free, .signal = SIGABRT) { AK_ASSERT_HELD(&held_mu); }
+
+static void *lock_and_hold(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&held_mu);
+  return NULL; /* exits holding it: the test thread must not pass for its owner */
+}
+
+Test(assert, held_aborts_when_another_thread_holds_it, .signal = SIGABRT) {
+  pthread_t t;
+  pthread_create(&t, NULL, lock_and_hold, NULL);
+  pthread_join(t, NULL);
+  AK_ASSERT_HELD(&held_mu);
+}
+
+static ak_owner_t owner;
+
+static void *as_owner(void *arg) {
+  (void)arg;
+  AK_OWNER_CLAIM(&owner);
+  return NULL;
+}
+
+Test(assert, owner_runs_its_own_code) {
+  AK_ASSERT_OWNER(&owner); /* not claimed yet: boot code may run it */
+  AK_OWNER_CLAIM(&owner);
+  AK_ASSERT_OWNER(&owner);
+  AK_OWNER_RELEASE(&owner);
+}
+
+Test(assert, another_thread_is_not_the_owner, .signal = SIGABRT) {
+  pthread_t t;
+  pthread_create(&t, NULL, as_owner, NULL);
+  pthread_join(t, NULL);
+  AK_ASSERT_OWNER(&owner);
+}
+
+Test(assert, a_false_condition_aborts, .signal = SIGABRT) { AK_ASSERT(1 + 1 == 3); }
+#endif

@@ -42,13 +42,4 @@ void ak_batch_delete(ak_batch_t *b, int cf, const void *k, size_t kl) {
   rocksdb_writebatch_delete_cf(b->wb, h, k, kl);
 }
 
-void ak_batch_delete_range(ak_batch_t *b, int cf, const void *from, size_t fl, const void *to, size_t tl) {
-  rocksdb_column_family_handle_t *h = b->cf[cf];
-  if (!h) {
-    b->dropped = true;
-    return;
-  }
-  rocksdb_writebatch_delete_range_cf(b->wb, h, from, fl, to, tl);
-}
-
 size_t ak_batch_count(const ak_batch_t *b) { return (size_t)rocksdb_writebatch_count(b->wb); }

@@ -21,11 +21,11 @@ void ak_batch_clear(ak_batch_t *b);
 
 void ak_batch_put(ak_batch_t *b, int cf, const void *k, size_t kl, const void *v, size_t vl);
 void ak_batch_delete(ak_batch_t *b, int cf, const void *k, size_t kl);
-/* Every key k with from <= k < to. Not for AK_CF_DEDUPE, whose memtable cannot hold a
- * range tombstone. */
-void ak_batch_delete_range(ak_batch_t *b, int cf, const void *from, size_t fl, const void *to, size_t tl);
+/* No range delete: with the store's memtable insert hints (store.c) Debian's RocksDB 7.8.3
+ * aborts on a range tombstone (an assertion in the skiplist insert: the hint of a key
+ * prefix is shared by the point and the range-deletion memtables). */
 
-/* The ops in the batch (a range delete counts one). */
+/* The ops in the batch. */
 size_t ak_batch_count(const ak_batch_t *b);
 
 #endif

@@ -1,6 +1,6 @@
-/* The store's RocksDB side, shared by the files of src/store/ and by nothing else: this is
- * the one header that includes <rocksdb/c.h> (DESIGN §5), so no other folder depends on
- * RocksDB's API. Unit tests include it only where they inspect the store on purpose. */
+/* The store's RocksDB side, shared by the files of src/store/ and included nowhere else:
+ * the one header with <rocksdb/c.h> (DESIGN §5), so no other folder depends on RocksDB's
+ * API. Never hands a RocksDB handle out of src/store. */
 #ifndef AK_STORE_INTERNAL_H
 #define AK_STORE_INTERNAL_H
 

@@ -10,7 +10,7 @@ CONFIG ?= examples/quickstart/ankusa.yml
 # Reconfigure when a source file appears or disappears (meson lists them at setup).
 SRCLIST := $(shell ls src/*/*.c src/*.c tests/unit/*.c 2>/dev/null | sort | md5sum | cut -c1-12)
 
-.PHONY: all deps run test unit e2e asan test-build bench fuzz clean format
+.PHONY: all deps run test layers unit e2e asan test-build bench fuzz clean format
 
 all: $(BUILD)/ankusa
 
@@ -64,9 +64,13 @@ FUZZ_SECONDS ?= 10
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
-# unit (normal, ASan), e2e (normal, ASan), fuzz: make stops at the first that fails
-test: deps $(BUILD)/ankusa unit e2e fuzz
-	@echo "suites: 5 passed, 0 failed"
+# The include order of src/ (DESIGN.md §5): a folder includes only the folders before it.
+layers:
+	@bash scripts/layers.sh
+
+# layers, unit (normal, ASan), e2e (normal, ASan), fuzz: make stops at the first that fails
+test: deps $(BUILD)/ankusa layers unit e2e fuzz
+	@echo "suites: 6 passed, 0 failed"
 
 bench: deps $(BUILD)/ankusa
 	bash bench/ingest.sh

@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <rocksdb/c.h>
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/envelope.h"
@@ -43,6 +42,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "dispatch/dispatch.h"
+#include "store/batch.h"
 #include "store/keys.h"
 #include "store/store.h"
 #include "modules.h"
@@ -106,7 +106,7 @@ static void tenant_name(char *out, size_t len, long i) { snprintf(out, len, "ten
 /* Write rows in batches of 1,000 hooks, unsynced (the bench measures reads). */
 typedef struct {
   ak_store_t *st;
-  rocksdb_writebatch_t *wb;
+  ak_batch_t *wb;
   size_t n;
   uint64_t seq;
   uint8_t body[BODY_LEN];
@@ -120,7 +120,7 @@ static void wflush(writer_t *w) {
     fprintf(stderr, "dispatch_tick: write failed: %s\n", err ? err : "?");
     exit(1);
   }
-  rocksdb_writebatch_clear(w->wb);
+  ak_batch_clear(w->wb);
   w->n = 0;
 }
 
@@ -153,16 +153,14 @@ static void put_row(writer_t *w, const char *tenant, int64_t at, uint32_t attemp
   size_t ukl = ak_key_due(uk, tenant, strlen(tenant), at, seq, 0);
   size_t uvl = ak_due_value(uv, sizeof uv, attempts, "log", 3, NULL);
   if (ak_store_pin(w->st) != 0) die("store closed");
-  rocksdb_writebatch_put_cf(w->wb, ak_store_cf(w->st, AK_CF_HOOKS), (const char *)hk, sizeof hk, (const char *)rec,
-                            rl);
-  rocksdb_writebatch_put_cf(w->wb, ak_store_cf(w->st, AK_CF_DELIVERIES), (const char *)dk, sizeof dk,
-                            (const char *)row, rowl);
-  rocksdb_writebatch_put_cf(w->wb, ak_store_cf(w->st, AK_CF_INDEX), (const char *)uk, ukl, (const char *)uv, uvl);
+  ak_batch_put(w->wb, AK_CF_HOOKS, hk, sizeof hk, rec, rl);
+  ak_batch_put(w->wb, AK_CF_DELIVERIES, dk, sizeof dk, row, rowl);
+  ak_batch_put(w->wb, AK_CF_INDEX, uk, ukl, uv, uvl);
   if (delete_due) {
     /* a delivered row: the outcome write deletes its due key and delivery row (the hook
      * itself is reclaimed later; keeping it changes nothing for a scan) */
-    rocksdb_writebatch_delete_cf(w->wb, ak_store_cf(w->st, AK_CF_INDEX), (const char *)uk, ukl);
-    rocksdb_writebatch_delete_cf(w->wb, ak_store_cf(w->st, AK_CF_DELIVERIES), (const char *)dk, sizeof dk);
+    ak_batch_delete(w->wb, AK_CF_INDEX, uk, ukl);
+    ak_batch_delete(w->wb, AK_CF_DELIVERIES, dk, sizeof dk);
   }
   ak_store_unpin(w->st);
   free(rec);
@@ -173,7 +171,8 @@ static void fill(ak_store_t *st, const case_t *c, int64_t now) {
   writer_t *w = calloc(1, sizeof *w);
   if (!w) die("out of memory");
   w->st = st;
-  w->wb = rocksdb_writebatch_create();
+  w->wb = ak_batch_new(st);
+  if (!w->wb) die("out of memory");
   memset(w->body, 'x', sizeof w->body);
   char tn[32];
   /* deleted keys first in the tenant's key order (earlier due times) */
@@ -192,7 +191,7 @@ static void fill(ak_store_t *st, const case_t *c, int64_t now) {
     put_row(w, tn, now + 3600 * 1000, 1, false);
   }
   wflush(w);
-  rocksdb_writebatch_destroy(w->wb);
+  ak_batch_free(w->wb);
   free(w);
 }
 
@@ -258,8 +257,6 @@ static void baseline(ak_store_t *st, int reps, double *seek_us, double *seek_get
   double *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
   if (!a || !b) die("out of memory");
   if (ak_store_pin(st) != 0) die("store closed");
-  rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-  rocksdb_readoptions_set_fill_cache(ro, 0);
   for (size_t i = 0; i < 2 * n; i++) {
     bool with_get = i >= n;
     char tn[32];
@@ -267,13 +264,14 @@ static void baseline(ak_store_t *st, int reps, double *seek_us, double *seek_get
     uint8_t pfx[AK_DUE_KEY_MAX];
     size_t pl = ak_key_due_prefix(pfx, tn, strlen(tn));
     double t0 = now_us();
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(ak_store_db(st), ro, ak_store_cf(st, AK_CF_INDEX));
-    rocksdb_iter_seek(it, (const char *)pfx, pl);
+    ak_store_cursor_t *it = ak_store_cursor_new_pinned(st, AK_CF_INDEX, false);
+    if (!it) die("store closed");
+    ak_store_cursor_seek(it, pfx, pl);
     size_t got = 0;
-    for (; rocksdb_iter_valid(it) && got < BATCH; rocksdb_iter_next(it), got++) {
+    for (; ak_store_cursor_valid(it) && got < BATCH; ak_store_cursor_next(it), got++) {
       size_t kl, vl;
-      const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-      (void)rocksdb_iter_value(it, &vl);
+      const uint8_t *k = (const uint8_t *)ak_store_cursor_key(it, &kl);
+      (void)ak_store_cursor_value(it, &vl);
       if (with_get) {
         int64_t at;
         uint64_t seq;
@@ -289,12 +287,11 @@ static void baseline(ak_store_t *st, int reps, double *seek_us, double *seek_get
         free(v);
       }
     }
-    rocksdb_iter_destroy(it);
+    ak_store_cursor_free(it);
     double us = now_us() - t0;
     if (got < BATCH) die("baseline: fewer than 128 due keys");
     (with_get ? b : a)[i % n] = us;
   }
-  rocksdb_readoptions_destroy(ro);
   ak_store_unpin(st);
   *seek_us = median(a, n);
   *seek_get_us = median(b, n);

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/sources.h"
 #include "edge/edge.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 #define RECORD_VERSION 1
@@ -47,7 +48,7 @@ static json_t *record(const char *tenant, const char *name, const json_t *spec, 
  * the action, the subject "source:<tenant>/<name>", the stored rows before and after
  * (NULL: none; the trail keeps only their keyed hash) and the revision after the change.
  * -1: no row could be added, so the change is not made (503). */
-static int audit_source_change(ak_instance_t *inst, rocksdb_writebatch_t *wb, const ak_audit_who_t *who,
+static int audit_source_change(ak_instance_t *inst, ak_batch_t *wb, const ak_audit_who_t *who,
                                const char *action, const char *tenant, const char *name, const char *before,
                                size_t before_len, const char *after, size_t after_len, uint64_t revision) {
   char subject[200];
@@ -75,15 +76,16 @@ static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const ch
   size_t vl = val ? strlen(val) : 0;
   char *before = NULL;
   size_t bl = 0;
-  if (ak_store_get(inst->store, AK_CF_DEFAULT, key, kl, &before, &bl) < 0 || ak_store_pin(inst->store) != 0) {
+  ak_batch_t *wb = NULL;
+  if (ak_store_get(inst->store, AK_CF_DEFAULT, key, kl, &before, &bl) < 0 || !(wb = ak_batch_new(inst->store)) ||
+      ak_store_pin(inst->store) != 0) {
+    ak_batch_free(wb);
     scrub_free(before, bl);
     scrub_free(val, vl);
     return -1;
   }
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_column_family_handle_t *cf = ak_store_cf(inst->store, AK_CF_DEFAULT);
-  if (val) rocksdb_writebatch_put_cf(wb, cf, key, kl, val, vl);
-  else rocksdb_writebatch_delete_cf(wb, cf, key, kl);
+  if (val) ak_batch_put(wb, AK_CF_DEFAULT, key, kl, val, vl);
+  else ak_batch_delete(wb, AK_CF_DEFAULT, key, kl);
   int rc = audit_source_change(inst, wb, who, action, tenant, name, before, bl, val, vl, revision);
   if (rc == 0) {
     ak_wf_class_t cls = AK_WF_OTHER;
@@ -96,7 +98,7 @@ static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const ch
     }
   }
   ak_store_unpin(inst->store);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   scrub_free(before, bl);
   scrub_free(val, vl);
   return rc;

@@ -38,6 +38,7 @@
 #include "queue/writer.h"
 #include "sinks/egress.h"
 #include "sinks/sink.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 #define TICK_MS 100
@@ -189,7 +190,7 @@ struct ak_dispatch {
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the node's bytes window: its size */
   int64_t pending, scheduled, dead;
-  rocksdb_writebatch_t *wb;
+  ak_batch_t *wb;
   size_t wb_ops;
   int64_t wb_first_ms;
   struct cand *cand;             /* claim_tenant's due rows, reused across scans */
@@ -479,8 +480,8 @@ static row_t *key_pop(ak_dispatch_t *d, skey_t *k) {
 
 /* ------------------------------------------------------------------ outcome writes ---- */
 
-static rocksdb_writebatch_t *batch(ak_dispatch_t *d, int64_t now) {
-  if (!d->wb) d->wb = rocksdb_writebatch_create();
+/* Between op_begin and op_end, which made the batch. */
+static ak_batch_t *batch(ak_dispatch_t *d, int64_t now) {
   if (!d->wb_ops) d->wb_first_ms = now;
   d->wb_ops++;
   return d->wb;
@@ -517,7 +518,7 @@ static int any_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx)
 static void reclaim(ak_dispatch_t *d) {
   if (!d->nreclaim) return;
   ak_store_t *st = d->inst->store;
-  rocksdb_writebatch_t *wb = NULL;
+  ak_batch_t *wb = NULL;
   for (size_t i = 0; i < d->nreclaim; i++) {
     uint64_t seq = d->reclaim[i].seq;
     uint8_t ak[AK_ARCHIVE_KEY_LEN], pfx[8];
@@ -530,17 +531,17 @@ static void reclaim(ak_dispatch_t *d) {
     ak_put_u64(pfx, seq);
     any_ctx_t a = {false};
     if (ak_store_scan(st, AK_CF_DELIVERIES, pfx, sizeof pfx, any_cb, &a) != 0 || a.found) continue;
-    if (!wb) wb = rocksdb_writebatch_create();
+    if (!wb && !(wb = ak_batch_new(st))) break;
     uint8_t hk[AK_HOOK_KEY_LEN], ik[AK_ID_KEY_LEN];
     ak_key_hook(hk, seq);
     ak_key_id(ik, d->reclaim[i].id);
     if (ak_store_pin(st) != 0) break;
-    rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_HOOKS), (const char *)hk, sizeof hk);
+    ak_batch_delete(wb, AK_CF_HOOKS, hk, sizeof hk);
     /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
      * sealed, or released from the pen) has */
     const uint8_t *idk = ak_store_id_key(st);
     if (!idk || ak_uuid7_unseal(idk, d->reclaim[i].id) != seq)
-      rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, AK_CF_INDEX), (const char *)ik, sizeof ik);
+      ak_batch_delete(wb, AK_CF_INDEX, ik, sizeof ik);
     ak_store_unpin(st);
   }
   d->nreclaim = 0;
@@ -551,7 +552,7 @@ static void reclaim(ak_dispatch_t *d) {
       ak_counter_add(d->c_write_fail, 1);
       free(err);
     }
-    rocksdb_writebatch_destroy(wb);
+    ak_batch_free(wb);
   }
 }
 
@@ -575,14 +576,18 @@ static void flush(ak_dispatch_t *d) {
     d->store_down_logged = false;
     reclaim(d);
   }
-  rocksdb_writebatch_clear(d->wb);
+  ak_batch_clear(d->wb);
   d->wb_ops = 0;
 }
 
 /* Puts/deletes under a pin so a reopen cannot swap the CF handles mid-batch. Returns
- * false when the store is closed (the op is skipped: the row is simply due again). */
+ * false when the store is closed or no batch could be made (the op is skipped: the row
+ * is simply due again). */
 static bool op_begin(ak_dispatch_t *d) {
-  if (ak_store_pin(d->inst->store) == 0) return true;
+  if (ak_store_pin(d->inst->store) == 0) {
+    if (d->wb || (d->wb = ak_batch_new(d->inst->store))) return true;
+    ak_store_unpin(d->inst->store);
+  }
   d->ops_lost = true;
   return false;
 }
@@ -591,7 +596,7 @@ static void op_end(ak_dispatch_t *d) { ak_store_unpin(d->inst->store); }
 static void op_delete_due(ak_dispatch_t *d, row_t *r, int64_t now) {
   uint8_t k[AK_DUE_KEY_MAX];
   size_t kl = ak_key_due(k, r->t->name, r->t->nlen, r->due_at, r->seq, r->sink);
-  rocksdb_writebatch_delete_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_INDEX), (const char *)k, kl);
+  ak_batch_delete(batch(d, now), AK_CF_INDEX, k, kl);
 }
 
 static const char *row_type(const row_t *r, size_t *len) {
@@ -608,13 +613,11 @@ static void op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attem
   uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
   size_t kl = ak_key_due(k, r->t->name, r->t->nlen, at, r->seq, r->sink);
   size_t vl = ak_due_value(v, sizeof v, attempts, ty, tl, r->has_replay ? r->replay_id : NULL);
-  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_INDEX), (const char *)k, kl,
-                            (const char *)v, vl);
+  ak_batch_put(batch(d, now), AK_CF_INDEX, k, kl, v, vl);
   ak_key_delivery(dk, r->seq, r->sink);
   size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, attempts, at, ty, tl,
                                  r->has_replay ? r->replay_id : NULL);
-  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_DELIVERIES), (const char *)dk,
-                            sizeof dk, (const char *)row, rl);
+  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
   op_end(d);
 }
 
@@ -623,8 +626,7 @@ static void op_clear(ak_dispatch_t *d, row_t *r, int64_t now) {
   op_delete_due(d, r, now);
   uint8_t dk[AK_DELIVERY_KEY_LEN];
   ak_key_delivery(dk, r->seq, r->sink);
-  rocksdb_writebatch_delete_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_DELIVERIES), (const char *)dk,
-                               sizeof dk);
+  ak_batch_delete(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk);
   op_end(d);
   reclaim_note(d, r->seq, r->env.id);
 }
@@ -638,8 +640,7 @@ static void op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *r
   ak_key_delivery(dk, r->seq, r->sink);
   size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_DEAD, attempts, now, ty, tl,
                                  r->has_replay ? r->replay_id : NULL);
-  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_DELIVERIES), (const char *)dk,
-                            sizeof dk, (const char *)row, rl);
+  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
   ak_key_dead(xk, now, r->seq, r->sink);
   ak_dead_entry_t e = {.received_at_ms = r->env.received_at_ms, .attempts = attempts, .sink_type = ty,
                        .sink_type_len = tl, .source = r->env.source, .source_len = r->env.source_len,
@@ -647,8 +648,7 @@ static void op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *r
                        .reason_len = strlen(reason)};
   memcpy(e.id, r->env.id, 16);
   size_t xl = ak_dead_entry_encode(xv, sizeof xv, &e);
-  rocksdb_writebatch_put_cf(batch(d, now), ak_store_cf(d->inst->store, AK_CF_INDEX), (const char *)xk, sizeof xk,
-                            (const char *)xv, xl);
+  ak_batch_put(batch(d, now), AK_CF_INDEX, xk, sizeof xk, xv, xl);
   op_end(d);
 }
 
@@ -958,7 +958,7 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
  * on), then their hooks in one batched read (neighbouring seqs share SST blocks: half
  * the cost of a read per row), then the rows are claimed in due order, each within the
  * windows as they stand after the one before. */
-static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t, size_t want, int64_t now,
+static size_t claim_tenant(ak_dispatch_t *d, ak_store_cursor_t *it, tenant_t *t, size_t want, int64_t now,
                            bool *store_err) {
   uint8_t pfx[AK_DUE_KEY_MAX];
   size_t pl = ak_key_due_prefix(pfx, t->name, t->nlen);
@@ -969,13 +969,13 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
     *store_err = true;
     return 0;
   }
-  if (t->cursor_len) rocksdb_iter_seek(it, (const char *)t->cursor, t->cursor_len);
-  else rocksdb_iter_seek(it, (const char *)pfx, pl);
+  if (t->cursor_len) ak_store_cursor_seek(it, t->cursor, t->cursor_len);
+  else ak_store_cursor_seek(it, pfx, pl);
   int64_t stop_at = INT64_MAX; /* the first due row not taken by this pass */
   size_t n = 0;
-  for (; rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+  for (; ak_store_cursor_valid(it); ak_store_cursor_next(it)) {
     size_t kl, vl;
-    const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+    const uint8_t *k = (const uint8_t *)ak_store_cursor_key(it, &kl);
     if (kl < pl || memcmp(k, pfx, pl) != 0) break;
     int64_t at;
     uint64_t seq;
@@ -986,7 +986,7 @@ static size_t claim_tenant(ak_dispatch_t *d, rocksdb_iterator_t *it, tenant_t *t
       break;
     }
     if (umap_get(&d->claimed, row_id(seq, sink))) continue;
-    const char *v = rocksdb_iter_value(it, &vl);
+    const char *v = ak_store_cursor_value(it, &vl);
     if (kl > AK_DUE_KEY_MAX || vl > AK_DUE_VALUE_MAX) {
       ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
       continue;
@@ -1049,10 +1049,11 @@ static void scan(ak_dispatch_t *d, int64_t now) {
   AK_ASSERT_OWNER(&d->owner);
   if (ak_list_empty(&d->ready) || !global_has_room(d)) return;
   if (ak_store_pin(d->inst->store) != 0) return;
-  rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-  rocksdb_readoptions_set_fill_cache(ro, 0);
-  rocksdb_iterator_t *it = NULL;
-  it = rocksdb_create_iterator_cf(ak_store_db(d->inst->store), ro, ak_store_cf(d->inst->store, AK_CF_INDEX));
+  ak_store_cursor_t *it = ak_store_cursor_new_pinned(d->inst->store, AK_CF_INDEX, false);
+  if (!it) {
+    ak_store_unpin(d->inst->store);
+    return;
+  }
   int64_t room = d->cfg->batch;
   int64_t gl = d->cfg->max_inflight - d->inflight;
   if (gl < room) room = gl;
@@ -1075,8 +1076,7 @@ static void scan(ak_dispatch_t *d, int64_t now) {
     }
     if (!progress) break;
   }
-  rocksdb_iter_destroy(it);
-  rocksdb_readoptions_destroy(ro);
+  ak_store_cursor_free(it);
   ak_store_unpin(d->inst->store);
 }
 
@@ -1739,7 +1739,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
   free(d->heap);
   free(d->cand);
   free(d->reclaim);
-  if (d->wb) rocksdb_writebatch_destroy(d->wb);
+  ak_batch_free(d->wb);
   pthread_mutex_destroy(&d->smu);
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->cv);

@@ -16,6 +16,7 @@
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "store/audit.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 
@@ -111,13 +112,13 @@ static json_t *job_json(const job_t *j, bool record) {
   return o;
 }
 
-static void batch_record(rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf, const job_t *j) {
+static void batch_record(ak_batch_t *wb, const job_t *j) {
   uint8_t k[AK_REPLAY_KEY_LEN];
   ak_key_replay(k, j->id);
   json_t *o = job_json(j, true);
   char *v = json_dumps(o, JSON_COMPACT);
   json_decref(o);
-  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, v, strlen(v));
+  ak_batch_put(wb, AK_CF_DEFAULT, k, sizeof k, v, strlen(v));
   free(v);
 }
 
@@ -145,9 +146,12 @@ static char *settings_text(const job_t *j) {
  * r->mu (the record must not be overtaken by an older one). 0, or -1 (logged). */
 static int write_record(ak_replays_t *r, const job_t *j, bool sync, const ak_audit_entry_t *ae) {
   ak_store_t *st = r->inst->store;
-  if (ak_store_pin(st) != 0) return -1;
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  batch_record(wb, ak_store_cf(st, AK_CF_DEFAULT), j);
+  ak_batch_t *wb = ak_batch_new(st);
+  if (!wb || ak_store_pin(st) != 0) {
+    ak_batch_free(wb);
+    return -1;
+  }
+  batch_record(wb, j);
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
   int rc;
@@ -158,7 +162,7 @@ static int write_record(ak_replays_t *r, const job_t *j, bool sync, const ak_aud
     rc = ak_store_write_pinned(st, wb, sync, &cls, &err);
   }
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   if (rc != 0) log_write_failure("job record write failed", j, cls, err);
   return rc;
 }
@@ -658,31 +662,30 @@ static void run_job(ak_replays_t *r, const turn_t *t, size_t want, size_t *scan_
   }
   if (m || s.end) j->updated_at = now;
   int rc = -1;
-  if (ak_store_pin(st) == 0) {
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    rocksdb_column_family_handle_t *cf_idx = ak_store_cf(st, AK_CF_INDEX), *cf_del = ak_store_cf(st, AK_CF_DELIVERIES);
+  ak_batch_t *wb = ak_batch_new(st);
+  if (wb && ak_store_pin(st) == 0) {
     for (size_t i = 0; i < m; i++) {
       const cand_t *c = &s.c[i];
       uint8_t k[AK_DUE_KEY_MAX], v[512]; /* a delivery row or a due value */
-      rocksdb_writebatch_delete_cf(wb, cf_idx, (const char *)c->xkey, AK_DEAD_KEY_LEN);
+      ak_batch_delete(wb, AK_CF_INDEX, c->xkey, AK_DEAD_KEY_LEN);
       ak_key_delivery(k, c->seq, c->sink);
       size_t vl = ak_delivery_row_ex(v, sizeof v, AK_DELIVERY_PENDING, 0, now, c->type, c->typelen, j->id);
-      rocksdb_writebatch_put_cf(wb, cf_del, (const char *)k, AK_DELIVERY_KEY_LEN, (const char *)v, vl);
+      ak_batch_put(wb, AK_CF_DELIVERIES, k, AK_DELIVERY_KEY_LEN, v, vl);
       size_t kl = ak_key_due(k, c->tenant, c->tlen, now, c->seq, c->sink);
       vl = ak_due_value(v, sizeof v, 0, c->type, c->typelen, j->id);
-      rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)k, kl, (const char *)v, vl);
+      ak_batch_put(wb, AK_CF_INDEX, k, kl, v, vl);
     }
     /* the cursor commits with the rows it passed: a restart resumes exactly here */
-    batch_record(wb, ak_store_cf(st, AK_CF_DEFAULT), j);
+    batch_record(wb, j);
     ak_wf_class_t cls = AK_WF_OTHER;
     char *err = NULL;
     /* not synced, like dispatch outcomes: a crash loses a suffix of the WAL, so the rows
      * and the cursor come back together in their old place */
     rc = ak_store_write_pinned(st, wb, false, &cls, &err);
     ak_store_unpin(st);
-    rocksdb_writebatch_destroy(wb);
     if (rc != 0) log_write_failure("replay batch write failed", j, cls, err);
   }
+  ak_batch_free(wb);
   if (rc != 0) {
     j->moved = saved.moved;
     j->scanned = saved.scanned;
@@ -731,21 +734,23 @@ static void housekeep(ak_replays_t *r) {
   }
   if (nfin <= AK_REPLAY_KEEP_FINISHED && !ndirty) return;
   ak_store_t *st = r->inst->store;
-  if (ak_store_pin(st) != 0) return;
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_column_family_handle_t *cf = ak_store_cf(st, AK_CF_DEFAULT);
+  ak_batch_t *wb = ak_batch_new(st);
+  if (!wb || ak_store_pin(st) != 0) {
+    ak_batch_free(wb);
+    return;
+  }
   size_t drop = nfin > AK_REPLAY_KEEP_FINISHED ? nfin - AK_REPLAY_KEEP_FINISHED : 0, o = 0;
   for (size_t i = 0; i < r->n; i++) {
     job_t *j = r->jobs[i];
     if (drop && finished(j)) {
       uint8_t k[AK_REPLAY_KEY_LEN];
       ak_key_replay(k, j->id);
-      rocksdb_writebatch_delete_cf(wb, cf, (const char *)k, sizeof k);
+      ak_batch_delete(wb, AK_CF_DEFAULT, k, sizeof k);
       job_free(j);
       drop--;
       continue;
     }
-    if (j->dirty) batch_record(wb, cf, j);
+    if (j->dirty) batch_record(wb, j);
     r->jobs[o++] = j;
   }
   r->n = o;
@@ -758,7 +763,7 @@ static void housekeep(ak_replays_t *r) {
     free(err);
   }
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
 }
 
 void ak_replays_tick(void *ctx, int64_t now_ms) {

@@ -14,6 +14,7 @@
 #include "core/tmap.h"
 #include "edge/quota.h"
 #include "store/audit.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 typedef struct entry {
@@ -307,12 +308,14 @@ static int store_row(ak_quota_t *q, const char *tenant, const char *before, cons
   char key[80], subject[96];
   int kl = snprintf(key, sizeof key, "%s%s", AK_KEY_RATE_LIMIT, tenant);
   snprintf(subject, sizeof subject, "rate_limit:%s", tenant);
-  if (kl < 0 || (size_t)kl >= sizeof key || ak_store_pin(q->store) != 0) return -1;
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  if (after)
-    rocksdb_writebatch_put_cf(wb, ak_store_cf(q->store, AK_CF_DEFAULT), key, (size_t)kl, after, strlen(after));
-  else
-    rocksdb_writebatch_delete_cf(wb, ak_store_cf(q->store, AK_CF_DEFAULT), key, (size_t)kl);
+  if (kl < 0 || (size_t)kl >= sizeof key) return -1;
+  ak_batch_t *wb = ak_batch_new(q->store);
+  if (!wb || ak_store_pin(q->store) != 0) {
+    ak_batch_free(wb);
+    return -1;
+  }
+  if (after) ak_batch_put(wb, AK_CF_DEFAULT, key, (size_t)kl, after, strlen(after));
+  else ak_batch_delete(wb, AK_CF_DEFAULT, key, (size_t)kl);
   ak_audit_entry_t ae = {.who = who, .action = after ? "rate_limit.put" : "rate_limit.delete", .tenant = tenant,
                          .subject = subject, .before = before, .before_len = before ? strlen(before) : 0,
                          .after = after, .after_len = after ? strlen(after) : 0};
@@ -321,7 +324,7 @@ static int store_row(ak_quota_t *q, const char *tenant, const char *before, cons
   int rc = ak_audit_put(q->audit, wb, &ae);
   if (rc == 0) rc = ak_audit_commit(q->audit, q->store, wb, &cls, &err);
   ak_store_unpin(q->store);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   if (rc != 0)
     ak_log(AK_LOG_ERROR, "rate_limit", "rate-limit override write failed", "tenant=%s class=%s", tenant,
            ak_wf_class_names[cls]);

@@ -32,7 +32,6 @@
 #include <sys/mman.h>
 #include <openssl/evp.h>
 #include <openssl/sha.h>
-#include <rocksdb/c.h>
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/instance.h"
@@ -336,15 +335,13 @@ static int64_t claim_at(const ak_write_req_t *r) {
   return c && c->state == AK_DEDUPE_CLAIM_PENDING ? c->expires_at_ms : 0;
 }
 
-static void put_record(rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf, int64_t last, uint64_t seq,
-                       const uint8_t *v, size_t vl) {
+static void put_record(ak_batch_t *b, int64_t last, uint64_t seq, const uint8_t *v, size_t vl) {
   uint8_t k[AK_DEDUPE_GROUP_KEY_LEN];
   ak_dedupe_group_key(k, last, seq);
-  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, (const char *)v, vl);
+  ak_batch_put(b, AK_CF_DEDUPE, k, sizeof k, v, vl);
 }
 
-void ak_dedupe_put(ak_dedupe_t *dx, rocksdb_writebatch_t *wb, rocksdb_column_family_handle_t *cf,
-                   const ak_write_req_t *list) {
+void ak_dedupe_put(ak_dedupe_t *dx, ak_batch_t *b, const ak_write_req_t *list) {
   (void)dx;
   uint8_t v[RECORD_MAX];
   int64_t lo = INT64_MIN;
@@ -365,7 +362,7 @@ void ak_dedupe_put(ak_dedupe_t *dx, rocksdb_writebatch_t *wb, rocksdb_column_fam
       const ak_dedupe_claim_t *c = r->dedupe;
       size_t el = AK_DEDUPE_ENTRY_FIXED + c->scope_len;
       if (vl && vl + el > sizeof v) {
-        put_record(wb, cf, last, seq, v, vl);
+        put_record(b, last, seq, v, vl);
         vl = 0;
         last = 0;
       }
@@ -376,7 +373,7 @@ void ak_dedupe_put(ak_dedupe_t *dx, rocksdb_writebatch_t *wb, rocksdb_column_fam
       vl += ak_dedupe_entry_put(v + vl, at, r->id, c->scope, c->scope_len);
       if (at > last) last = at;
     }
-    if (vl) put_record(wb, cf, last, seq, v, vl);
+    if (vl) put_record(b, last, seq, v, vl);
     if (hi == INT64_MAX) return;
     lo = hi + 1;
   }
@@ -501,19 +498,18 @@ long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *
   }
   if (!sw.n) goto done;
   if (gate) gate(gate_ctx, sw.nkeys);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  if (ak_store_pin(dx->inst->store) != 0) {
-    rocksdb_writebatch_destroy(wb);
+  ak_batch_t *wb = ak_batch_new(dx->inst->store);
+  if (!wb || ak_store_pin(dx->inst->store) != 0) {
+    ak_batch_free(wb);
     out = -1;
     goto done;
   }
-  rocksdb_column_family_handle_t *cf = ak_store_cf(dx->inst->store, AK_CF_DEDUPE);
-  for (size_t i = 0; i < sw.n; i++) rocksdb_writebatch_delete_cf(wb, cf, (const char *)sw.recs[i].k, sw.recs[i].kl);
+  for (size_t i = 0; i < sw.n; i++) ak_batch_delete(wb, AK_CF_DEDUPE, sw.recs[i].k, sw.recs[i].kl);
   ak_wf_class_t cls;
   char *err = NULL;
   rc = ak_store_write_pinned(dx->inst->store, wb, false, &cls, &err);
   ak_store_unpin(dx->inst->store);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   if (rc != 0) {
     free(err);
     out = -1; /* nothing forgotten: the next pass reads the same records again */

@@ -29,11 +29,10 @@
 #include "core/sources.h"
 #include "core/module.h"
 #include "queue/dedupe_record.h"
+#include "store/batch.h"
 
 struct ak_instance;
 struct ak_write_req;
-struct rocksdb_writebatch_t;
-struct rocksdb_column_family_handle_t;
 
 typedef struct ak_dedupe ak_dedupe_t;
 
@@ -90,8 +89,7 @@ void ak_dedupe_prefetch(ak_dedupe_t *dx, const struct ak_write_req *list, size_t
 ak_dedupe_verdict_t ak_dedupe_take(ak_dedupe_t *dx, struct ak_write_req *r);
 /* Writer: the keys the records of list (`next`-linked, seqs assigned) hold pending, into
  * their commit's batch as 'e' records (a few per commit: see dedupe.c). */
-void ak_dedupe_put(ak_dedupe_t *dx, struct rocksdb_writebatch_t *wb, struct rocksdb_column_family_handle_t *cf,
-                   const struct ak_write_req *list);
+void ak_dedupe_put(ak_dedupe_t *dx, ak_batch_t *b, const struct ak_write_req *list);
 /* Writer, when r is answered (r->status final, before its done()): returns the parked
  * repeats, `next`-linked, each with its status set, for the writer to answer. */
 struct ak_write_req *ak_dedupe_settle(ak_dedupe_t *dx, struct ak_write_req *r);

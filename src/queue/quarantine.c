@@ -22,6 +22,7 @@
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/audit.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 struct ak_pen_bucket {
@@ -373,22 +374,25 @@ int ak_pen_purge(ak_pen_t *pen, ak_store_t *st, const ak_pen_filter_t *f, int64_
     goto out;
   }
   /* The batch is built and written under the store's pin: the CF handles stay valid. */
-  if (ak_store_pin(st) != 0) goto out;
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_column_family_handle_t *cf_pen = ak_store_cf(st, AK_CF_QUARANTINE), *cf_def = ak_store_cf(st, AK_CF_DEFAULT);
+  ak_batch_t *wb = ak_batch_new(st);
+  if (!wb) goto out;
+  if (ak_store_pin(st) != 0) {
+    ak_batch_free(wb);
+    goto out;
+  }
   int64_t total = 0;
   for (size_t i = 0; i < n; i++) {
     uint8_t k[AK_PEN_KEY_LEN];
     ak_key_pen(k, AK_PEN_SUMMARY, es[i].received_at_ms, es[i].id);
-    rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)k, sizeof k);
+    ak_batch_delete(wb, AK_CF_QUARANTINE, k, sizeof k);
     ak_key_pen(k, AK_PEN_BODY, es[i].received_at_ms, es[i].id);
-    rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)k, sizeof k);
+    ak_batch_delete(wb, AK_CF_QUARANTINE, k, sizeof k);
     total += (int64_t)es[i].size;
   }
   uint8_t v[8];
   ak_put_u64(v, (uint64_t)(admin_total - total));
   const char *mk = AK_KEY_QUARANTINE_BYTES ":admin";
-  rocksdb_writebatch_put_cf(wb, cf_def, mk, strlen(mk), (const char *)v, 8);
+  ak_batch_put(wb, AK_CF_DEFAULT, mk, strlen(mk), v, 8);
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
   entry_set_t set;
@@ -404,7 +408,7 @@ int ak_pen_purge(ak_pen_t *pen, ak_store_t *st, const ak_pen_filter_t *f, int64_
     entry_set_free(&set);
   }
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   if (rc != 0) {
     ak_log(AK_LOG_ERROR, "quarantine", "purge failed", "class=%s entries=%zu", ak_wf_class_names[cls], n);
     free(err);

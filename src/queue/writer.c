@@ -25,6 +25,7 @@
 #include "queue/dedupe.h"
 #include "queue/tenantshare.h"
 #include "queue/writer.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 struct ak_writer {
@@ -87,7 +88,7 @@ static void set_unavailable(ak_writer_t *w, ak_wf_class_t cls) {
 }
 
 /* Debian's RocksDB 7.8.3 is built with assertions: a WAL append that fails with ENOSPC
- * aborts the process inside rocksdb_write (WritableFileWriter asserts on the errored
+ * aborts the process inside RocksDB's write (WritableFileWriter asserts on the errored
  * file). So RocksDB must never meet a full disk: every write is preceded by a statvfs
  * and refused while less than node.min_free_bytes (plus what the write needs) is free. */
 static bool disk_has_room(ak_writer_t *w, uint64_t need, uint64_t *free_out) {
@@ -397,12 +398,12 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     finish_all(w, keep, AK_WR_STORE_UNAVAILABLE);
     return;
   }
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_column_family_handle_t *cf_hooks = ak_store_cf(w->store, AK_CF_HOOKS),
-                                  *cf_del = ak_store_cf(w->store, AK_CF_DELIVERIES),
-                                  *cf_idx = ak_store_cf(w->store, AK_CF_INDEX),
-                                  *cf_def = ak_store_cf(w->store, AK_CF_DEFAULT),
-                                  *cf_pen = ak_store_cf(w->store, AK_CF_QUARANTINE);
+  ak_batch_t *wb = ak_batch_new(w->store);
+  if (!wb) {
+    ak_store_unpin(w->store);
+    finish_all(w, keep, AK_WR_STORE_UNAVAILABLE);
+    return;
+  }
   uint64_t seq = 0;
   size_t nh = 0;              /* hooks in the batch (pen entries have no seq) */
   int64_t pen_delta = 0;
@@ -424,14 +425,14 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     else nidx++;
     uint8_t hk[AK_HOOK_KEY_LEN];
     ak_key_hook(hk, r->seq);
-    rocksdb_writebatch_put_cf(wb, cf_hooks, (const char *)hk, sizeof hk, (const char *)r->rec, r->rec_len);
+    ak_batch_put(wb, AK_CF_HOOKS, hk, sizeof hk, r->rec, r->rec_len);
   }
   for (ak_write_req_t *r = keep; r; r = r->next)
     for (size_t i = 0; r->kind == AK_WRITE_HOOK && i < r->source->nsinks; i++) {
       uint8_t dk[AK_DELIVERY_KEY_LEN], row[300];
       ak_key_delivery(dk, r->seq, (uint16_t)i);
       size_t rl = ak_delivery_row(row, sizeof row, AK_DELIVERY_PENDING, 0, now_ms, r->source->sinks[i].type);
-      rocksdb_writebatch_put_cf(wb, cf_del, (const char *)dk, sizeof dk, (const char *)row, rl);
+      ak_batch_put(wb, AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
     }
   if (w->write_archive)
     for (ak_write_req_t *r = keep; r; r = r->next) {
@@ -439,7 +440,7 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
       uint8_t ak[AK_ARCHIVE_KEY_LEN], sz[4];
       ak_key_archive(ak, r->seq);
       ak_put_u32(sz, (uint32_t)r->rec_len);
-      rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)ak, sizeof ak, (const char *)sz, 4);
+      ak_batch_put(wb, AK_CF_INDEX, ak, sizeof ak, sz, 4);
     }
   for (ak_write_req_t *r = keep; r; r = r->next)
     for (size_t i = 0; r->kind == AK_WRITE_HOOK && i < r->source->nsinks; i++) {
@@ -447,16 +448,16 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
       size_t kl = ak_key_due(due, r->tenant, r->tenant_len, now_ms, r->seq, (uint16_t)i);
       const char *type = r->source->sinks[i].type;
       size_t vl = ak_due_value(dv, sizeof dv, 0, type, strlen(type), NULL);
-      rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)due, kl, (const char *)dv, vl);
+      ak_batch_put(wb, AK_CF_INDEX, due, kl, dv, vl);
     }
   for (ak_write_req_t *r = keep; nidx && r; r = r->next) {
     if (r->kind != AK_WRITE_HOOK || r->id_sealed) continue;
     uint8_t ik[AK_ID_KEY_LEN], sv[8];
     ak_key_id(ik, r->id);
     ak_put_u64(sv, r->seq);
-    rocksdb_writebatch_put_cf(wb, cf_idx, (const char *)ik, sizeof ik, (const char *)sv, 8);
+    ak_batch_put(wb, AK_CF_INDEX, ik, sizeof ik, sv, 8);
   }
-  if (w->inst->dedupe) ak_dedupe_put(w->inst->dedupe, wb, ak_store_cf(w->store, AK_CF_DEDUPE), keep);
+  if (w->inst->dedupe) ak_dedupe_put(w->inst->dedupe, wb, keep);
   /* The quarantine pen: entries held ('s' summary + 'b' record), and the pen rows of
    * hooks released from it, deleted in the same batch that commits them as hooks. */
   for (ak_write_req_t *r = keep; r; r = r->next) {
@@ -478,17 +479,17 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
       size_t svl = ak_pen_summary_encode(sv, sizeof sv, &ps);
       if (decoded) ak_envelope_clear(&env);
       ak_key_pen(sk, AK_PEN_SUMMARY, r->received_at_ms, r->id);
-      rocksdb_writebatch_put_cf(wb, cf_pen, (const char *)sk, sizeof sk, (const char *)sv, svl);
+      ak_batch_put(wb, AK_CF_QUARANTINE, sk, sizeof sk, sv, svl);
       ak_key_pen(sk, AK_PEN_BODY, r->received_at_ms, r->id);
-      rocksdb_writebatch_put_cf(wb, cf_pen, (const char *)sk, sizeof sk, (const char *)r->rec, r->rec_len);
+      ak_batch_put(wb, AK_CF_QUARANTINE, sk, sizeof sk, r->rec, r->rec_len);
       pen_delta += (int64_t)r->body_len;
       pen_touched = true;
     } else if (r->unpen) {
       uint8_t sk[AK_PEN_KEY_LEN];
       ak_key_pen(sk, AK_PEN_SUMMARY, r->received_at_ms, r->id);
-      rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)sk, sizeof sk);
+      ak_batch_delete(wb, AK_CF_QUARANTINE, sk, sizeof sk);
       ak_key_pen(sk, AK_PEN_BODY, r->received_at_ms, r->id);
-      rocksdb_writebatch_delete_cf(wb, cf_pen, (const char *)sk, sizeof sk);
+      ak_batch_delete(wb, AK_CF_QUARANTINE, sk, sizeof sk);
       pen_delta -= r->unpen_bytes;
       pen_touched = true;
     }
@@ -500,15 +501,15 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     meta_key(hc_key, sizeof hc_key, AK_KEY_HOOK_COUNT, wi);
     ak_put_u64(ns, seq);
     ak_put_u64(hc, w->hook_count[wi] + nh);
-    rocksdb_writebatch_put_cf(wb, cf_def, nk_key, strlen(nk_key), (const char *)ns, 8);
-    rocksdb_writebatch_put_cf(wb, cf_def, hc_key, strlen(hc_key), (const char *)hc, 8);
+    ak_batch_put(wb, AK_CF_DEFAULT, nk_key, strlen(nk_key), ns, 8);
+    ak_batch_put(wb, AK_CF_DEFAULT, hc_key, strlen(hc_key), hc, 8);
   }
   if (pen_touched) {
     char qb_key[48];
     uint8_t qb[8];
     meta_key(qb_key, sizeof qb_key, AK_KEY_QUARANTINE_BYTES, wi);
     ak_put_u64(qb, (uint64_t)(w->pen_bytes[wi] + pen_delta));
-    rocksdb_writebatch_put_cf(wb, cf_def, qb_key, strlen(qb_key), (const char *)qb, 8);
+    ak_batch_put(wb, AK_CF_DEFAULT, qb_key, strlen(qb_key), qb, 8);
   }
 
   if (w->test_commit_delay_ms > 0) usleep((useconds_t)(w->test_commit_delay_ms * 1000));
@@ -518,7 +519,7 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
   int rc = w->test_commit_mode == 2 ? 0 : ak_store_write_pinned(w->store, wb, w->test_commit_mode == 0, &cls, &err);
   ak_store_unpin(w->store);
   double dur = (double)(ak_mono_ns() - t0) / 1e9;
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   ak_histogram_observe(w->m_commit, dur);
   ak_histogram_observe(w->m_batch, (double)nk);
   if (rc == 0) {

@@ -154,11 +154,11 @@ ak_audit_t *ak_audit_open(ak_instance_t *inst, char **err) {
     ak_audit_free(a);
     return NULL;
   } else {
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    rocksdb_writebatch_put_cf(wb, ak_store_cf(a->store, AK_CF_AUDIT), &kk, 1, (const char *)a->key, sizeof a->key);
-    rc = ak_store_write_pinned(a->store, wb, true, NULL, NULL);
+    ak_batch_t *wb = ak_batch_new(a->store);
+    if (wb) ak_batch_put(wb, AK_CF_AUDIT, &kk, 1, a->key, sizeof a->key);
+    rc = wb ? ak_store_write_pinned(a->store, wb, true, NULL, NULL) : -1;
     ak_store_unpin(a->store);
-    rocksdb_writebatch_destroy(wb);
+    ak_batch_free(wb);
     if (rc != 0) {
       *err = fmt_err("cannot store its key", a->store);
       ak_audit_free(a);
@@ -258,11 +258,10 @@ static int64_t read_rev(ak_audit_t *a, const char *subject) {
   return rev;
 }
 
-int ak_audit_put(ak_audit_t *a, rocksdb_writebatch_t *wb, const ak_audit_entry_t *e) {
+int ak_audit_put(ak_audit_t *a, ak_batch_t *wb, const ak_audit_entry_t *e) {
   if (!a) return 0;
   if (!e->action || !e->subject || fault(a)) return -1;
-  rocksdb_column_family_handle_t *cf = ak_store_cf(a->store, AK_CF_AUDIT);
-  if (!cf) return -1;
+  if (!ak_store_has_cf(a->store, AK_CF_AUDIT)) return -1;
   pthread_mutex_lock(&a->order);
   uint64_t seq = a->next_seq;
   int64_t rev = e->revision;
@@ -283,18 +282,18 @@ int ak_audit_put(ak_audit_t *a, rocksdb_writebatch_t *wb, const ak_audit_entry_t
   }
   uint8_t k[AK_AUDIT_ROW_KEY_LEN], v8[8];
   row_key(k, AK_AUDIT_ROW, seq);
-  rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, text, strlen(text));
+  ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, text, strlen(text));
   if (e->outcome && !strcmp(e->outcome, "pending")) {
     row_key(k, AK_AUDIT_PENDING, seq);
-    rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, "", 0);
+    ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, "", 0);
   }
   rk[0] = AK_AUDIT_REV;
   memcpy(rk + 1, e->subject, sl);
   ak_put_u64(v8, (uint64_t)rev);
-  rocksdb_writebatch_put_cf(wb, cf, rk, sl + 1, (const char *)v8, 8);
+  ak_batch_put(wb, AK_CF_AUDIT, rk, sl + 1, v8, 8);
   char nk = AK_AUDIT_NEXT;
   ak_put_u64(v8, seq + 1);
-  rocksdb_writebatch_put_cf(wb, cf, &nk, 1, (const char *)v8, 8);
+  ak_batch_put(wb, AK_CF_AUDIT, &nk, 1, v8, 8);
   free(rk);
   free(text);
   a->held_seq = seq;
@@ -303,7 +302,7 @@ int ak_audit_put(ak_audit_t *a, rocksdb_writebatch_t *wb, const ak_audit_entry_t
   return 0; /* the order stays held: commit or cancel */
 }
 
-int ak_audit_commit(ak_audit_t *a, ak_store_t *st, rocksdb_writebatch_t *wb, ak_wf_class_t *cls, char **err) {
+int ak_audit_commit(ak_audit_t *a, ak_store_t *st, ak_batch_t *wb, ak_wf_class_t *cls, char **err) {
   ak_wf_class_t c = AK_WF_OTHER;
   int rc = ak_store_write_pinned(st, wb, true, &c, err);
   if (cls) *cls = c;
@@ -326,8 +325,11 @@ void ak_audit_cancel(ak_audit_t *a) {
 
 int ak_audit_record(ak_audit_t *a, const ak_audit_entry_t *e) {
   if (!a) return 0;
-  if (ak_store_pin(a->store) != 0) return -1;
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(a->store);
+  if (!wb || ak_store_pin(a->store) != 0) {
+    ak_batch_free(wb);
+    return -1;
+  }
   int rc = ak_audit_put(a, wb, e);
   if (rc == 0) {
     char *err = NULL;
@@ -335,7 +337,7 @@ int ak_audit_record(ak_audit_t *a, const ak_audit_entry_t *e) {
     free(err);
   }
   ak_store_unpin(a->store);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   return rc;
 }
 
@@ -351,24 +353,24 @@ static int finish(ak_audit_t *a, uint64_t seq, const char *outcome, bool set_aft
   int rc = ak_store_get_pinned(a->store, AK_CF_AUDIT, k, sizeof k, &v, &vl);
   json_t *row = rc == 0 ? json_loadb(v, vl, 0, NULL) : NULL;
   free(v);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_column_family_handle_t *cf = ak_store_cf(a->store, AK_CF_AUDIT);
-  if (row) {
+  ak_batch_t *wb = ak_batch_new(a->store);
+  if (!wb) rc = -1;
+  if (row && wb) {
     json_object_set_new(row, "outcome", json_string(outcome));
     json_t *ah = set_after ? hash_or_null(a, after, after_len) : NULL;
     if (ah) json_object_set_new(row, "after_hash", ah);
     if (detail) json_object_set(row, "detail", detail);
     char *text = json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (text) rocksdb_writebatch_put_cf(wb, cf, (const char *)k, sizeof k, text, strlen(text));
+    if (text) ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, text, strlen(text));
     free(text);
   }
   json_decref(row);
   /* a pending marker whose row is gone (pruned) is dropped all the same */
   uint8_t pk[AK_AUDIT_ROW_KEY_LEN];
   row_key(pk, AK_AUDIT_PENDING, seq);
-  rocksdb_writebatch_delete_cf(wb, cf, (const char *)pk, sizeof pk);
+  if (wb) ak_batch_delete(wb, AK_CF_AUDIT, pk, sizeof pk);
   rc = rc < 0 ? -1 : ak_store_write_pinned(a->store, wb, true, NULL, NULL);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   pthread_mutex_unlock(&a->order);
   ak_store_unpin(a->store);
   if (rc != 0)
@@ -518,13 +520,11 @@ int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms) {
       ak_store_unpin(a->store);
       break;
     }
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    for (size_t i = 0; i < pc.n; i++)
-      rocksdb_writebatch_delete_cf(wb, ak_store_cf(a->store, AK_CF_AUDIT), (const char *)pc.keys[i],
-                                   AK_AUDIT_ROW_KEY_LEN);
-    int rc = ak_store_write_pinned(a->store, wb, false, NULL, NULL);
+    ak_batch_t *wb = ak_batch_new(a->store);
+    for (size_t i = 0; wb && i < pc.n; i++) ak_batch_delete(wb, AK_CF_AUDIT, pc.keys[i], AK_AUDIT_ROW_KEY_LEN);
+    int rc = wb ? ak_store_write_pinned(a->store, wb, false, NULL, NULL) : -1;
     ak_store_unpin(a->store);
-    rocksdb_writebatch_destroy(wb);
+    ak_batch_free(wb);
     if (rc != 0) {
       total = -1;
       break;

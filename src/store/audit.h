@@ -10,7 +10,7 @@
  * A change that lives in this node's store goes in the SAME synced batch as its row:
  *
  *   if (ak_store_pin(st) != 0) -> 503;
- *   rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+ *   ak_batch_t *wb = ak_batch_new(st);   (NULL -> 503)
  *   ... the change's puts and deletes ...
  *   if (ak_audit_put(inst->audit, wb, &entry) != 0) -> nothing written: 503 store_unavailable
  *   rc = ak_audit_commit(inst->audit, st, wb, &cls, &err);   (synced; ends the put)
@@ -31,13 +31,13 @@
 #define AK_STORE_AUDIT_H
 
 #include <jansson.h>
-#include <rocksdb/c.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core/instance.h"
 #include "core/module.h"
 #include "core/tenants.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 typedef struct ak_audit ak_audit_t;
@@ -82,10 +82,10 @@ void ak_audit_free(ak_audit_t *a);
  * order is held until ak_audit_commit / ak_audit_cancel. -1: nothing added, nothing held
  * (also the test builds' fault: ANKUSA_TEST_AUDIT_FAIL=1, or =<path> while that file
  * exists). */
-int ak_audit_put(ak_audit_t *a, rocksdb_writebatch_t *wb, const ak_audit_entry_t *e);
+int ak_audit_put(ak_audit_t *a, ak_batch_t *wb, const ak_audit_entry_t *e);
 /* Synced write of wb under the caller's pin; ends the put (a failed write gives the seq
  * back). 0, or -1 with *cls / *err (either may be NULL). */
-int ak_audit_commit(ak_audit_t *a, ak_store_t *st, rocksdb_writebatch_t *wb, ak_wf_class_t *cls, char **err);
+int ak_audit_commit(ak_audit_t *a, ak_store_t *st, ak_batch_t *wb, ak_wf_class_t *cls, char **err);
 /* End a put without writing (the caller drops its batch). */
 void ak_audit_cancel(ak_audit_t *a);
 

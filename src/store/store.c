@@ -16,7 +16,7 @@
 #include "core/log.h"
 #include "core/node.h"
 #include "store/crc32c.h"
-#include "store/store.h"
+#include "store/internal.h"
 
 const char *const ak_wf_class_names[AK_WF_COUNT] = {"no_space", "io_error", "read_only",
                                                      "corruption", "busy", "other"};
@@ -31,6 +31,7 @@ struct ak_store {
   rocksdb_column_family_handle_t *cf[AK_CF_COUNT];
   rocksdb_writeoptions_t *wsync, *wnosync;
   rocksdb_readoptions_t *ropts;
+  rocksdb_readoptions_t *ropts_nofill; /* cursors of one-pass scans */
   uint64_t next_seq, hook_count;
   double open_seconds;
   uint8_t id_key[AK_ID_KEY_LEN_BYTES]; /* seals hook ids (core/ids.h); fixed once read */
@@ -48,6 +49,9 @@ ak_store_t *ak_store_new(const char *path, bool read_only) {
   st->wnosync = rocksdb_writeoptions_create();
   st->ropts = rocksdb_readoptions_create();
   rocksdb_readoptions_set_verify_checksums(st->ropts, 1);
+  st->ropts_nofill = rocksdb_readoptions_create();
+  rocksdb_readoptions_set_verify_checksums(st->ropts_nofill, 1);
+  rocksdb_readoptions_set_fill_cache(st->ropts_nofill, 0);
   return st;
 }
 
@@ -83,6 +87,7 @@ void ak_store_free(ak_store_t *st) {
   rocksdb_writeoptions_destroy(st->wsync);
   rocksdb_writeoptions_destroy(st->wnosync);
   rocksdb_readoptions_destroy(st->ropts);
+  rocksdb_readoptions_destroy(st->ropts_nofill);
   pthread_rwlock_destroy(&st->lock);
   free(st->path);
   free(st);
@@ -411,7 +416,8 @@ int ak_store_find_hook(ak_store_t *st, const uint8_t id[16], uint64_t *seq, char
   *seq = s;
   return 0;
 }
-rocksdb_column_family_handle_t *ak_store_cf(ak_store_t *st, int cf) { return st->cf[cf]; }
+rocksdb_column_family_handle_t *const *ak_store_cf_handles(ak_store_t *st) { return st->cf; }
+bool ak_store_has_cf(ak_store_t *st, int cf) { return st->cf[cf] != NULL; }
 
 ak_wf_class_t ak_store_classify(const char *e) {
   if (!e) return AK_WF_OTHER;
@@ -424,8 +430,6 @@ ak_wf_class_t ak_store_classify(const char *e) {
   return AK_WF_OTHER;
 }
 
-rocksdb_t *ak_store_db(ak_store_t *st) { return st->db; }
-
 int ak_store_pin(ak_store_t *st) {
   pthread_rwlock_rdlock(&st->lock);
   if (st->db) return 0;
@@ -435,20 +439,23 @@ int ak_store_pin(ak_store_t *st) {
 
 void ak_store_unpin(ak_store_t *st) { pthread_rwlock_unlock(&st->lock); }
 
-int ak_store_write(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err) {
-  if (ak_store_pin(st) != 0) {
-    if (cls) *cls = AK_WF_OTHER;
-    if (err) *err = strdup("store is closed");
-    return -1;
-  }
-  int rc = ak_store_write_pinned(st, wb, sync, cls, err);
+static int refuse_closed(ak_wf_class_t *cls, char **err) {
+  if (cls) *cls = AK_WF_OTHER;
+  if (err) *err = strdup("store is closed");
+  return -1;
+}
+
+int ak_store_write(ak_store_t *st, ak_batch_t *b, bool sync, ak_wf_class_t *cls, char **err) {
+  if (ak_store_pin(st) != 0) return refuse_closed(cls, err);
+  int rc = ak_store_write_pinned(st, b, sync, cls, err);
   ak_store_unpin(st);
   return rc;
 }
 
-int ak_store_write_pinned(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err) {
+int ak_store_write_pinned(ak_store_t *st, ak_batch_t *b, bool sync, ak_wf_class_t *cls, char **err) {
+  if (b->dropped) return refuse_closed(cls, err); /* never a part of a change */
   char *e = NULL;
-  rocksdb_write(st->db, sync ? st->wsync : st->wnosync, wb, &e);
+  rocksdb_write(st->db, sync ? st->wsync : st->wnosync, b->wb, &e);
   if (e) {
     if (cls) *cls = ak_store_classify(e);
     if (err) *err = e;
@@ -584,6 +591,33 @@ int ak_store_scan_from(ak_store_t *st, int cf, const void *prefix, size_t plen, 
   rocksdb_iter_destroy(it);
   pthread_rwlock_unlock(&st->lock);
   return rc;
+}
+
+/* A cursor is the iterator itself: nothing to allocate beside it. */
+static rocksdb_iterator_t *iter(const ak_store_cursor_t *c) { return (rocksdb_iterator_t *)c; }
+
+ak_store_cursor_t *ak_store_cursor_new_pinned(ak_store_t *st, int cf, bool fill_cache) {
+  if (!st->db || !st->cf[cf]) return NULL;
+  return (ak_store_cursor_t *)rocksdb_create_iterator_cf(st->db, fill_cache ? st->ropts : st->ropts_nofill,
+                                                        st->cf[cf]);
+}
+
+void ak_store_cursor_seek(ak_store_cursor_t *c, const void *key, size_t kl) { rocksdb_iter_seek(iter(c), key, kl); }
+bool ak_store_cursor_valid(const ak_store_cursor_t *c) { return rocksdb_iter_valid(iter(c)); }
+void ak_store_cursor_next(ak_store_cursor_t *c) { rocksdb_iter_next(iter(c)); }
+const char *ak_store_cursor_key(const ak_store_cursor_t *c, size_t *kl) { return rocksdb_iter_key(iter(c), kl); }
+const char *ak_store_cursor_value(const ak_store_cursor_t *c, size_t *vl) { return rocksdb_iter_value(iter(c), vl); }
+
+int ak_store_cursor_status(const ak_store_cursor_t *c) {
+  char *e = NULL;
+  rocksdb_iter_get_error(iter(c), &e);
+  if (!e) return 0;
+  free(e);
+  return -1;
+}
+
+void ak_store_cursor_free(ak_store_cursor_t *c) {
+  if (c) rocksdb_iter_destroy(iter(c));
 }
 
 int ak_store_probe(ak_store_t *st, ak_wf_class_t *cls, char **err) {

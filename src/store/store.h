@@ -7,7 +7,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <rocksdb/c.h>
 #include "core/module.h"
 #include "store/keys.h"
 
@@ -23,6 +22,9 @@ typedef enum {
 extern const char *const ak_wf_class_names[AK_WF_COUNT];
 
 typedef struct ak_store ak_store_t;
+/* A write batch (store/batch.h) and a cursor (below). */
+typedef struct ak_batch ak_batch_t;
+typedef struct ak_store_cursor ak_store_cursor_t;
 
 /* path: the store directory itself. */
 ak_store_t *ak_store_new(const char *path, bool read_only);
@@ -57,22 +59,20 @@ const uint8_t *ak_store_id_key(const ak_store_t *st);
  * 0 (*rec malloc'd, the encoded envelope; *seq set), 1 not found, -1 store unavailable. */
 int ak_store_find_hook(ak_store_t *st, const uint8_t id[16], uint64_t *seq, char **rec, size_t *len);
 
-/* Column family handle. Only the thread that opens/closes the store may hold it across
- * calls (the writer thread). */
-rocksdb_column_family_handle_t *ak_store_cf(ak_store_t *st, int cf);
-
-/* The database handle, for iterators; only valid while the caller holds a pin. */
-rocksdb_t *ak_store_db(ak_store_t *st);
+/* Whether the open store has this column family (a read-only open of an older store may
+ * lack one); false when closed. For a caller that holds a pin. */
+bool ak_store_has_cf(ak_store_t *st, int cf);
 
 /* Pin the open handle (shared lock) so it cannot be closed while a caller builds a batch
- * from ak_store_cf() handles and writes it. -1 (nothing held) when the store is closed. */
+ * and writes it, or reads through a cursor. -1 (nothing held) when the store is closed. */
 int ak_store_pin(ak_store_t *st);
 void ak_store_unpin(ak_store_t *st);
 /* ak_store_write for a caller that holds a pin. */
-int ak_store_write_pinned(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err);
+int ak_store_write_pinned(ak_store_t *st, ak_batch_t *b, bool sync, ak_wf_class_t *cls, char **err);
 
-/* Write a batch. 0 on success; -1 unavailable (closed) or failed, with *cls and *err. */
-int ak_store_write(ak_store_t *st, rocksdb_writebatch_t *wb, bool sync, ak_wf_class_t *cls, char **err);
+/* Write a batch, all of it or nothing (synced when sync). 0 on success; -1 unavailable
+ * (closed, or an op of the batch met it closed) or failed, with *cls and *err. */
+int ak_store_write(ak_store_t *st, ak_batch_t *b, bool sync, ak_wf_class_t *cls, char **err);
 
 /* Point read: 0 found (*val malloc'd), 1 not found, -1 unavailable or error. */
 int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
@@ -96,6 +96,21 @@ int ak_store_scan(ak_store_t *st, int cf, const void *prefix, size_t plen, ak_st
  * bytes. */
 int ak_store_scan_from(ak_store_t *st, int cf, const void *prefix, size_t plen, const void *from, size_t flen,
                        bool reverse, ak_store_scan_fn cb, void *ctx);
+
+/* A cursor over one column family in key order, for a caller that holds a pin until
+ * ak_store_cursor_free: seek, then read while valid. fill_cache false keeps the blocks it
+ * reads out of the block cache (a pass over rows read once). Key and value point into the
+ * cursor and stay valid until it moves. NULL when the store is closed or lacks the family. */
+ak_store_cursor_t *ak_store_cursor_new_pinned(ak_store_t *st, int cf, bool fill_cache);
+/* To the first key >= key. */
+void ak_store_cursor_seek(ak_store_cursor_t *c, const void *key, size_t kl);
+bool ak_store_cursor_valid(const ak_store_cursor_t *c);
+void ak_store_cursor_next(ak_store_cursor_t *c);
+const char *ak_store_cursor_key(const ak_store_cursor_t *c, size_t *kl);
+const char *ak_store_cursor_value(const ak_store_cursor_t *c, size_t *vl);
+/* 0, or -1 when the cursor stopped on an error rather than at the end of the family. */
+int ak_store_cursor_status(const ak_store_cursor_t *c);
+void ak_store_cursor_free(ak_store_cursor_t *c);
 
 /* A synced write of m:ready_probe. */
 int ak_store_probe(ak_store_t *st, ak_wf_class_t *cls, char **err);

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <rocksdb/c.h> /* only to make a store as an older ankusa did (no audit family) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,8 +80,8 @@ static int change(node_t *n, const char *action, const char *tenant, const char 
                   const char *after, bool commit) {
   ak_store_t *st = n->inst.store;
   cr_assert_eq(ak_store_pin(st), 0);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, AK_CF_DEFAULT), subject, strlen(subject), after ? after : "", 0);
+  ak_batch_t *wb = ak_batch_new(st);
+  ak_batch_put(wb, AK_CF_DEFAULT, subject, strlen(subject), after ? after : "", 0);
   ak_audit_entry_t e = {.who = &who, .action = action, .tenant = tenant, .subject = subject, .before = before,
                         .before_len = before ? strlen(before) : 0, .after = after,
                         .after_len = after ? strlen(after) : 0};
@@ -90,7 +91,7 @@ static int change(node_t *n, const char *action, const char *tenant, const char 
     else ak_audit_cancel(n->inst.audit);
   }
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   return rc;
 }
 
@@ -284,14 +285,14 @@ Test(audit, a_row_of_several_tenants) {
   node_open(&n, "");
   ak_store_t *st = n.inst.store;
   cr_assert_eq(ak_store_pin(st), 0);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(st);
   const char *const ts[] = {"beta", "acme", "beta"};
   ak_audit_entry_t e = {.who = &who, .action = "quarantine.purge", .tenants = ts, .ntenants = 3,
                         .subject = "quarantine", .before = "a", .before_len = 1};
   cr_assert_eq(ak_audit_put(n.inst.audit, wb, &e), 0);
   cr_assert_eq(ak_audit_commit(n.inst.audit, st, wb, NULL, NULL), 0);
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   json_t *out = query(&n, (ak_audit_query_t){0});
   json_t *r = entry(out, 0);
   cr_expect(json_is_null(json_object_get(r, "tenant")));

@@ -18,6 +18,7 @@
 #include "queue/dedupe.h"
 #include "queue/sweeper.h"
 #include "queue/writer.h"
+#include "store/batch.h"
 #include "store/store.h"
 #include "writer_waiter.h"
 #include "modules.h"
@@ -415,6 +416,23 @@ static int count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ct
   return 0;
 }
 
+/* The first key and value of a scan, copied. */
+typedef struct {
+  char *k, *v;
+  size_t kl, vl;
+} first_t;
+
+static int first_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  first_t *f = ctx;
+  f->k = malloc(kl);
+  f->v = malloc(vl);
+  memcpy(f->k, k, kl);
+  memcpy(f->v, v, vl);
+  f->kl = kl;
+  f->vl = vl;
+  return 1;
+}
+
 static int count_cf(node_t *n, int cf, char prefix) {
   int c = 0;
   cr_assert_eq(ak_store_scan(n->inst.store, cf, prefix ? &prefix : NULL, prefix ? 1 : 0, count_cb, &c), 0);
@@ -565,7 +583,7 @@ Test(dedupe_index, a_commit_writes_its_keys_as_few_records, .init = mk_tmp, .fin
 Test(dedupe_index, v1_keys_load_and_sweep_beside_records, .init = mk_tmp, .fini = rm_tmp) {
   node_t n;
   node_open(&n, "");
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(n.inst.store);
   int64_t at = ak_now_ms() + 60000;
   for (int i = 0; i < 2; i++) {
     char key[16];
@@ -573,13 +591,12 @@ Test(dedupe_index, v1_keys_load_and_sweep_beside_records, .init = mk_tmp, .fini 
     uint8_t k[AK_DEDUPE_EKEY_MAX], v[17] = {1};
     size_t kl = ak_dedupe_ekey(k, at, c->scope, c->scope_len);
     v[1] = (uint8_t)(0xa0 + i);
-    rocksdb_writebatch_put_cf(wb, ak_store_cf(n.inst.store, AK_CF_DEDUPE), (const char *)k, kl, (const char *)v,
-                              sizeof v);
+    ak_batch_put(wb, AK_CF_DEDUPE, k, kl, v, sizeof v);
     ak_dedupe_claim_free(c);
   }
   char *err = NULL;
   cr_assert_eq(ak_store_write(n.inst.store, wb, true, NULL, &err), 0);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   node_close(&n);
 
   node_open(&n, "");
@@ -613,7 +630,7 @@ Test(dedupe_index, the_sweeper_repeats_a_pass_that_reached_its_max, .init = mk_t
   const char *cfg = "dedupe: {sweep_interval_ms: 2000, max_entries: 100000, max_entries_per_tenant: 100000}\n";
   node_t n;
   node_open(&n, cfg);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(n.inst.store);
   int64_t at = ak_now_ms() + 60000;
   ak_write_req_t r[PER];
   for (int rec = 0; rec < RECS; rec++) {
@@ -626,12 +643,12 @@ Test(dedupe_index, the_sweeper_repeats_a_pass_that_reached_its_max, .init = mk_t
       r[i].dedupe->expires_at_ms = at;
       r[i].next = i + 1 < PER ? &r[i + 1] : NULL;
     }
-    ak_dedupe_put(n.inst.dedupe, wb, ak_store_cf(n.inst.store, AK_CF_DEDUPE), &r[0]);
+    ak_dedupe_put(n.inst.dedupe, wb, &r[0]);
     for (int i = 0; i < PER; i++) ak_dedupe_claim_free(r[i].dedupe);
   }
   char *err = NULL;
   cr_assert_eq(ak_store_write(n.inst.store, wb, true, NULL, &err), 0);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   node_close(&n);
 
   node_open(&n, cfg);
@@ -670,22 +687,18 @@ Test(dedupe_index, a_damaged_record_refuses_the_open, .init = mk_tmp, .fini = rm
   wait_for(&wt, 1);
   cr_assert_eq(r.status, AK_WR_COMMITTED);
   /* read the record back and store it again one byte short */
-  rocksdb_iterator_t *it = NULL;
-  rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-  it = rocksdb_create_iterator_cf(ak_store_db(n.inst.store), ro, ak_store_cf(n.inst.store, AK_CF_DEDUPE));
-  rocksdb_iter_seek_to_first(it);
-  cr_assert(rocksdb_iter_valid(it));
-  size_t kl, vl;
-  const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
-  cr_assert_eq(kl, 17);
-  cr_assert_gt(vl, 27);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(n.inst.store, AK_CF_DEDUPE), k, kl, v, vl - 1);
-  rocksdb_iter_destroy(it);
-  rocksdb_readoptions_destroy(ro);
+  first_t f = {0};
+  cr_assert_eq(ak_store_scan(n.inst.store, AK_CF_DEDUPE, NULL, 0, first_cb, &f), 0);
+  cr_assert_not_null(f.k);
+  cr_assert_eq(f.kl, 17);
+  cr_assert_gt(f.vl, 27);
+  ak_batch_t *wb = ak_batch_new(n.inst.store);
+  ak_batch_put(wb, AK_CF_DEDUPE, f.k, f.kl, f.v, f.vl - 1);
+  free(f.k);
+  free(f.v);
   char *err = NULL;
   cr_assert_eq(ak_store_write(n.inst.store, wb, true, NULL, &err), 0);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   free_req(&r);
   ak_writer_free(n.w);
   ak_dedupe_free(n.inst.dedupe);
@@ -826,8 +839,7 @@ Test(dedupe_index, a_large_index_loads_into_a_mapped_table, .init = mk_tmp, .fin
   enum { N = 100000 };
   node_t n;
   node_open(&n, "dedupe: {max_entries: 1000000, max_entries_per_tenant: 1000000}\n");
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_column_family_handle_t *cf = ak_store_cf(n.inst.store, AK_CF_DEDUPE);
+  ak_batch_t *wb = ak_batch_new(n.inst.store);
   int64_t at = ak_now_ms() + 3600 * 1000;
   for (int i = 0; i < N; i++) {
     char key[32];
@@ -835,12 +847,12 @@ Test(dedupe_index, a_large_index_loads_into_a_mapped_table, .init = mk_tmp, .fin
     uint8_t k[AK_DEDUPE_EKEY_MAX], v[17] = {1};
     size_t kl = ak_dedupe_ekey(k, at, c->scope, c->scope_len);
     memcpy(v + 1, &i, sizeof i); /* the id: the key's number */
-    rocksdb_writebatch_put_cf(wb, cf, (const char *)k, kl, (const char *)v, sizeof v);
+    ak_batch_put(wb, AK_CF_DEDUPE, k, kl, v, sizeof v);
     ak_dedupe_claim_free(c);
   }
   char *err = NULL;
   cr_assert_eq(ak_store_write(n.inst.store, wb, true, NULL, &err), 0, "%s", err ? err : "");
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   node_close(&n);
 
   node_open(&n, "dedupe: {max_entries: 1000000, max_entries_per_tenant: 1000000}\n");

@@ -14,6 +14,7 @@
 #include "core/instance.h"
 #include "core/sources.h"
 #include "dispatch/dispatch.h"
+#include "store/batch.h"
 #include "store/store.h"
 #include "modules.h"
 #include "core/node.h"
@@ -71,7 +72,7 @@ static void fx_close(fx_t *f) {
 
 /* n hooks of `tenant` for source s, each with one due row at `at`. */
 static void add_rows(fx_t *f, const char *tenant, int n, int64_t at) {
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(f->inst.store);
   cr_assert_eq(ak_store_pin(f->inst.store), 0);
   for (int i = 0; i < n; i++) {
     uint64_t seq = f->seq++;
@@ -85,23 +86,20 @@ static void add_rows(fx_t *f, const char *tenant, int n, int64_t at) {
     uint8_t *rec = ak_envelope_encode(&env, &rl);
     uint8_t hk[AK_HOOK_KEY_LEN], dk[AK_DELIVERY_KEY_LEN], row[64], due[AK_DUE_KEY_MAX], dv[AK_DUE_VALUE_MAX];
     ak_key_hook(hk, seq);
-    rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, AK_CF_HOOKS), (const char *)hk, sizeof hk,
-                              (const char *)rec, rl);
+    ak_batch_put(wb, AK_CF_HOOKS, hk, sizeof hk, rec, rl);
     free(rec);
     ak_key_delivery(dk, seq, 0);
     size_t rowl = ak_delivery_row(row, sizeof row, AK_DELIVERY_PENDING, 0, at, "log");
-    rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, AK_CF_DELIVERIES), (const char *)dk, sizeof dk,
-                              (const char *)row, rowl);
+    ak_batch_put(wb, AK_CF_DELIVERIES, dk, sizeof dk, row, rowl);
     size_t kl = ak_key_due(due, tenant, strlen(tenant), at, seq, 0);
     size_t vl = ak_due_value(dv, sizeof dv, 0, "log", 3, NULL);
-    rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, AK_CF_INDEX), (const char *)due, kl, (const char *)dv,
-                              vl);
+    ak_batch_put(wb, AK_CF_INDEX, due, kl, dv, vl);
   }
   ak_wf_class_t cls;
   char *err = NULL;
   cr_assert_eq(ak_store_write_pinned(f->inst.store, wb, false, &cls, &err), 0);
   ak_store_unpin(f->inst.store);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
 }
 
 static ak_dispatch_t *fx_dispatch(fx_t *f) {
@@ -273,15 +271,15 @@ Test(dispatch, a_row_too_big_for_the_bytes_window_waits_without_rescans) {
 
 /* One key of family cf set to v (vl bytes), or deleted when v is NULL. */
 static void fx_set(fx_t *f, int cf, const uint8_t *k, size_t kl, const char *v, size_t vl) {
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(f->inst.store);
   cr_assert_eq(ak_store_pin(f->inst.store), 0);
-  if (v) rocksdb_writebatch_put_cf(wb, ak_store_cf(f->inst.store, cf), (const char *)k, kl, v, vl);
-  else rocksdb_writebatch_delete_cf(wb, ak_store_cf(f->inst.store, cf), (const char *)k, kl);
+  if (v) ak_batch_put(wb, cf, k, kl, v, vl);
+  else ak_batch_delete(wb, cf, k, kl);
   ak_wf_class_t cls;
   char *err = NULL;
   cr_assert_eq(ak_store_write_pinned(f->inst.store, wb, false, &cls, &err), 0);
   ak_store_unpin(f->inst.store);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
 }
 
 static void delete_hook(fx_t *f, uint64_t seq) {

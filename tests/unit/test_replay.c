@@ -14,6 +14,7 @@
 #include "core/instance.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
+#include "store/batch.h"
 #include "store/store.h"
 
 static char dir[256];
@@ -114,12 +115,11 @@ static void put_dead(node_t *n, int64_t dead_at, uint64_t seq, uint16_t sink, co
                      const char *tenant) {
   ak_store_t *st = n->inst.store;
   cr_assert_eq(ak_store_pin(st), 0);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(st);
   uint8_t k[AK_DEAD_KEY_LEN], v[512];
   ak_key_delivery(k, seq, sink);
   size_t vl = ak_delivery_row_ex(v, sizeof v, AK_DELIVERY_DEAD, 84, dead_at, "http", 4, NULL);
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, AK_CF_DELIVERIES), (const char *)k, AK_DELIVERY_KEY_LEN,
-                            (const char *)v, vl);
+  ak_batch_put(wb, AK_CF_DELIVERIES, k, AK_DELIVERY_KEY_LEN, v, vl);
   ak_dead_entry_t e = {.received_at_ms = dead_at - 5000,
                        .attempts = 84,
                        .sink_type = "http",
@@ -134,30 +134,30 @@ static void put_dead(node_t *n, int64_t dead_at, uint64_t seq, uint16_t sink, co
   vl = ak_dead_entry_encode(v, sizeof v, &e);
   cr_assert_gt(vl, 0);
   ak_key_dead(k, dead_at, seq, sink);
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, AK_CF_INDEX), (const char *)k, sizeof k, (const char *)v, vl);
+  ak_batch_put(wb, AK_CF_INDEX, k, sizeof k, v, vl);
   cr_assert_eq(ak_store_write_pinned(st, wb, false, NULL, NULL), 0);
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
 }
 
 static void put_raw(node_t *n, int cf, const void *k, size_t kl, const void *v, size_t vl) {
   ak_store_t *st = n->inst.store;
   cr_assert_eq(ak_store_pin(st), 0);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, cf), k, kl, v, vl);
+  ak_batch_t *wb = ak_batch_new(st);
+  ak_batch_put(wb, cf, k, kl, v, vl);
   cr_assert_eq(ak_store_write_pinned(st, wb, false, NULL, NULL), 0);
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
 }
 
 static void del_raw(node_t *n, int cf, const void *k, size_t kl) {
   ak_store_t *st = n->inst.store;
   cr_assert_eq(ak_store_pin(st), 0);
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_writebatch_delete_cf(wb, ak_store_cf(st, cf), k, kl);
+  ak_batch_t *wb = ak_batch_new(st);
+  ak_batch_delete(wb, cf, k, kl);
   cr_assert_eq(ak_store_write_pinned(st, wb, false, NULL, NULL), 0);
   ak_store_unpin(st);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
 }
 
 static bool has_dead_key(node_t *n, int64_t dead_at, uint64_t seq, uint16_t sink) {

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <rocksdb/c.h> /* only its perf context: the memtable-hint test counts key comparisons */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "core/ids.h"
 #include "core/instance.h"
 #include "queue/writer.h"
+#include "store/batch.h"
 #include "store/crc32c.h"
 #include "store/keys.h"
 #include "store/store.h"
@@ -54,19 +56,18 @@ Test(store, open_creates_and_reopens_with_meta) {
   char *err = NULL;
   cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
   cr_assert_eq(ak_store_next_seq(st), 1, "a new store starts at seq 1");
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(st);
   uint8_t v[8];
   ak_put_u64(v, 42);
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, AK_CF_DEFAULT), AK_KEY_NEXT_SEQ, strlen(AK_KEY_NEXT_SEQ),
-                            (const char *)v, 8);
+  ak_batch_put(wb, AK_CF_DEFAULT, AK_KEY_NEXT_SEQ, strlen(AK_KEY_NEXT_SEQ), v, 8);
   ak_wf_class_t cls;
   cr_assert_eq(ak_store_write(st, wb, true, &cls, &err), 0);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   ak_store_close(st);
   cr_assert_not(ak_store_is_open(st));
-  wb = rocksdb_writebatch_create();
+  wb = ak_batch_new(st);
   cr_assert_neq(ak_store_write(st, wb, true, &cls, NULL), 0, "closed store refuses");
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   cr_assert_eq(ak_store_open(st, &err), 0);
   cr_assert_eq(ak_store_next_seq(st), 42);
   ak_store_free(st);
@@ -288,12 +289,12 @@ static ak_store_t *open_at(const char *name, bool read_only) {
 }
 
 static void put_raw(ak_store_t *st, int cf, const void *k, size_t kl, const void *v, size_t vl) {
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-  rocksdb_writebatch_put_cf(wb, ak_store_cf(st, cf), k, kl, v, vl);
+  ak_batch_t *wb = ak_batch_new(st);
+  ak_batch_put(wb, cf, k, kl, v, vl);
   ak_wf_class_t cls;
   char *err = NULL;
   cr_assert_eq(ak_store_write(st, wb, true, &cls, &err), 0, "%s", err ? err : "");
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
 }
 
 static void put_hook(ak_store_t *st, ak_idgen_t *ids, uint64_t seq, uint8_t id[16], bool index_key) {
@@ -414,6 +415,187 @@ Test(store, find_hook_by_sealed_id_or_the_index) {
   ak_store_free(st);
 }
 
+/* ---- the write batch (store/batch.h) and the cursor ---- */
+
+/* The value at (cf, key) as a string, or NULL when absent (asserted readable). */
+static char *get_str(ak_store_t *st, int cf, const char *k) {
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, cf, k, strlen(k), &v, &vl);
+  cr_assert_geq(rc, 0, "read of %s failed", k);
+  if (rc == 1) return NULL;
+  char *s = malloc(vl + 1);
+  memcpy(s, v, vl);
+  s[vl] = 0;
+  free(v);
+  return s;
+}
+
+static void expect_val(ak_store_t *st, int cf, const char *k, const char *want) {
+  char *got = get_str(st, cf, k);
+  if (!want) cr_expect_null(got, "%s: expected absent, found \"%s\"", k, got ? got : "");
+  else cr_expect(got && strcmp(got, want) == 0, "%s: expected \"%s\", found \"%s\"", k, want, got ? got : "(absent)");
+  free(got);
+}
+
+static void write_ok(ak_store_t *st, ak_batch_t *b, bool sync) {
+  ak_wf_class_t cls;
+  char *err = NULL;
+  cr_assert_eq(ak_store_write(st, b, sync, &cls, &err), 0, "%s", err ? err : "");
+}
+
+Test(store, a_batch_lands_whole_at_its_write_and_not_before) {
+  ak_store_t *st = open_at("s", false);
+  put_raw(st, AK_CF_DEFAULT, "old", 3, "1", 1);
+  put_raw(st, AK_CF_INDEX, "gone", 4, "2", 1);
+  ak_batch_t *b = ak_batch_new(st);
+  cr_assert_not_null(b);
+  cr_expect_eq(ak_batch_count(b), 0);
+  ak_batch_put(b, AK_CF_DEFAULT, "a", 1, "va", 2);
+  ak_batch_put(b, AK_CF_HOOKS, "h", 1, "vh", 2);
+  ak_batch_put(b, AK_CF_DEFAULT, "old", 3, "new", 3);
+  ak_batch_delete(b, AK_CF_INDEX, "gone", 4);
+  ak_batch_put(b, AK_CF_DEDUPE, "e", 1, "", 0);
+  cr_expect_eq(ak_batch_count(b), 5);
+  /* built, not written: the store has none of it */
+  expect_val(st, AK_CF_DEFAULT, "a", NULL);
+  expect_val(st, AK_CF_HOOKS, "h", NULL);
+  expect_val(st, AK_CF_DEFAULT, "old", "1");
+  expect_val(st, AK_CF_INDEX, "gone", "2");
+  expect_val(st, AK_CF_DEDUPE, "e", NULL);
+  write_ok(st, b, true);
+  expect_val(st, AK_CF_DEFAULT, "a", "va");
+  expect_val(st, AK_CF_HOOKS, "h", "vh");
+  expect_val(st, AK_CF_DEFAULT, "old", "new");
+  expect_val(st, AK_CF_INDEX, "gone", NULL);
+  expect_val(st, AK_CF_DEDUPE, "e", "");
+  /* each family got its own key: the same key in another family is not there */
+  expect_val(st, AK_CF_DEFAULT, "h", NULL);
+  expect_val(st, AK_CF_HOOKS, "a", NULL);
+  ak_batch_free(b);
+  /* and it was durable: a reopen reads it back */
+  ak_store_close(st);
+  char *err = NULL;
+  cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
+  expect_val(st, AK_CF_HOOKS, "h", "vh");
+  expect_val(st, AK_CF_INDEX, "gone", NULL);
+  ak_store_free(st);
+}
+
+Test(store, a_cleared_batch_writes_nothing_and_is_reused) {
+  ak_store_t *st = open_at("s", false);
+  ak_batch_t *b = ak_batch_new(st);
+  ak_batch_put(b, AK_CF_DEFAULT, "x", 1, "1", 1);
+  ak_batch_delete(b, AK_CF_DEFAULT, "y", 1);
+  cr_expect_eq(ak_batch_count(b), 2);
+  ak_batch_clear(b);
+  cr_expect_eq(ak_batch_count(b), 0);
+  write_ok(st, b, false);
+  expect_val(st, AK_CF_DEFAULT, "x", NULL);
+  /* reused: only what was added since the clear */
+  ak_batch_put(b, AK_CF_DEFAULT, "y", 1, "2", 1);
+  cr_expect_eq(ak_batch_count(b), 1);
+  write_ok(st, b, false);
+  expect_val(st, AK_CF_DEFAULT, "x", NULL);
+  expect_val(st, AK_CF_DEFAULT, "y", "2");
+  /* a written batch still holds its ops until cleared: writing it again rewrites them */
+  put_raw(st, AK_CF_DEFAULT, "y", 1, "3", 1);
+  write_ok(st, b, false);
+  expect_val(st, AK_CF_DEFAULT, "y", "2");
+  ak_batch_free(b);
+  ak_batch_free(NULL);
+  ak_store_free(st);
+}
+
+/* A batch kept across a reopen (the dispatcher's outcome batch) writes to the same
+ * families; an op made while the store was closed makes the whole batch refuse, so a
+ * change is never written in part. */
+Test(store, a_batch_across_a_reopen_and_an_op_on_a_closed_store) {
+  ak_store_t *st = open_at("s", false);
+  char *err = NULL;
+  ak_batch_t *b = ak_batch_new(st);
+  ak_batch_put(b, AK_CF_DELIVERIES, "d", 1, "1", 1);
+  ak_store_close(st);
+  cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
+  write_ok(st, b, false);
+  expect_val(st, AK_CF_DELIVERIES, "d", "1");
+  expect_val(st, AK_CF_DEFAULT, "d", NULL);
+
+  ak_batch_clear(b);
+  ak_batch_put(b, AK_CF_DEFAULT, "before", 6, "1", 1);
+  ak_store_close(st);
+  ak_batch_put(b, AK_CF_DEFAULT, "during", 6, "1", 1);
+  ak_batch_delete(b, AK_CF_DEFAULT, "x", 1);
+  cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
+  ak_wf_class_t cls;
+  cr_expect_neq(ak_store_write(st, b, true, &cls, &err), 0, "a batch that lost an op is refused");
+  cr_expect_str_eq(err, "store is closed");
+  free(err);
+  err = NULL;
+  cr_expect_eq(ak_store_pin(st), 0);
+  cr_expect_neq(ak_store_write_pinned(st, b, true, NULL, NULL), 0, "pinned alike");
+  ak_store_unpin(st);
+  expect_val(st, AK_CF_DEFAULT, "before", NULL);
+  expect_val(st, AK_CF_DEFAULT, "during", NULL);
+  /* a clear forgets the lost op */
+  ak_batch_clear(b);
+  ak_batch_put(b, AK_CF_DEFAULT, "after", 5, "1", 1);
+  write_ok(st, b, true);
+  expect_val(st, AK_CF_DEFAULT, "after", "1");
+  ak_batch_free(b);
+  ak_store_free(st);
+}
+
+typedef struct {
+  char keys[8][8];
+  int n;
+} seen_t;
+
+Test(store, a_cursor_seeks_and_steps_in_key_order) {
+  ak_store_t *st = open_at("s", false);
+  ak_batch_t *b = ak_batch_new(st);
+  const char *keys[] = {"b2", "a1", "b1", "c1", "b3"};
+  for (int i = 0; i < 5; i++) ak_batch_put(b, AK_CF_INDEX, keys[i], 2, keys[i], 2);
+  ak_batch_put(b, AK_CF_DEFAULT, "b0", 2, "x", 1);
+  write_ok(st, b, false);
+  ak_batch_free(b);
+  cr_assert_eq(ak_store_pin(st), 0);
+  for (int fill = 0; fill < 2; fill++) {
+    ak_store_cursor_t *c = ak_store_cursor_new_pinned(st, AK_CF_INDEX, fill);
+    cr_assert_not_null(c);
+    ak_store_cursor_seek(c, "b", 1);
+    seen_t s = {.n = 0};
+    for (; ak_store_cursor_valid(c) && s.n < 8; ak_store_cursor_next(c)) {
+      size_t kl, vl;
+      const char *k = ak_store_cursor_key(c, &kl), *v = ak_store_cursor_value(c, &vl);
+      cr_assert_eq(kl, 2);
+      cr_assert_eq(vl, 2);
+      cr_expect_eq(memcmp(k, v, 2), 0);
+      memcpy(s.keys[s.n], k, 2);
+      s.keys[s.n++][2] = 0;
+    }
+    cr_expect_eq(ak_store_cursor_status(c), 0);
+    cr_assert_eq(s.n, 4, "b1 b2 b3 c1, not a1 nor another family's b0");
+    cr_expect_str_eq(s.keys[0], "b1");
+    cr_expect_str_eq(s.keys[1], "b2");
+    cr_expect_str_eq(s.keys[2], "b3");
+    cr_expect_str_eq(s.keys[3], "c1");
+    /* seek again on the same cursor, past the end */
+    ak_store_cursor_seek(c, "z", 1);
+    cr_expect_not(ak_store_cursor_valid(c));
+    ak_store_cursor_seek(c, "a", 1);
+    size_t kl;
+    cr_assert(ak_store_cursor_valid(c));
+    cr_expect_eq(memcmp(ak_store_cursor_key(c, &kl), "a1", 2), 0);
+    ak_store_cursor_free(c);
+  }
+  ak_store_unpin(st);
+  ak_store_cursor_free(NULL);
+  ak_store_close(st);
+  cr_expect_null(ak_store_cursor_new_pinned(st, AK_CF_INDEX, false), "no cursor on a closed store");
+  ak_store_free(st);
+}
+
 /* ---- CRC32C: ankusa's definition of rocksdb::crc32c::Extend (store/crc32c.c) ---- */
 
 typedef uint32_t (*extend_fn)(uint32_t, const char *, size_t);
@@ -475,34 +657,33 @@ Test(store, outcome_tombstones_reuse_the_insert_position) {
   ak_store_t *st = ak_store_new(p, false);
   char *err = NULL;
   cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
-  rocksdb_column_family_handle_t *idx = ak_store_cf(st, AK_CF_INDEX), *del = ak_store_cf(st, AK_CF_DELIVERIES);
   rocksdb_set_perf_level(rocksdb_enable_count);
   rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
-  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  ak_batch_t *wb = ak_batch_new(st);
   ak_wf_class_t cls;
   const int per = 28, batches = 1500, lag = 300;
   uint64_t cmp = 0, tombstones = 0;
   for (int b = 0; b < batches + lag; b++) {
-    rocksdb_writebatch_clear(wb);
+    ak_batch_clear(wb);
     for (int i = 0; b < batches && i < per; i++) { /* a commit */
       uint64_t seq = (uint64_t)b * per + (uint64_t)i + 1;
       uint8_t k[AK_DUE_KEY_MAX], dk[AK_DELIVERY_KEY_LEN];
       size_t kl = ak_key_due(k, "default", 7, 1700000000000 + b / 4, seq, 0);
-      rocksdb_writebatch_put_cf(wb, idx, (const char *)k, kl, "v", 1);
+      ak_batch_put(wb, AK_CF_INDEX, k, kl, "v", 1);
       ak_key_delivery(dk, seq, 0);
-      rocksdb_writebatch_put_cf(wb, del, (const char *)dk, sizeof dk, "row", 3);
+      ak_batch_put(wb, AK_CF_DELIVERIES, dk, sizeof dk, "row", 3);
     }
-    if (rocksdb_writebatch_count(wb)) cr_assert_eq(ak_store_write(st, wb, false, &cls, &err), 0);
+    if (ak_batch_count(wb)) cr_assert_eq(ak_store_write(st, wb, false, &cls, &err), 0);
     if (b < lag) continue;
-    rocksdb_writebatch_clear(wb);
+    ak_batch_clear(wb);
     int ob = b - lag;
     for (int i = 0; i < per; i++) { /* the outcomes of a commit made `lag` commits ago */
       uint64_t seq = (uint64_t)ob * per + (uint64_t)(i ^ 1) + 1; /* finished a little out of order */
       uint8_t k[AK_DUE_KEY_MAX], dk[AK_DELIVERY_KEY_LEN];
       size_t kl = ak_key_due(k, "default", 7, 1700000000000 + ob / 4, seq, 0);
-      rocksdb_writebatch_delete_cf(wb, idx, (const char *)k, kl);
+      ak_batch_delete(wb, AK_CF_INDEX, k, kl);
       ak_key_delivery(dk, seq, 0);
-      rocksdb_writebatch_delete_cf(wb, del, (const char *)dk, sizeof dk);
+      ak_batch_delete(wb, AK_CF_DELIVERIES, dk, sizeof dk);
     }
     rocksdb_perfcontext_reset(pc);
     cr_assert_eq(ak_store_write(st, wb, false, &cls, &err), 0);
@@ -513,7 +694,7 @@ Test(store, outcome_tombstones_reuse_the_insert_position) {
   cr_log_info("%.1f key comparisons per outcome tombstone", per_tombstone);
   cr_assert_lt(per_tombstone, 75.0, "%.1f key comparisons per tombstone: the memtable insert hints are not in effect",
                per_tombstone);
-  rocksdb_writebatch_destroy(wb);
+  ak_batch_free(wb);
   rocksdb_perfcontext_destroy(pc);
   rocksdb_set_perf_level(rocksdb_disable);
   ak_store_free(st);

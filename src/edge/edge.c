@@ -63,7 +63,9 @@ struct ak_edge {
   int port, tls_port;
   _Atomic int waiting; /* requests suspended on the writer */
   ak_header_policy_t *hpol;
-  int64_t test_now_s;  /* test builds: ANKUSA_TEST_NOW pins the verifiers' clock */
+#ifdef AK_TEST_HOOKS
+  int64_t test_now_s;  /* ANKUSA_TEST_NOW pins the verifiers' clock */
+#endif
   /* TLS listener: SHA-256 of the live peer certificate (read only for client_cert sources) */
   bool (*peer_cert)(struct MHD_Connection *c, uint8_t out[32]);
   ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration, *m_abandoned;
@@ -284,8 +286,9 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
     uint8_t cert[32];
     const uint8_t *certp = NULL;
     if (ak_verifier_needs_client_cert(v) && e->peer_cert && e->peer_cert(mc, cert)) certp = cert;
-    int64_t now_s = e->test_now_s;
+    int64_t now_s = 0;
 #ifdef AK_TEST_HOOKS
+    now_s = e->test_now_s;
     const char *pin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-ankusa-test-now");
     if (pin) now_s = atoll(pin);
 #endif

@@ -69,7 +69,9 @@ struct ak_dedupe {
   int64_t live;                /* stored + pending keys */
   int64_t max_entries, max_per_tenant;
   int64_t sweep_from;          /* every 'e' record before this expiry is swept */
-  const char *clock_file;      /* test builds: ANKUSA_TEST_DEDUPE_CLOCK_FILE */
+#ifdef AK_TEST_HOOKS
+  const char *clock_file;      /* ANKUSA_TEST_DEDUPE_CLOCK_FILE */
+#endif
   ak_series_t *m_keys, *m_dups, *m_swept;
 };
 

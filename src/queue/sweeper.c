@@ -28,8 +28,10 @@ struct ak_sweeper {
   pthread_cond_t cv;
   bool stopping;
   int64_t interval_ms;
-  const char *gate_dir;
+#ifdef AK_TEST_HOOKS
+  const char *gate_dir;     /* ANKUSA_TEST_SWEEP_GATE (see the top of this file) */
   unsigned gate_pass;
+#endif
 };
 
 static bool stopping(ak_sweeper_t *s) {
@@ -39,6 +41,7 @@ static bool stopping(ak_sweeper_t *s) {
   return st;
 }
 
+#ifdef AK_TEST_HOOKS
 static void gate_write(ak_sweeper_t *s, const char *what, size_t n) {
   char p[4096];
   snprintf(p, sizeof p, "%s/%s.%u", s->gate_dir, what, s->gate_pass);
@@ -57,6 +60,7 @@ static void gate(void *ctx, size_t nread) {
   snprintf(p, sizeof p, "%s/go.%u", s->gate_dir, s->gate_pass);
   while (access(p, F_OK) != 0 && !stopping(s)) usleep(10000);
 }
+#endif
 
 static void *sweeper_main(void *arg) {
   ak_sweeper_t *s = arg;
@@ -75,8 +79,12 @@ static void *sweeper_main(void *arg) {
     pthread_mutex_unlock(&s->mu);
     long n;
     do {
+#ifdef AK_TEST_HOOKS
       n = ak_dedupe_sweep(s->dx, SWEEP_BATCH, s->gate_dir ? gate : NULL, s);
       if (n > 0 && s->gate_dir) gate_write(s, "done", (size_t)n);
+#else
+      n = ak_dedupe_sweep(s->dx, SWEEP_BATCH, NULL, s);
+#endif
     } while (n >= SWEEP_BATCH && !stopping(s)); /* a full pass: more may be due */
     pthread_mutex_lock(&s->mu);
   }

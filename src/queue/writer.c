@@ -68,8 +68,10 @@ struct ak_writer {
   uint64_t *hook_count;     /* per writer thread: its own m:hook_count:<i> */
   int64_t *pen_bytes;       /* per writer thread: its own m:quarantine_bytes:<i> (may go negative) */
   _Atomic uint64_t hooks_total;
+#ifdef AK_TEST_HOOKS
   int64_t test_commit_delay_ms;
-  int test_commit_mode;     /* test builds only: 0 synced, 1 unsynced, 2 no store write */
+  int test_commit_mode;     /* 0 synced, 1 unsynced, 2 no store write */
+#endif
   int64_t deadline_ms;
   uint64_t min_free_bytes;
   int64_t last_space_log_ns;
@@ -512,11 +514,17 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     ak_batch_put(wb, AK_CF_DEFAULT, qb_key, strlen(qb_key), qb, 8);
   }
 
+#ifdef AK_TEST_HOOKS
   if (w->test_commit_delay_ms > 0) usleep((useconds_t)(w->test_commit_delay_ms * 1000));
+#endif
   int64_t t0 = ak_mono_ns();
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
+#ifdef AK_TEST_HOOKS
   int rc = w->test_commit_mode == 2 ? 0 : ak_store_write_pinned(w->store, wb, w->test_commit_mode == 0, &cls, &err);
+#else
+  int rc = ak_store_write_pinned(w->store, wb, true, &cls, &err);
+#endif
   ak_store_unpin(w->store);
   double dur = (double)(ak_mono_ns() - t0) / 1e9;
   ak_batch_free(wb);

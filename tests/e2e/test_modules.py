@@ -148,3 +148,17 @@ def test_the_layers_check_refuses_an_unknown_folder(tmp_path):
     (src / "misc" / "x.c").write_text('#include "core/log.h"\n')
     p = layers(src)
     assert p.returncode == 1 and "src/misc/ is not in the layer order" in p.stdout, p.stdout
+
+
+# --------------------------------------------------------------- the test fence ----
+
+def test_the_release_binary_carries_no_test_seam():
+    """Every test-only switch, field and branch sits behind #ifdef AK_TEST_HOOKS (the one
+    fence): the release binary holds none of their names. The test build does (the check
+    would be empty if the names changed)."""
+    release = release_binary()
+    seams = [b"ANKUSA_TEST_", b"x-ankusa-test-now", b"test_echo"]
+    blob = open(release, "rb").read()
+    assert [s for s in seams if s in blob] == []
+    test_blob = open(helpers.BIN, "rb").read()
+    assert all(s in test_blob for s in seams), "the test build must have them: is the check still meaningful?"

@@ -52,7 +52,7 @@ static void check_source_route(const ak_config_t *cfg, const ak_source_cfg_t *s)
   CHECK(strcmp(r.source_id, s->id) == 0);
   const ak_source_cfg_t *got = NULL;
   const char *tenant = NULL;
-  CHECK(ak_route_bind(cfg, &r, &got, &tenant) == AK_ROUTE_OK);
+  CHECK(ak_route_bind(ak_http_cfg(cfg), cfg, &r, &got, &tenant) == AK_ROUTE_OK);
   CHECK(got == s);
   if (ak_http_cfg(cfg)->routing == AK_ROUTING_TENANT_PATH) CHECK(strcmp(tenant, url_tenant) == 0);
   else CHECK(strcmp(tenant, s->tenant) == 0);

@@ -201,7 +201,7 @@ static void check_route(const ak_config_t *cfg, const char *path) {
 
   const ak_source_cfg_t *src = (const ak_source_cfg_t *)(uintptr_t)1;
   const char *tenant = (const char *)(uintptr_t)1;
-  ak_route_status_t bst = ak_route_bind(cfg, &r, &src, &tenant);
+  ak_route_status_t bst = ak_route_bind(ak_http_cfg(cfg), cfg, &r, &src, &tenant);
 
   const ak_source_cfg_t *expect_src = NULL;
   for (size_t i = 0; i < ak_sources_cfg(cfg)->n; i++)

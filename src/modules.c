@@ -27,6 +27,7 @@
 #include "edge/quota.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
+#include "queue/sweeper.h"
 #include "queue/writer.h"
 #include "sinks/egress.h"
 #include "sinks/sink.h"
@@ -59,6 +60,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_admission,
   &ak_mod_quarantine,
   &ak_mod_dedupe,
+  &ak_mod_sweeper,
   &ak_mod_egress,
   &ak_mod_dispatch,
   &ak_mod_replay,

@@ -78,10 +78,10 @@ ak_route_status_t ak_route_bind_source(const ak_http_cfg_t *hc, const ak_route_t
   return AK_ROUTE_OK;
 }
 
-ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
+ak_route_status_t ak_route_bind(const ak_http_cfg_t *hc, const ak_config_t *cfg, const ak_route_t *r,
                                 const ak_source_cfg_t **src_out, const char **tenant_out) {
   const ak_source_cfg_t *src = ak_source_cfg_find(cfg, r->source_id);
-  ak_route_status_t st = ak_route_bind_source(ak_http_cfg(cfg), r, src, tenant_out);
+  ak_route_status_t st = ak_route_bind_source(hc, r, src, tenant_out);
   if (st == AK_ROUTE_OK) *src_out = src;
   return st;
 }

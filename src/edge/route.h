@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include "core/config.h"
 #include "core/sources.h"
-#include "edge/edge.h"
+#include "edge/http_cfg.h"
 
 typedef enum {
   AK_ROUTE_OK = 0,
@@ -31,7 +31,7 @@ ak_route_status_t ak_route_bind_source(const ak_http_cfg_t *hc, const ak_route_t
                                        const char **tenant_out);
 /* The same with the lookup in the config file's sources (tests, tools; the edge looks
  * sources up in core/sources.h). */
-ak_route_status_t ak_route_bind(const ak_config_t *cfg, const ak_route_t *r,
+ak_route_status_t ak_route_bind(const ak_http_cfg_t *hc, const ak_config_t *cfg, const ak_route_t *r,
                                 const ak_source_cfg_t **src_out, const char **tenant_out);
 
 bool ak_tenant_valid(const char *s, size_t len);

@@ -36,7 +36,7 @@
 #include <sys/socket.h>
 #include <microhttpd.h>
 #include "core/config.h"
-#include "edge/edge.h"
+#include "edge/http_cfg.h"
 
 /* Enough room for everything ak_tls_mhd_options() writes, MHD_OPTION_END included. */
 #define AK_TLS_MHD_OPTIONS_MAX 8

@@ -40,7 +40,6 @@
 #include "core/tmap.h"
 #include "queue/dedupe.h"
 #include "queue/dedupe_record.h"
-#include "queue/sweeper.h"
 #include "queue/writer.h"
 #include "store/store.h"
 
@@ -664,19 +663,6 @@ static int dedupe_open(ak_instance_t *inst, char **err) {
   return AK_MODULE_FAILED;
 }
 
-static int dedupe_start(ak_instance_t *inst, char **err) {
-  inst->sweeper = ak_sweeper_start(inst, inst->dedupe);
-  if (inst->sweeper) return 0;
-  ak_log(AK_LOG_ERROR, "dedupe", "cannot start the sweeper thread", NULL);
-  *err = strdup("cannot start the dedupe sweeper thread");
-  return AK_MODULE_FAILED;
-}
-
-static void dedupe_stop(ak_instance_t *inst) {
-  ak_sweeper_stop(inst->sweeper);
-  inst->sweeper = NULL;
-}
-
 static void dedupe_close(ak_instance_t *inst) {
   ak_dedupe_free(inst->dedupe);
   inst->dedupe = NULL;
@@ -689,7 +675,5 @@ const ak_module_t ak_mod_dedupe = {
   .options = dedupe_rows,
   .cfg_size = sizeof(ak_dedupe_cfg_t),
   .open = dedupe_open,
-  .start = dedupe_start,
-  .stop = dedupe_stop,
   .close = dedupe_close,
 };

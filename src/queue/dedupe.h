@@ -62,8 +62,8 @@ typedef enum { AK_DEDUPE_NEW = 0, AK_DEDUPE_DUP, AK_DEDUPE_WAIT, AK_DEDUPE_QUOTA
  * read or holds a damaged key: an unreadable index is never taken as empty. */
 ak_dedupe_t *ak_dedupe_new(struct ak_instance *inst, char **err);
 
-/* The `dedupe` section (bounds of the index) and the lifecycle of the index (inst->dedupe)
- * and its sweeper thread (inst->sweeper). */
+/* The `dedupe` section (bounds of the index) and the index's lifecycle (inst->dedupe);
+ * its sweeper thread is a module of its own (queue/sweeper.h). */
 typedef struct ak_dedupe_cfg {
   int64_t max_entries;            /* live keys on the node */
   int64_t max_entries_per_tenant;

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/instance.h"
@@ -124,3 +125,27 @@ void ak_sweeper_stop(ak_sweeper_t *s) {
   pthread_cond_destroy(&s->cv);
   free(s);
 }
+
+/* ------------------------------------------------------------------- the module ---- */
+
+/* After the dedupe index (it sweeps what the index holds); the first of the index's
+ * users to stop. */
+static int sweeper_start(ak_instance_t *inst, char **err) {
+  if (!inst->dedupe) return 0;
+  inst->sweeper = ak_sweeper_start(inst, inst->dedupe);
+  if (inst->sweeper) return 0;
+  ak_log(AK_LOG_ERROR, "dedupe", "cannot start the sweeper thread", NULL);
+  *err = strdup("cannot start the dedupe sweeper thread");
+  return AK_MODULE_FAILED;
+}
+
+static void sweeper_stop(ak_instance_t *inst) {
+  ak_sweeper_stop(inst->sweeper);
+  inst->sweeper = NULL;
+}
+
+const ak_module_t ak_mod_sweeper = {
+  .name = "sweeper",
+  .start = sweeper_start,
+  .stop = sweeper_stop,
+};

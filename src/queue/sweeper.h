@@ -5,6 +5,8 @@
 #ifndef AK_QUEUE_SWEEPER_H
 #define AK_QUEUE_SWEEPER_H
 
+#include "core/module.h"
+
 struct ak_instance;
 struct ak_dedupe;
 
@@ -14,5 +16,8 @@ typedef struct ak_sweeper ak_sweeper_t;
 ak_sweeper_t *ak_sweeper_start(struct ak_instance *inst, struct ak_dedupe *dx);
 /* Stop the thread (a pass in progress finishes) and free. NULL is fine. */
 void ak_sweeper_stop(ak_sweeper_t *s);
+
+/* The sweeper's lifecycle (inst->sweeper): started after the dedupe index is open. */
+extern const ak_module_t ak_mod_sweeper;
 
 #endif

@@ -1,5 +1,5 @@
 /* The prefix is cut, the rest goes through the verifiers' strict base64 decoder
- * (ak_verify_b64_decode, hmac.c), which also decodes signature candidates. */
+ * (ak_verify_b64_decode, codec.c), which also decodes signature candidates. */
 #include <string.h>
 #include "verify/sig_internal.h"
 #include "verify/whsec.h"

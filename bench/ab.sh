@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# A/B of two ankusa binaries on the machine's own noise: ankusa's CPU per ingest request
+# and per delivery, in alternating rounds of one invocation (A then B, then B then A, ...),
+# medians per side. CPU is the server's user+system time over the load (from /proc), so
+# it holds when throughput swings with the machine's other work.
+#
+#   A_BIN=/tmp/base/build/ankusa B_BIN=build/ankusa ROUNDS=5 bash bench/ab.sh
+#
+# Each round, for each side, on a fresh data dir:
+#   ingest:  roles [edge, storage] (no dispatcher), wrk POSTing 1 KiB bodies for DURATION
+#            s; CPU per request = the node's CPU over the wrk run / its 201s (every 201 is
+#            a stored hook: ankusa_ingest_requests_total{status="201"} = ankusa_store_hooks,
+#            checked).
+#   deliver: the same store restarted with roles [edge, dispatch, storage] and its http
+#            sink pointed at nginx answering a static 201; CPU per delivery = the node's
+#            CPU from its start until every stored hook was delivered / the deliveries
+#            (start-up and the due-index scan included, as bench/deliver.sh counts it).
+#
+# Environment: A_BIN, B_BIN (required), ROUNDS (5), DURATION (8), CONNECTIONS (64),
+# THREADS (2), NGINX (/usr/sbin/nginx), KEEP_TMP=1, BENCH_TMP (bench/out; not a tmpfs).
+# Exit status 1 when a check failed (a node died, a 201 count differs from the stored
+# hooks, a drain did not finish, a delivery was dead-lettered).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH_NAME=ab
+A_BIN=${A_BIN:-}
+B_BIN=${B_BIN:-}
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-8}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+NGINX=${NGINX:-/usr/sbin/nginx}
+WRK=${WRK:-wrk}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+
+[ -x "$A_BIN" ] || die "A_BIN must name an ankusa binary (got '$A_BIN')"
+[ -x "$B_BIN" ] || die "B_BIN must name an ankusa binary (got '$B_BIN')"
+need_positive ROUNDS DURATION CONNECTIONS THREADS
+command -v "$WRK" >/dev/null || die "wrk not found (scripts/deps.sh installs it)"
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+bench_setup ab
+nginx_static_start
+
+msum() { # FILE METRIC [label=value ...]: the sum of the matching series
+  local f=$1 n=$2
+  shift 2
+  awk -v n="$n" -v want="$*" '
+    BEGIN { k = split(want, w, " ") }
+    { s = $1; name = s; sub(/\{.*/, "", name); if (name != n) next
+      for (i = 1; i <= k; i++) { split(w[i], kv, "="); if (index(s, kv[1] "=\"" kv[2] "\"") == 0) next }
+      t += $2 }
+    END { printf "%.0f", t + 0 }' "$f"
+}
+
+config() { # DIR ROLES: a node config (JSON is YAML) for this bench
+  cat >"$1/node.yml" <<EOF
+{"node": {"roles": $2, "data_dir": "$1/data"},
+ "log": {"level": "warning"},
+ "http": {"port": $HTTP_PORT}, "admin": {"port": $ADMIN_PORT},
+ "egress": {"allow_http": true, "allow_cidrs": ["127.0.0.1/32"]},
+ "sources": {"bench": {"sinks": [{"type": "http", "url": "http://127.0.0.1:$NGINX_PORT/webhooks/bench"}]}}}
+EOF
+}
+
+start_node() { # BIN DIR: NODE_PID
+  "$1" serve --config "$2/node.yml" >>"$2/node.log" 2>&1 &
+  NODE_PID=$!
+  PIDS+=("$NODE_PID")
+  wait_http "http://127.0.0.1:$HTTP_PORT/ready" 200 "$NODE_PID" 30 || { tail -20 "$2/node.log" >&2; die "node did not get ready"; }
+}
+
+stop_node() {
+  stop_pid "$NODE_PID" 30 || die "node exited non-zero on SIGTERM (see $1/node.log)"
+  forget_pid "$NODE_PID"
+}
+
+# one side of one round: prints "<us per request> <us per delivery>"
+side() {
+  local bin=$1 dir t0 t1 m c201 hooks ok dlq i
+  dir=$(mktemp -d "$TMP/run.XXXXXX")
+  config "$dir" '["edge", "storage"]'
+  start_node "$bin" "$dir"
+  t0=$(cpu_ticks "$NODE_PID")
+  "$WRK" -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" -s "$REPO/bench/post1k.lua" \
+    "http://127.0.0.1:$HTTP_PORT/webhooks/bench" >"$dir/wrk.txt" 2>&1
+  t1=$(cpu_ticks "$NODE_PID")
+  m=$dir/m1.txt
+  curl -sf --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" >"$m"
+  c201=$(msum "$m" ankusa_ingest_requests_total instance=default status=201)
+  hooks=$(msum "$m" ankusa_store_hooks instance=default)
+  [ "$c201" = "$hooks" ] || die "$bin: $c201 answered 201 but $hooks stored"
+  ((c201 > 0)) || die "$bin: no 201 at all (see $dir/wrk.txt)"
+  local ingest_us=$(((t1 - t0) * TICK_US / c201))
+  stop_node "$dir"
+  config "$dir" '["edge", "dispatch", "storage"]'
+  start_node "$bin" "$dir"
+  for ((i = 0; i < 6000; i++)); do
+    curl -sf --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" >"$dir/m2.txt" || true
+    ok=$(msum "$dir/m2.txt" ankusa_deliveries_total instance=default sink=http result=ok)
+    ((ok >= hooks)) && break
+    sleep 0.1
+  done
+  t1=$(cpu_ticks "$NODE_PID")
+  dlq=$(msum "$dir/m2.txt" ankusa_deliveries_total instance=default result=dlq)
+  ((ok >= hooks)) || die "$bin: delivered $ok of $hooks within 600 s"
+  ((dlq == 0)) || die "$bin: $dlq deliveries dead-lettered"
+  local deliver_us=$((t1 * TICK_US / ok))
+  stop_node "$dir"
+  rm -rf "$dir"
+  echo "$ingest_us $deliver_us"
+}
+
+A_IN=() A_DE=() B_IN=() B_DE=()
+echo "ab: A=$A_BIN B=$B_BIN; $ROUNDS rounds, alternating; wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s 1 KiB POST"
+for ((r = 1; r <= ROUNDS; r++)); do
+  order="A B"
+  ((r % 2 == 0)) && order="B A"
+  for s in $order; do
+    if [ "$s" = A ]; then read -r i d < <(side "$A_BIN"); A_IN+=("$i"); A_DE+=("$d")
+    else read -r i d < <(side "$B_BIN"); B_IN+=("$i"); B_DE+=("$d"); fi
+    echo "  round $r $s: $i us CPU per request, $d us CPU per delivery"
+  done
+done
+mai=$(median "${A_IN[@]}") mbi=$(median "${B_IN[@]}") mad=$(median "${A_DE[@]}") mbd=$(median "${B_DE[@]}")
+echo "== medians of $ROUNDS rounds (load avg now $(cut -d' ' -f1-3 /proc/loadavg))"
+printf '  ingest:   A %s us, B %s us per request  (B/A %.3f)\n' "$mai" "$mbi" "$(awk -v a="$mai" -v b="$mbi" 'BEGIN{print b/a}')"
+printf '  delivery: A %s us, B %s us per delivery (B/A %.3f)\n' "$mad" "$mbd" "$(awk -v a="$mad" -v b="$mbd" 'BEGIN{print b/a}')"

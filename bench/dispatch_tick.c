@@ -2,10 +2,13 @@
  * the backlog and the number of tenants. Run by bench/dispatch_tick.sh, which builds it
  * (`ninja -C build dispatch_tick`, not part of `make`).
  *
- * For each case a fresh store is written directly with the key codecs of store/keys.h
- * (hook record, delivery row, due key + due value: what the writer commits per hook), then
- * `reps` times: a fresh dispatcher (ak_dispatch_new + ak_dispatch_load), and `passes`
- * scheduling passes timed one by one. A pass claims up to dispatch.batch (128) rows and
+ * For each case a node is opened in a fresh data dir through core/node.c, as main.c opens
+ * one, with the store and the sources by their modules (the dispatch module is not
+ * opened: it would start its thread). Its store is written directly with the key codecs
+ * of store/keys.h (hook record, delivery row, due key + due value: what the writer commits
+ * per hook), the node is restarted, then `reps` times: a fresh dispatcher over the node
+ * (ak_dispatch_new + ak_dispatch_load, what the dispatch module's open and start do
+ * without the thread), and `passes` scheduling passes timed one by one. A pass claims up to dispatch.batch (128) rows and
  * keeps them claimed, so later passes continue from the tenants' cursors. The windows are
  * set far above what a pass can claim, so nothing but the batch stops a pass.
  *
@@ -37,31 +40,20 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/envelope.h"
-#include "core/instance.h"
-#include "core/sources.h"
 #include "core/log.h"
-#include "core/metrics.h"
+#include "core/node.h"
 #include "dispatch/dispatch.h"
+#include "modules.h"
 #include "store/batch.h"
 #include "store/keys.h"
 #include "store/store.h"
-#include "modules.h"
-#include "core/node.h"
-#include "edge/edge.h"
-#include "admin/admin.h"
-#include "store/audit.h"
-#include "queue/writer.h"
-#include "queue/dedupe.h"
-#include "queue/quarantine.h"
-#include "sinks/egress.h"
-#include "edge/headers.h"
-#include "admin/sources_api.h"
 
 #define BODY_LEN 1024
 #define BATCH 128
 
+/* node.data_dir comes from the environment given to the load: each case's own dir */
 static const char *const yaml =
-  "node: {roles: [dispatch, storage], data_dir: /nonexistent}\n"
+  "node: {roles: [dispatch, storage]}\n"
   "log: {level: warning}\n"
   "dispatch:\n"
   "  batch: 128\n"
@@ -86,6 +78,29 @@ typedef struct {
 static void die(const char *what) {
   fprintf(stderr, "dispatch_tick: %s\n", what);
   exit(1);
+}
+
+/* The config of yaml with node.data_dir = data_dir (the process environment is not read). */
+static ak_config_t *load_config(const char *data_dir) {
+  char dd[4300];
+  snprintf(dd, sizeof dd, "ANKUSA_DATA_DIR=%s", data_dir);
+  const char *const env[] = {dd, NULL};
+  ak_config_t *cfg = NULL;
+  char *err = NULL;
+  if (ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err) != 0) {
+    fprintf(stderr, "dispatch_tick: config: %s\n", err ? err : "?");
+    exit(1);
+  }
+  if (ak_dispatch_cfg(cfg)->batch != BATCH) die("dispatch.batch is not 128");
+  return cfg;
+}
+
+/* The node the bench reads: the store (<data_dir>/default/store) and the sources. */
+static void node_open(ak_node_t *n, ak_config_t *cfg) {
+  static const char *const only[] = {"node", "log", "store", "sources", NULL};
+  ak_node_opts_t o = {.only = only};
+  char *err = NULL;
+  if (ak_node_open(n, cfg, &o, &err) != 0) die(err ? err : "node open failed");
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -202,20 +217,15 @@ typedef struct {
   size_t later_n;
 } result_t;
 
-static result_t run_case(ak_config_t *cfg, ak_store_t *st, int reps, int passes) {
+static result_t run_case(ak_instance_t *inst, int reps, int passes) {
   double *p1 = calloc((size_t)reps, sizeof *p1), *p1r = calloc((size_t)reps, sizeof *p1r);
   double *pl = calloc((size_t)reps * (size_t)passes, sizeof *pl), *plr = calloc((size_t)reps * (size_t)passes, sizeof *plr);
   double *ld = calloc((size_t)reps, sizeof *ld);
   if (!p1 || !p1r || !pl || !plr || !ld) die("out of memory");
   size_t npl = 0;
   for (int r = 0; r < reps; r++) {
-    ak_instance_t inst = {.name = "default", .cfg = cfg, .store = st};
-    inst.metrics = ak_metrics_new();
-    ak_idgen_init(&inst.ids);
     char err[512] = "";
-    inst.sources = ak_sources_new(cfg, err, sizeof err);
-    if (!inst.sources) die(err);
-    ak_dispatch_t *d = ak_dispatch_new(&inst, err, sizeof err);
+    ak_dispatch_t *d = ak_dispatch_new(inst, err, sizeof err);
     if (!d) die(err);
     double t0 = now_us();
     if (ak_dispatch_load(d, err, sizeof err) != 0) die(err);
@@ -235,8 +245,6 @@ static result_t run_case(ak_config_t *cfg, ak_store_t *st, int reps, int passes)
       }
     }
     ak_dispatch_free(d);
-    ak_sources_free(inst.sources);
-    ak_metrics_free(inst.metrics);
   }
   result_t res = {.load_ms = median(ld, (size_t)reps), .pass1_us = median(p1, (size_t)reps),
                   .pass1_rows = median(p1r, (size_t)reps), .later_n = npl};
@@ -316,13 +324,6 @@ int main(int argc, char **argv) {
   }
   if (reps < 1 || passes < 1) die("REPS and PASSES must be >= 1");
   ak_log_set_level(AK_LOG_WARNING);
-  ak_config_t *cfg = NULL;
-  char *cerr = NULL;
-  if (ak_config_load_string(ak_modules(), yaml, strlen(yaml), (const char *const[]){NULL}, &cfg, &cerr) != 0) {
-    fprintf(stderr, "dispatch_tick: config: %s\n", cerr ? cerr : "?");
-    return 1;
-  }
-  if (ak_dispatch_cfg(cfg)->batch != BATCH) die("dispatch.batch is not 128");
 
   char tmpl[4096];
   snprintf(tmpl, sizeof tmpl, "%s/dispatch_tick.XXXXXX", parent);
@@ -351,15 +352,15 @@ int main(int argc, char **argv) {
     const case_t *c = &cases[ci];
     char dir[4200], rm[4300];
     snprintf(dir, sizeof dir, "%s/case%zu", tmpl, ci);
-    ak_store_t *st = ak_store_new(dir, false);
-    char *err = NULL;
-    if (ak_store_open(st, &err) != 0) die(err ? err : "store open failed");
-    fill(st, c, ak_now_ms());
-    /* reopen so every case reads a store in the same shape: flushed memtables replayed
+    ak_config_t *cfg = load_config(dir);
+    ak_node_t node;
+    node_open(&node, cfg);
+    fill(node.inst.store, c, ak_now_ms());
+    /* restart so every case reads a store in the same shape: flushed memtables replayed
      * from the WAL as a restarted node finds them */
-    ak_store_close(st);
-    if (ak_store_open(st, &err) != 0) die(err ? err : "store reopen failed");
-    result_t r = run_case(cfg, st, reps, passes);
+    ak_node_close(&node);
+    node_open(&node, cfg);
+    result_t r = run_case(&node.inst, reps, passes);
     per_row[ci] = r.pass1_rows > 0 ? r.pass1_us / r.pass1_rows : 0;
     per_pass[ci] = r.pass1_us;
     printf("  %-50s %9.1f %10.1f %8.0f %9.2f | ", c->name, r.load_ms, r.pass1_us, r.pass1_rows, per_row[ci]);
@@ -369,8 +370,9 @@ int main(int argc, char **argv) {
       printf("%10s %8s %9s\n", "-", "-", "-");
     /* for bench/dispatch_tick.sh: case index, pass 1 us, rows, later us, rows, load ms */
     machine[ci] = r;
-    if (ci == 2) baseline(st, reps, &seek_us, &seek_get_us);
-    ak_store_free(st);
+    if (ci == 2) baseline(node.inst.store, reps, &seek_us, &seek_get_us);
+    ak_node_close(&node);
+    ak_config_free(cfg);
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (system(rm) != 0) fprintf(stderr, "dispatch_tick: could not remove %s\n", dir);
   }
@@ -392,6 +394,5 @@ int main(int argc, char **argv) {
            machine[i].later_n ? machine[i].later_us : -1.0, machine[i].later_n ? machine[i].later_rows : -1.0,
            machine[i].load_ms);
   printf("#baseline %.1f %.1f\n", seek_us, seek_get_us);
-  ak_config_free(cfg);
   return 0;
 }

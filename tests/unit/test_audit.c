@@ -11,66 +11,52 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/clock.h"
-#include "core/config.h"
-#include "core/instance.h"
+#include "fixture.h"
 #include "store/audit.h"
+#include "store/batch.h"
 #include "store/store.h"
-#include "modules.h"
-#include "core/node.h"
-#include "core/sources.h"
-#include "edge/edge.h"
-#include "admin/admin.h"
-#include "queue/writer.h"
-#include "queue/dedupe.h"
-#include "queue/quarantine.h"
-#include "dispatch/dispatch.h"
-#include "sinks/egress.h"
-#include "edge/headers.h"
-#include "admin/sources_api.h"
-#include "core/log.h"
 
-static char dir[256];
+static ak_fx_t fx;
 
-static void mk_tmp(void) {
-  snprintf(dir, sizeof dir, "/tmp/ak-audit-test-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
+static void setup(void) {
+  ak_fx_tmp(&fx, "audit-test");
   unsetenv("ANKUSA_TEST_AUDIT_FAIL");
 }
 
-static void rm_tmp(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
+static void teardown(void) {
+  ak_fx_close(&fx);
+  ak_fx_rm(&fx);
 }
 
-TestSuite(audit, .init = mk_tmp, .fini = rm_tmp);
+TestSuite(audit, .init = setup, .fini = teardown);
 
+/* A test's handle on the suite's node: the store and the audit trail, opened by their
+ * modules (the audit module starts its prune thread, as a node does). */
 typedef struct {
-  ak_instance_t inst;
-  char path[300];
+  ak_instance_t *inst;
 } node_t;
 
 static void node_open(node_t *n, const char *yaml) {
-  char *err = NULL;
-  const char *const env[] = {NULL};
-  memset(&n->inst, 0, sizeof n->inst);
-  n->inst.name = "default";
-  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &n->inst.cfg, &err), 0, "%s", err ? err : "");
-  snprintf(n->path, sizeof n->path, "%s/store", dir);
-  n->inst.roles = n->inst.cfg ? ak_node_cfg(n->inst.cfg)->roles : 0;
-  n->inst.store = ak_store_new(n->path, false);
-  cr_assert_eq(ak_store_open(n->inst.store, &err), 0, "%s", err ? err : "");
-  n->inst.audit = ak_audit_open(&n->inst, &err);
-  cr_assert_not_null(n->inst.audit, "%s", err ? err : "");
+  static const char *const only[] = {"node", "store", "audit", NULL};
+  ak_fx_open(&fx, yaml, only);
+  n->inst = fx.inst;
+  cr_assert_not_null(n->inst->audit);
 }
 
 static void node_close(node_t *n) {
-  ak_audit_free(n->inst.audit);
-  ak_store_free(n->inst.store);
-  ak_config_free(n->inst.cfg);
+  ak_fx_close(&fx);
+  n->inst = NULL;
+}
+
+/* A restart over the same store with the same config. */
+static void node_reopen(node_t *n) {
+  ak_fx_reopen(&fx);
+  n->inst = fx.inst;
+  cr_assert_not_null(n->inst->audit);
 }
 
 static const ak_audit_who_t who = {.actor = "ops", .client = "127.0.0.1", .request_id = "req-1"};
@@ -78,17 +64,17 @@ static const ak_audit_who_t who = {.actor = "ops", .client = "127.0.0.1", .reque
 /* One change: a key in the default CF plus its row, committed (or cancelled). */
 static int change(node_t *n, const char *action, const char *tenant, const char *subject, const char *before,
                   const char *after, bool commit) {
-  ak_store_t *st = n->inst.store;
+  ak_store_t *st = n->inst->store;
   cr_assert_eq(ak_store_pin(st), 0);
   ak_batch_t *wb = ak_batch_new(st);
   ak_batch_put(wb, AK_CF_DEFAULT, subject, strlen(subject), after ? after : "", 0);
   ak_audit_entry_t e = {.who = &who, .action = action, .tenant = tenant, .subject = subject, .before = before,
                         .before_len = before ? strlen(before) : 0, .after = after,
                         .after_len = after ? strlen(after) : 0};
-  int rc = ak_audit_put(n->inst.audit, wb, &e);
+  int rc = ak_audit_put(n->inst->audit, wb, &e);
   if (rc == 0) {
-    if (commit) rc = ak_audit_commit(n->inst.audit, st, wb, NULL, NULL);
-    else ak_audit_cancel(n->inst.audit);
+    if (commit) rc = ak_audit_commit(n->inst->audit, st, wb, NULL, NULL);
+    else ak_audit_cancel(n->inst->audit);
   }
   ak_store_unpin(st);
   ak_batch_free(wb);
@@ -99,7 +85,7 @@ static json_t *query(node_t *n, ak_audit_query_t q) {
   if (!q.limit) q.limit = 100;
   if (!q.since_ms) q.since_ms = INT64_MIN;
   json_t *out = NULL;
-  cr_assert_eq(ak_audit_query(n->inst.audit, &q, &out), 0);
+  cr_assert_eq(ak_audit_query(n->inst->audit, &q, &out), 0);
   return out;
 }
 
@@ -111,7 +97,7 @@ static int64_t num(json_t *row, const char *k) { return json_integer_value(json_
 static bool key_exists(node_t *n, const char *k) {
   char *v = NULL;
   size_t vl;
-  int rc = ak_store_get(n->inst.store, AK_CF_DEFAULT, k, strlen(k), &v, &vl);
+  int rc = ak_store_get(n->inst->store, AK_CF_DEFAULT, k, strlen(k), &v, &vl);
   free(v);
   return rc == 0;
 }
@@ -119,7 +105,7 @@ static bool key_exists(node_t *n, const char *k) {
 Test(audit, one_row_per_committed_change) {
   node_t n;
   node_open(&n, "");
-  cr_expect_eq(ak_audit_next_seq(n.inst.audit), 1);
+  cr_expect_eq(ak_audit_next_seq(n.inst->audit), 1);
   cr_assert_eq(change(&n, "rate_limit.put", "acme", "rate_limit:acme", NULL, "{\"rate\":5}", true), 0);
   cr_assert_eq(change(&n, "rate_limit.put", "acme", "rate_limit:acme", "{\"rate\":5}", "{\"rate\":6}", true), 0);
   cr_assert_eq(change(&n, "rate_limit.delete", "beta", "rate_limit:beta", "{\"rate\":6}", NULL, false), 0);
@@ -154,9 +140,8 @@ Test(audit, one_row_per_committed_change) {
   json_decref(out);
 
   /* reopen: the seq continues, the key (so the hashes) stays */
-  node_close(&n);
-  node_open(&n, "");
-  cr_expect_eq(ak_audit_next_seq(n.inst.audit), 4);
+  node_reopen(&n);
+  cr_expect_eq(ak_audit_next_seq(n.inst->audit), 4);
   cr_assert_eq(change(&n, "rate_limit.put", "acme", "rate_limit:acme", NULL, "{\"rate\":6}", true), 0);
   out = query(&n, (ak_audit_query_t){.limit = 1});
   cr_expect_eq(num(entry(out, 0), "seq"), 4);
@@ -175,8 +160,8 @@ Test(audit, the_hash_is_keyed_per_store) {
   char *h1 = strdup(str(entry(out, 0), "after_hash"));
   json_decref(out);
   node_close(&n);
-  rm_tmp();
-  mk_tmp();
+  teardown(); /* another store in another dir */
+  setup();
   node_open(&n, "");
   cr_assert_eq(change(&n, "x.put", NULL, "s", NULL, "same state", true), 0);
   out = query(&n, (ak_audit_query_t){0});
@@ -197,12 +182,10 @@ Test(audit, fault_seam_blocks_the_change) {
   node_t n;
   node_open(&n, "");
   char flag[300];
-  snprintf(flag, sizeof flag, "%s/fail", dir);
+  snprintf(flag, sizeof flag, "%s/fail", fx.dir);
   setenv("ANKUSA_TEST_AUDIT_FAIL", flag, 1);
-  ak_audit_free(n.inst.audit);
-  char *err = NULL;
-  n.inst.audit = ak_audit_open(&n.inst, &err);
-  cr_assert_not_null(n.inst.audit);
+  node_reopen(&n); /* the trail reads the seam at its open */
+  cr_assert_not_null(n.inst->audit);
   FILE *f = fopen(flag, "w");
   fclose(f);
   cr_expect_eq(change(&n, "rate_limit.put", "acme", "rate_limit:acme", NULL, "{}", true), -1);
@@ -283,14 +266,14 @@ Test(audit, cursor_and_filters) {
 Test(audit, a_row_of_several_tenants) {
   node_t n;
   node_open(&n, "");
-  ak_store_t *st = n.inst.store;
+  ak_store_t *st = n.inst->store;
   cr_assert_eq(ak_store_pin(st), 0);
   ak_batch_t *wb = ak_batch_new(st);
   const char *const ts[] = {"beta", "acme", "beta"};
   ak_audit_entry_t e = {.who = &who, .action = "quarantine.purge", .tenants = ts, .ntenants = 3,
                         .subject = "quarantine", .before = "a", .before_len = 1};
-  cr_assert_eq(ak_audit_put(n.inst.audit, wb, &e), 0);
-  cr_assert_eq(ak_audit_commit(n.inst.audit, st, wb, NULL, NULL), 0);
+  cr_assert_eq(ak_audit_put(n.inst->audit, wb, &e), 0);
+  cr_assert_eq(ak_audit_commit(n.inst->audit, st, wb, NULL, NULL), 0);
   ak_store_unpin(st);
   ak_batch_free(wb);
   json_t *out = query(&n, (ak_audit_query_t){0});
@@ -321,13 +304,13 @@ Test(audit, pending_rows_are_settled) {
   ak_audit_entry_t e = {.who = &who, .action = "quarantine.release", .tenant = "acme", .subject = "quarantine",
                         .before = "held", .before_len = 4, .after = "held", .after_len = 4, .outcome = "pending",
                         .seq_out = &s1};
-  cr_assert_eq(ak_audit_record(n.inst.audit, &e), 0);
+  cr_assert_eq(ak_audit_record(n.inst->audit, &e), 0);
   e.seq_out = &s2;
-  cr_assert_eq(ak_audit_record(n.inst.audit, &e), 0);
+  cr_assert_eq(ak_audit_record(n.inst->audit, &e), 0);
   cr_expect_eq(s1, 1);
   cr_expect_eq(s2, 2);
   json_t *detail = json_pack("{s:i}", "moved", 1);
-  cr_assert_eq(ak_audit_finish(n.inst.audit, s1, "ok", NULL, 0, detail), 0);
+  cr_assert_eq(ak_audit_finish(n.inst->audit, s1, "ok", NULL, 0, detail), 0);
   json_decref(detail);
   json_t *out = query(&n, (ak_audit_query_t){0});
   json_t *r1 = entry(out, 1), *r2 = entry(out, 0);
@@ -338,8 +321,7 @@ Test(audit, pending_rows_are_settled) {
   char *after = strdup(str(r2, "after_hash"));
   json_decref(out);
   /* a "kill" between the two halves: the next open marks the row interrupted */
-  node_close(&n);
-  node_open(&n, "");
+  node_reopen(&n);
   out = query(&n, (ak_audit_query_t){0});
   cr_expect_str_eq(str(entry(out, 0), "outcome"), "interrupted");
   cr_expect_str_eq(str(entry(out, 0), "after_hash"), after, "what it was about to change is kept");
@@ -354,14 +336,13 @@ Test(audit, retention_prunes_old_rows_and_the_seq_goes_on) {
   node_open(&n, "audit: {retention_days: 2}\n");
   for (int i = 0; i < 3; i++) cr_assert_eq(change(&n, "x.put", "acme", "s", NULL, "x", true), 0);
   int64_t now = ak_now_ms();
-  cr_expect_eq(ak_audit_prune(n.inst.audit, now + 86400000LL), 0, "a day later: all kept");
-  cr_expect_eq(ak_audit_prune(n.inst.audit, now + 3 * 86400000LL), 3, "three days later: all gone");
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 86400000LL), 0, "a day later: all kept");
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 3 * 86400000LL), 3, "three days later: all gone");
   json_t *out = query(&n, (ak_audit_query_t){0});
   cr_expect_eq(count(out), 0);
   json_decref(out);
-  node_close(&n);
-  node_open(&n, "audit: {retention_days: 2}\n");
-  cr_expect_eq(ak_audit_next_seq(n.inst.audit), 4, "a pruned trail keeps counting: a cursor never goes back");
+  node_reopen(&n);
+  cr_expect_eq(ak_audit_next_seq(n.inst->audit), 4, "a pruned trail keeps counting: a cursor never goes back");
   cr_assert_eq(change(&n, "x.put", "acme", "s", NULL, "y", true), 0);
   out = query(&n, (ak_audit_query_t){.has_after = true, .after_seq = 3});
   cr_expect_eq(count(out), 1);
@@ -422,9 +403,12 @@ Test(audit, concurrent_changes_keep_commit_order) {
 }
 
 Test(audit, a_store_without_the_audit_family_opens) {
-  /* a store made before the family existed: open it with the older families only */
+  /* a store made before the family existed: open it with the older families only, where
+   * the store module opens it */
   char path[300];
-  snprintf(path, sizeof path, "%s/store", dir);
+  snprintf(path, sizeof path, "%s/default", fx.dir);
+  cr_assert_eq(mkdir(path, 0700), 0);
+  snprintf(path, sizeof path, "%s", fx.store_path);
   rocksdb_options_t *o = rocksdb_options_create();
   rocksdb_options_set_create_if_missing(o, 1);
   rocksdb_options_set_create_missing_column_families(o, 1);

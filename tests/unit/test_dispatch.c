@@ -9,71 +9,45 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/config.h"
 #include "core/envelope.h"
-#include "core/instance.h"
 #include "core/sources.h"
 #include "dispatch/dispatch.h"
+#include "fixture.h"
 #include "store/batch.h"
 #include "store/store.h"
-#include "modules.h"
-#include "core/node.h"
-#include "edge/edge.h"
-#include "admin/admin.h"
-#include "store/audit.h"
-#include "queue/writer.h"
-#include "queue/dedupe.h"
-#include "queue/quarantine.h"
-#include "sinks/egress.h"
-#include "edge/headers.h"
-#include "admin/sources_api.h"
-#include "core/log.h"
 
 #define FAR_FUTURE 4000000000000LL
 
+/* A test's node, in a temp dir of its own: the store and the sources, opened by their
+ * modules. The dispatcher is not opened: the tests make it (fx_dispatch) and run its
+ * passes by hand, without its thread. */
 typedef struct {
-  char dir[64];
-  ak_instance_t inst;
+  ak_fx_t fx;
+  ak_instance_t *inst;
   uint64_t seq;
 } fx_t;
 
 static void fx_open(fx_t *f, const char *dispatch_yaml) {
+  static const char *const only[] = {"node", "store", "sources", NULL};
   memset(f, 0, sizeof *f);
-  snprintf(f->dir, sizeof f->dir, "/tmp/ak-dispatch-XXXXXX");
-  cr_assert_not_null(mkdtemp(f->dir));
+  ak_fx_tmp(&f->fx, "dispatch");
   char yaml[1024];
-  snprintf(yaml, sizeof yaml, "node: {data_dir: %s}\n%s\nsources:\n  s: {sinks: [{type: log}]}\n", f->dir,
-           dispatch_yaml ? dispatch_yaml : "");
-  char *err = NULL;
-  const char *env[] = {NULL};
-  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &f->inst.cfg, &err), 0, "config: %s", err);
-  f->inst.name = "default";
-  f->inst.metrics = ak_metrics_new();
-  char sp[128];
-  snprintf(sp, sizeof sp, "%s/store", f->dir);
-  f->inst.roles = f->inst.cfg ? ak_node_cfg(f->inst.cfg)->roles : 0;
-  f->inst.store = ak_store_new(sp, false);
-  cr_assert_eq(ak_store_open(f->inst.store, &err), 0, "open: %s", err);
-  char serr[256];
-  f->inst.sources = ak_sources_new(f->inst.cfg, serr, sizeof serr);
-  cr_assert_not_null(f->inst.sources, "%s", serr);
+  snprintf(yaml, sizeof yaml, "%s\nsources:\n  s: {sinks: [{type: log}]}\n", dispatch_yaml ? dispatch_yaml : "");
+  ak_fx_open(&f->fx, yaml, only);
+  f->inst = f->fx.inst;
   f->seq = 1;
 }
 
 static void fx_close(fx_t *f) {
-  ak_sources_free(f->inst.sources);
-  ak_store_free(f->inst.store);
-  ak_metrics_free(f->inst.metrics);
-  ak_config_free(f->inst.cfg);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
-  cr_expect_eq(system(cmd), 0);
+  ak_fx_close(&f->fx);
+  f->inst = NULL;
+  ak_fx_rm(&f->fx);
 }
 
 /* n hooks of `tenant` for source s, each with one due row at `at`. */
 static void add_rows(fx_t *f, const char *tenant, int n, int64_t at) {
-  ak_batch_t *wb = ak_batch_new(f->inst.store);
-  cr_assert_eq(ak_store_pin(f->inst.store), 0);
+  ak_batch_t *wb = ak_batch_new(f->inst->store);
+  cr_assert_eq(ak_store_pin(f->inst->store), 0);
   for (int i = 0; i < n; i++) {
     uint64_t seq = f->seq++;
     ak_envelope_t env = {.seq = seq, .received_at_ms = at, .tenant = tenant, .tenant_len = strlen(tenant),
@@ -97,14 +71,14 @@ static void add_rows(fx_t *f, const char *tenant, int n, int64_t at) {
   }
   ak_wf_class_t cls;
   char *err = NULL;
-  cr_assert_eq(ak_store_write_pinned(f->inst.store, wb, false, &cls, &err), 0);
-  ak_store_unpin(f->inst.store);
+  cr_assert_eq(ak_store_write_pinned(f->inst->store, wb, false, &cls, &err), 0);
+  ak_store_unpin(f->inst->store);
   ak_batch_free(wb);
 }
 
 static ak_dispatch_t *fx_dispatch(fx_t *f) {
   char err[256] = "";
-  ak_dispatch_t *d = ak_dispatch_new(&f->inst, err, sizeof err);
+  ak_dispatch_t *d = ak_dispatch_new(f->inst, err, sizeof err);
   cr_assert_not_null(d, "%s", err);
   cr_assert_eq(ak_dispatch_load(d, err, sizeof err), 0, "%s", err);
   return d;
@@ -215,26 +189,23 @@ Test(dispatch, a_row_due_before_the_cursor_is_found_once) {
 }
 
 Test(dispatch, unbuildable_sink_refused_with_its_key) {
+  /* the sources alone, no store: the dispatcher is made by hand, as its module's open does */
+  static const char *const only[] = {"node", "sources", NULL};
   fx_t f;
   memset(&f, 0, sizeof f);
   const char *yaml =
       "egress: {allow_http: true}\n"
       "sources:\n  s: {sinks: [{type: log}, {type: http, url: 'https://example.com/x', secret: 'whsec_%%%'}]}\n";
-  char *err = NULL;
-  const char *env[] = {NULL};
-  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &f.inst.cfg, &err), 0, "config: %s", err);
-  f.inst.name = "default";
-  f.inst.metrics = ak_metrics_new();
+  ak_fx_tmp(&f.fx, "dispatch");
+  ak_fx_open(&f.fx, yaml, only); /* the config loads: the sink is refused when built */
+  f.inst = f.fx.inst;
+  cr_assert_not_null(f.inst->sources);
   char e[256] = "";
-  f.inst.sources = ak_sources_new(f.inst.cfg, e, sizeof e);
-  cr_assert_not_null(f.inst.sources, "%s", e);
-  ak_dispatch_t *d = ak_dispatch_new(&f.inst, e, sizeof e);
+  ak_dispatch_t *d = ak_dispatch_new(f.inst, e, sizeof e);
   cr_assert_null(d);
   cr_expect(strstr(e, "sources.s.sinks[1]") != NULL, "%s", e);
   cr_expect(strstr(e, "whsec_%") == NULL, "the secret is not echoed: %s", e);
-  ak_sources_free(f.inst.sources);
-  ak_metrics_free(f.inst.metrics);
-  ak_config_free(f.inst.cfg);
+  fx_close(&f);
 }
 
 /* The stored size of one row add_rows writes (every row of one tenant has the same). */
@@ -271,14 +242,14 @@ Test(dispatch, a_row_too_big_for_the_bytes_window_waits_without_rescans) {
 
 /* One key of family cf set to v (vl bytes), or deleted when v is NULL. */
 static void fx_set(fx_t *f, int cf, const uint8_t *k, size_t kl, const char *v, size_t vl) {
-  ak_batch_t *wb = ak_batch_new(f->inst.store);
-  cr_assert_eq(ak_store_pin(f->inst.store), 0);
+  ak_batch_t *wb = ak_batch_new(f->inst->store);
+  cr_assert_eq(ak_store_pin(f->inst->store), 0);
   if (v) ak_batch_put(wb, cf, k, kl, v, vl);
   else ak_batch_delete(wb, cf, k, kl);
   ak_wf_class_t cls;
   char *err = NULL;
-  cr_assert_eq(ak_store_write_pinned(f->inst.store, wb, false, &cls, &err), 0);
-  ak_store_unpin(f->inst.store);
+  cr_assert_eq(ak_store_write_pinned(f->inst->store, wb, false, &cls, &err), 0);
+  ak_store_unpin(f->inst->store);
   ak_batch_free(wb);
 }
 
@@ -317,7 +288,7 @@ Test(dispatch, a_missing_hook_is_dead_lettered_and_the_rows_around_it_claimed) {
   cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "b"), 3);
   ak_dispatch_debug_scan(d, FAR_FUTURE); /* writes the outcome batch */
   dead_seen_t s = {0};
-  cr_assert_eq(ak_store_scan(f.inst.store, AK_CF_INDEX, "x", 1, dead_cb, &s), 0);
+  cr_assert_eq(ak_store_scan(f.inst->store, AK_CF_INDEX, "x", 1, dead_cb, &s), 0);
   cr_expect_eq(s.n, 1, "one dead row");
   cr_expect_eq(s.seq, 7);
   cr_expect(strstr(s.reason, "hook_missing") != NULL, "%s", s.reason);
@@ -332,7 +303,7 @@ Test(dispatch, a_missing_hook_is_dead_lettered_and_the_rows_around_it_claimed) {
   cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "b"), 2, "the rows around it, read one at a time");
   ak_dispatch_debug_scan(d, FAR_FUTURE);
   s = (dead_seen_t){0};
-  cr_assert_eq(ak_store_scan(f.inst.store, AK_CF_INDEX, "x", 1, dead_cb, &s), 0);
+  cr_assert_eq(ak_store_scan(f.inst->store, AK_CF_INDEX, "x", 1, dead_cb, &s), 0);
   cr_expect_eq(s.n, 1);
   cr_expect_eq(s.seq, 2);
   cr_expect(strstr(s.reason, "hook_missing") != NULL, "%s", s.reason);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "core/gauges.h"
 #include "core/notify.h"
+#include "fixture.h"
 
 /* A datagram socket bound at path ("@x": abstract); the fd. */
 static int bind_dgram(const char *path) {
@@ -74,11 +75,15 @@ Test(notify, unset_is_not_an_error_and_a_dead_socket_is) {
 
 static void count_calls(void *ctx) { (*(int *)ctx)++; }
 
+/* The instance of a node with no module opened (its name and metrics); the sampler made
+ * by hand at a 50 ms interval (the gauges module's is the default). */
 Test(gauges, samples_at_start_then_every_interval_and_stops_promptly) {
-  ak_instance_t inst = {.name = "default"};
-  inst.metrics = ak_metrics_new();
+  static const char *const only[] = {"node", NULL};
+  ak_fx_t fx;
+  ak_fx_tmp(&fx, "gauges-test");
+  ak_fx_open(&fx, "", only);
   int calls = 0;
-  ak_gauges_t *g = ak_gauges_new(&inst, 50);
+  ak_gauges_t *g = ak_gauges_new(fx.inst, 50);
   cr_assert_not_null(g);
   cr_assert_eq(ak_gauges_add(g, count_calls, &calls), 0);
   cr_assert_eq(ak_gauges_start(g), 0);
@@ -97,12 +102,13 @@ Test(gauges, samples_at_start_then_every_interval_and_stops_promptly) {
   cr_assert(stop_ms < 40, "stop waits for no interval (%.1f ms)", stop_ms);
 
   size_t len;
-  char *text = ak_metrics_render(inst.metrics, &len);
+  char *text = ak_metrics_render(fx.inst->metrics, &len);
   cr_assert_not_null(strstr(text, "\nankusa_process_resident_memory_bytes{instance=\"default\"} "));
   cr_assert_not_null(strstr(text, "\nankusa_vm_memory_bytes{instance=\"default\"} "));
   free(text);
   ak_gauges_free(g);
-  ak_metrics_free(inst.metrics);
+  ak_fx_close(&fx);
+  ak_fx_rm(&fx);
 }
 
 Test(gauges, memory_readings_are_plausible) {

@@ -11,26 +11,31 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/clock.h"
-#include "core/instance.h"
+#include "core/log.h"
+#include "core/node.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "store/batch.h"
 #include "store/store.h"
 
-static char dir[256];
+/* The node's module table up to the store, in its order: the whole table (src/modules.c)
+ * would link the real dispatcher beside the fake below. */
+static const ak_module_t *const replay_modules[] = {&ak_mod_node, &ak_mod_log, &ak_mod_store};
+static const ak_schema_t replay_schema = {.modules = replay_modules,
+                                          .nmodules = sizeof replay_modules / sizeof replay_modules[0]};
+#define AK_FX_SCHEMA (&replay_schema)
+#include "fixture.h"
 
-static void mk_tmp(void) {
-  snprintf(dir, sizeof dir, "/tmp/ak-replay-test-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
+static ak_fx_t fx;
+
+static void setup(void) { ak_fx_tmp(&fx, "replay-test"); }
+
+static void teardown(void) {
+  ak_fx_close(&fx);
+  ak_fx_rm(&fx);
 }
 
-static void rm_tmp(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(replay, .init = mk_tmp, .fini = rm_tmp);
+TestSuite(replay, .init = setup, .fini = teardown);
 
 /* the fake dispatcher */
 static struct {
@@ -75,34 +80,36 @@ void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int
   fake.notes++;
 }
 
+/* A test's handle on the suite's node: the store opened by its module; the replay jobs
+ * made and loaded by hand (the replay module's open would hook them into a dispatcher),
+ * with no dispatcher unless a test puts the fake in its place. */
 typedef struct node {
-  ak_instance_t inst;
-  char path[300];
+  ak_instance_t *inst;
 } node_t;
 
 static void node_open(node_t *n) {
-  memset(&n->inst, 0, sizeof n->inst);
-  n->inst.name = "default";
-  ak_idgen_init(&n->inst.ids);
-  snprintf(n->path, sizeof n->path, "%s/store", dir);
-  n->inst.store = ak_store_new(n->path, false);
+  static const char *const only[] = {"node", "store", NULL};
+  ak_fx_open(&fx, "", only);
+  n->inst = fx.inst;
+  n->inst->replays = ak_replays_new(n->inst);
   char *err = NULL;
-  cr_assert_eq(ak_store_open(n->inst.store, &err), 0, "%s", err ? err : "");
-  n->inst.replays = ak_replays_new(&n->inst);
-  cr_assert_eq(ak_replays_load(n->inst.replays, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_replays_load(n->inst->replays, &err), 0, "%s", err ? err : "");
 }
 
 static void node_close(node_t *n) {
-  ak_replays_free(n->inst.replays);
-  ak_store_free(n->inst.store);
+  ak_replays_free(n->inst->replays);
+  n->inst->replays = NULL;
+  n->inst->dispatch = NULL; /* the fake, when a test set it: not the node's to close */
+  ak_fx_close(&fx);
+  n->inst = NULL;
 }
 
 /* A restart of the replay module over the same store. */
 static void replays_restart(node_t *n) {
-  ak_replays_free(n->inst.replays);
-  n->inst.replays = ak_replays_new(&n->inst);
+  ak_replays_free(n->inst->replays);
+  n->inst->replays = ak_replays_new(n->inst);
   char *err = NULL;
-  cr_assert_eq(ak_replays_load(n->inst.replays, &err), 0, "%s", err ? err : "");
+  cr_assert_eq(ak_replays_load(n->inst->replays, &err), 0, "%s", err ? err : "");
 }
 
 static void hook_id(uint64_t seq, uint8_t id[16]) {
@@ -113,7 +120,7 @@ static void hook_id(uint64_t seq, uint8_t id[16]) {
 
 static void put_dead(node_t *n, int64_t dead_at, uint64_t seq, uint16_t sink, const char *source,
                      const char *tenant) {
-  ak_store_t *st = n->inst.store;
+  ak_store_t *st = n->inst->store;
   cr_assert_eq(ak_store_pin(st), 0);
   ak_batch_t *wb = ak_batch_new(st);
   uint8_t k[AK_DEAD_KEY_LEN], v[512];
@@ -141,7 +148,7 @@ static void put_dead(node_t *n, int64_t dead_at, uint64_t seq, uint16_t sink, co
 }
 
 static void put_raw(node_t *n, int cf, const void *k, size_t kl, const void *v, size_t vl) {
-  ak_store_t *st = n->inst.store;
+  ak_store_t *st = n->inst->store;
   cr_assert_eq(ak_store_pin(st), 0);
   ak_batch_t *wb = ak_batch_new(st);
   ak_batch_put(wb, cf, k, kl, v, vl);
@@ -151,7 +158,7 @@ static void put_raw(node_t *n, int cf, const void *k, size_t kl, const void *v, 
 }
 
 static void del_raw(node_t *n, int cf, const void *k, size_t kl) {
-  ak_store_t *st = n->inst.store;
+  ak_store_t *st = n->inst->store;
   cr_assert_eq(ak_store_pin(st), 0);
   ak_batch_t *wb = ak_batch_new(st);
   ak_batch_delete(wb, cf, k, kl);
@@ -165,7 +172,7 @@ static bool has_dead_key(node_t *n, int64_t dead_at, uint64_t seq, uint16_t sink
   ak_key_dead(k, dead_at, seq, sink);
   char *v = NULL;
   size_t vl = 0;
-  int rc = ak_store_get(n->inst.store, AK_CF_INDEX, k, sizeof k, &v, &vl);
+  int rc = ak_store_get(n->inst->store, AK_CF_INDEX, k, sizeof k, &v, &vl);
   cr_assert_geq(rc, 0);
   free(v);
   return rc == 0;
@@ -176,7 +183,7 @@ static ak_delivery_row_t get_row(node_t *n, uint64_t seq, uint16_t sink) {
   ak_key_delivery(k, seq, sink);
   char *v = NULL;
   size_t vl = 0;
-  cr_assert_eq(ak_store_get(n->inst.store, AK_CF_DELIVERIES, k, sizeof k, &v, &vl), 0, "row %llu missing",
+  cr_assert_eq(ak_store_get(n->inst->store, AK_CF_DELIVERIES, k, sizeof k, &v, &vl), 0, "row %llu missing",
                (unsigned long long)seq);
   ak_delivery_row_t r;
   cr_assert_eq(ak_delivery_row_decode((const uint8_t *)v, vl, &r), 0);
@@ -211,7 +218,7 @@ static due_scan_t *dues(node_t *n) {
   static due_scan_t d;
   memset(&d, 0, sizeof d);
   const char p = AK_IDX_DUE;
-  cr_assert_eq(ak_store_scan(n->inst.store, AK_CF_INDEX, &p, 1, due_one, &d), 0);
+  cr_assert_eq(ak_store_scan(n->inst->store, AK_CF_INDEX, &p, 1, due_one, &d), 0);
   return &d;
 }
 
@@ -224,7 +231,7 @@ static int count_one(const char *k, size_t kl, const char *v, size_t vl, void *c
 static int dead_count(node_t *n) {
   int c = 0;
   const char p = AK_IDX_DEAD;
-  cr_assert_eq(ak_store_scan(n->inst.store, AK_CF_INDEX, &p, 1, count_one, &c), 0);
+  cr_assert_eq(ak_store_scan(n->inst->store, AK_CF_INDEX, &p, 1, count_one, &c), 0);
   return c;
 }
 
@@ -237,13 +244,13 @@ static ak_replay_filter_t no_filter(void) {
 /* Create a job; its id into id (and the object back, caller frees). */
 static json_t *create(node_t *n, const ak_replay_filter_t *f, int64_t rate, uint8_t id[16]) {
   json_t *o = NULL;
-  cr_assert_eq(ak_replays_create(n->inst.replays, f, rate, AK_REPLAY_LAG_DEFAULT, &o), AK_REPLAY_OK);
+  cr_assert_eq(ak_replays_create(n->inst->replays, f, rate, AK_REPLAY_LAG_DEFAULT, &o), AK_REPLAY_OK);
   cr_assert(ak_uuid_parse(json_string_value(json_object_get(o, "id")), id));
   return o;
 }
 
 static json_t *job(node_t *n, const uint8_t id[16]) {
-  json_t *o = ak_replays_get(n->inst.replays, id);
+  json_t *o = ak_replays_get(n->inst->replays, id);
   cr_assert_not_null(o);
   return o;
 }
@@ -285,9 +292,9 @@ Test(replay, moves_dead_rows_back_with_the_replay_id) {
   json_decref(o);
 
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
+  ak_replays_tick(n.inst->replays, t0);
   cr_expect_eq(dead_count(&n), 4, "the first tick only starts the job's clock");
-  ak_replays_tick(n.inst.replays, t0 + 100);
+  ak_replays_tick(n.inst->replays, t0 + 100);
   cr_assert_eq(dead_count(&n), 0, "all four rows left the dead-letter set");
   uint64_t want_seq[4] = {1, 2, 2, 3};
   uint16_t want_sink[4] = {0, 0, 1, 0};
@@ -335,15 +342,15 @@ Test(replay, rate_is_a_budget_per_elapsed_time) {
   uint8_t rid[16];
   json_decref(create(&n, &f, 10, rid));
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
+  ak_replays_tick(n.inst->replays, t0);
   cr_expect_eq(dead_count(&n), 40);
-  ak_replays_tick(n.inst.replays, t0 + 100); /* 10/s x 0.1 s = 1 */
+  ak_replays_tick(n.inst->replays, t0 + 100); /* 10/s x 0.1 s = 1 */
   cr_expect_eq(dead_count(&n), 39);
-  ak_replays_tick(n.inst.replays, t0 + 150); /* half a row: carried */
+  ak_replays_tick(n.inst->replays, t0 + 150); /* half a row: carried */
   cr_expect_eq(dead_count(&n), 39);
-  ak_replays_tick(n.inst.replays, t0 + 200);
+  ak_replays_tick(n.inst->replays, t0 + 200);
   cr_expect_eq(dead_count(&n), 38);
-  ak_replays_tick(n.inst.replays, t0 + 5200); /* 5 s idle: at most one second's worth */
+  ak_replays_tick(n.inst->replays, t0 + 5200); /* 5 s idle: at most one second's worth */
   cr_expect_eq(dead_count(&n), 28);
   cr_expect_eq(jfield(&n, rid, "moved"), 12);
   /* oldest first: seqs 1..12 are the ones that moved */
@@ -362,11 +369,11 @@ Test(replay, one_tick_moves_at_most_the_tick_cap) {
   uint8_t rid[16];
   json_decref(create(&n, &f, AK_REPLAY_RATE_MAX, rid));
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
-  ak_replays_tick(n.inst.replays, t0 + 100);
+  ak_replays_tick(n.inst->replays, t0);
+  ak_replays_tick(n.inst->replays, t0 + 100);
   cr_expect_eq(dead_count(&n), 200);
   cr_expect_str_eq(jstate(&n, rid), "running");
-  ak_replays_tick(n.inst.replays, t0 + 200);
+  ak_replays_tick(n.inst->replays, t0 + 200);
   cr_expect_eq(dead_count(&n), 0);
   cr_expect_str_eq(jstate(&n, rid), "done");
   cr_expect_eq(jfield(&n, rid, "moved"), AK_REPLAY_TICK_ROWS + 200);
@@ -377,7 +384,7 @@ Test(replay, one_tick_moves_at_most_the_tick_cap) {
 static int64_t run_to_done(node_t *n, const ak_replay_filter_t *f, uint8_t rid[16]) {
   json_decref(create(n, f, 1000, rid));
   int64_t t0 = ak_now_ms();
-  for (int i = 0; i < 5 && strcmp(jstate(n, rid), "done"); i++) ak_replays_tick(n->inst.replays, t0 + 1000 * i);
+  for (int i = 0; i < 5 && strcmp(jstate(n, rid), "done"); i++) ak_replays_tick(n->inst->replays, t0 + 1000 * i);
   cr_assert_str_eq(jstate(n, rid), "done");
   return jfield(n, rid, "moved");
 }
@@ -424,8 +431,8 @@ Test(replay, filters_source_id_window_and_creation_bound) {
   json_decref(o);
   put_dead(&n, created + 1, 7, 0, "src_a", "acme");
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
-  ak_replays_tick(n.inst.replays, t0 + 1000);
+  ak_replays_tick(n.inst->replays, t0);
+  ak_replays_tick(n.inst->replays, t0 + 1000);
   cr_expect_str_eq(jstate(&n, rid), "done");
   cr_expect_eq(jfield(&n, rid, "moved"), 1, "only seq 1 was left from before creation");
   cr_expect_not(has_dead_key(&n, base + 10, 1, 0));
@@ -473,7 +480,7 @@ Test(replay, rows_that_changed_are_skipped_never_resurrected) {
   ak_key_delivery(dk, 1, 0);
   char *gv = NULL;
   size_t gl = 0;
-  cr_expect_eq(ak_store_get(n.inst.store, AK_CF_DELIVERIES, dk, sizeof dk, &gv, &gl), 1, "not resurrected");
+  cr_expect_eq(ak_store_get(n.inst->store, AK_CF_DELIVERIES, dk, sizeof dk, &gv, &gl), 1, "not resurrected");
   node_close(&n);
 }
 
@@ -490,8 +497,8 @@ Test(replay, restart_resumes_at_the_cursor) {
   uint8_t rid[16];
   json_decref(create(&n, &f, 10, rid));
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
-  ak_replays_tick(n.inst.replays, t0 + 600); /* 6 rows offered: the stale one and 5 */
+  ak_replays_tick(n.inst->replays, t0);
+  ak_replays_tick(n.inst->replays, t0 + 600); /* 6 rows offered: the stale one and 5 */
   cr_expect_eq(jfield(&n, rid, "moved"), 5);
   cr_expect_eq(jfield(&n, rid, "skipped"), 1);
 
@@ -500,9 +507,9 @@ Test(replay, restart_resumes_at_the_cursor) {
   cr_expect_eq(jfield(&n, rid, "moved"), 5);
   cr_expect_eq(jfield(&n, rid, "scanned"), 6);
   int64_t t1 = t0 + 10000;
-  ak_replays_tick(n.inst.replays, t1);
+  ak_replays_tick(n.inst->replays, t1);
   cr_expect_eq(jfield(&n, rid, "moved"), 5, "a loaded job starts its clock first");
-  ak_replays_tick(n.inst.replays, t1 + 500);
+  ak_replays_tick(n.inst->replays, t1 + 500);
   cr_expect_eq(jfield(&n, rid, "moved"), 10);
   cr_expect_eq(jfield(&n, rid, "skipped"), 1);
   cr_expect_eq(jfield(&n, rid, "scanned"), 11, "nothing was looked at twice");
@@ -511,7 +518,7 @@ Test(replay, restart_resumes_at_the_cursor) {
   for (int i = 0; i < 10; i++) cr_expect_leq(d->seqs[i], 10);
   for (int i = 0; i < 5; i++) cr_expect_eq(d->at[i], t0 + 600, "moved before the restart, not again after");
   for (int i = 5; i < 10; i++) cr_expect_eq(d->at[i], t1 + 500);
-  for (int i = 0; i < 5; i++) ak_replays_tick(n.inst.replays, t1 + 1500 + 1000 * i);
+  for (int i = 0; i < 5; i++) ak_replays_tick(n.inst->replays, t1 + 1500 + 1000 * i);
   cr_expect_str_eq(jstate(&n, rid), "done");
   cr_expect_eq(jfield(&n, rid, "moved"), 20);
   cr_expect_eq(jfield(&n, rid, "skipped"), 1);
@@ -527,46 +534,46 @@ Test(replay, pause_resume_cancel) {
   uint8_t rid[16], other[16];
   json_decref(create(&n, &f, 10, rid));
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
-  ak_replays_tick(n.inst.replays, t0 + 200);
+  ak_replays_tick(n.inst->replays, t0);
+  ak_replays_tick(n.inst->replays, t0 + 200);
   cr_expect_eq(dead_count(&n), 28);
 
   json_t *o = NULL;
   ak_replay_patch_t p = {.state = AK_REPLAY_PAUSED, .rate = 20};
-  cr_assert_eq(ak_replays_patch(n.inst.replays, rid, &p, &o), AK_REPLAY_OK);
+  cr_assert_eq(ak_replays_patch(n.inst->replays, rid, &p, &o), AK_REPLAY_OK);
   cr_expect_str_eq(json_string_value(json_object_get(o, "state")), "paused");
   cr_expect_eq(jint(o, "rate"), 20);
   json_decref(o);
-  ak_replays_tick(n.inst.replays, t0 + 1200);
-  ak_replays_tick(n.inst.replays, t0 + 2200);
+  ak_replays_tick(n.inst->replays, t0 + 1200);
+  ak_replays_tick(n.inst->replays, t0 + 2200);
   cr_expect_eq(dead_count(&n), 28, "paused: nothing moves");
   replays_restart(&n);
   cr_expect_str_eq(jstate(&n, rid), "paused", "the pause is durable");
   cr_expect_eq(jfield(&n, rid, "rate"), 20);
 
   p = (ak_replay_patch_t){.state = AK_REPLAY_RUNNING, .max_lag_ms = 5000};
-  cr_assert_eq(ak_replays_patch(n.inst.replays, rid, &p, &o), AK_REPLAY_OK);
+  cr_assert_eq(ak_replays_patch(n.inst->replays, rid, &p, &o), AK_REPLAY_OK);
   cr_expect_eq(jint(o, "max_lag_ms"), 5000);
   json_decref(o);
-  ak_replays_tick(n.inst.replays, t0 + 3200);
+  ak_replays_tick(n.inst->replays, t0 + 3200);
   cr_expect_eq(dead_count(&n), 28, "no credit for the paused time");
-  ak_replays_tick(n.inst.replays, t0 + 3300); /* 20/s x 0.1 s */
+  ak_replays_tick(n.inst->replays, t0 + 3300); /* 20/s x 0.1 s */
   cr_expect_eq(dead_count(&n), 26);
 
   p = (ak_replay_patch_t){.state = AK_REPLAY_CANCELLED};
-  cr_assert_eq(ak_replays_patch(n.inst.replays, rid, &p, &o), AK_REPLAY_OK);
+  cr_assert_eq(ak_replays_patch(n.inst->replays, rid, &p, &o), AK_REPLAY_OK);
   cr_expect_str_eq(json_string_value(json_object_get(o, "state")), "cancelled");
   cr_expect(json_is_integer(json_object_get(o, "finished_at")));
   json_decref(o);
-  ak_replays_tick(n.inst.replays, t0 + 4300);
+  ak_replays_tick(n.inst->replays, t0 + 4300);
   cr_expect_eq(dead_count(&n), 26);
   p = (ak_replay_patch_t){.state = AK_REPLAY_RUNNING};
-  cr_expect_eq(ak_replays_patch(n.inst.replays, rid, &p, &o), AK_REPLAY_FINISHED);
+  cr_expect_eq(ak_replays_patch(n.inst->replays, rid, &p, &o), AK_REPLAY_FINISHED);
   p = (ak_replay_patch_t){.state = -1, .rate = 5};
-  cr_expect_eq(ak_replays_patch(n.inst.replays, rid, &p, &o), AK_REPLAY_FINISHED);
+  cr_expect_eq(ak_replays_patch(n.inst->replays, rid, &p, &o), AK_REPLAY_FINISHED);
   memset(other, 0x11, 16);
-  cr_expect_eq(ak_replays_patch(n.inst.replays, other, &p, &o), AK_REPLAY_NOT_FOUND);
-  cr_expect_null(ak_replays_get(n.inst.replays, other));
+  cr_expect_eq(ak_replays_patch(n.inst->replays, other, &p, &o), AK_REPLAY_NOT_FOUND);
+  cr_expect_null(ak_replays_get(n.inst->replays, other));
   replays_restart(&n);
   cr_expect_str_eq(jstate(&n, rid), "cancelled");
   node_close(&n);
@@ -581,17 +588,17 @@ Test(replay, settled_counts_and_auto_pause) {
   uint8_t rid[16], stranger[16];
   json_decref(create(&n, &f, 10, rid));
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
-  ak_replays_tick(n.inst.replays, t0 + 1000);
+  ak_replays_tick(n.inst->replays, t0);
+  ak_replays_tick(n.inst->replays, t0 + 1000);
   memset(stranger, 0x22, 16);
-  ak_replays_settled(n.inst.replays, stranger, false); /* not a job of ours: ignored */
-  ak_replays_settled(n.inst.replays, rid, true);
-  ak_replays_settled(n.inst.replays, rid, true);
-  for (int i = 0; i < AK_REPLAY_DEAD_STREAK - 1; i++) ak_replays_settled(n.inst.replays, rid, false);
-  ak_replays_settled(n.inst.replays, rid, true); /* breaks the streak */
-  for (int i = 0; i < AK_REPLAY_DEAD_STREAK - 1; i++) ak_replays_settled(n.inst.replays, rid, false);
+  ak_replays_settled(n.inst->replays, stranger, false); /* not a job of ours: ignored */
+  ak_replays_settled(n.inst->replays, rid, true);
+  ak_replays_settled(n.inst->replays, rid, true);
+  for (int i = 0; i < AK_REPLAY_DEAD_STREAK - 1; i++) ak_replays_settled(n.inst->replays, rid, false);
+  ak_replays_settled(n.inst->replays, rid, true); /* breaks the streak */
+  for (int i = 0; i < AK_REPLAY_DEAD_STREAK - 1; i++) ak_replays_settled(n.inst->replays, rid, false);
   cr_expect_str_eq(jstate(&n, rid), "running");
-  ak_replays_settled(n.inst.replays, rid, false);
+  ak_replays_settled(n.inst->replays, rid, false);
   json_t *o = job(&n, rid);
   cr_expect_str_eq(json_string_value(json_object_get(o, "state")), "paused");
   cr_expect_not_null(strstr(json_string_value(json_object_get(o, "error")), "dead-lettered again"));
@@ -599,7 +606,7 @@ Test(replay, settled_counts_and_auto_pause) {
   cr_expect_eq(jint(o, "dead"), 2 * AK_REPLAY_DEAD_STREAK - 1);
   json_decref(o);
   /* counts are persisted with the next tick, even for a paused job */
-  ak_replays_tick(n.inst.replays, t0 + 2000);
+  ak_replays_tick(n.inst->replays, t0 + 2000);
   int left = dead_count(&n);
   replays_restart(&n);
   o = job(&n, rid);
@@ -609,11 +616,11 @@ Test(replay, settled_counts_and_auto_pause) {
   json_decref(o);
   cr_expect_eq(dead_count(&n), left);
   ak_replay_patch_t p = {.state = AK_REPLAY_RUNNING};
-  cr_assert_eq(ak_replays_patch(n.inst.replays, rid, &p, &o), AK_REPLAY_OK);
+  cr_assert_eq(ak_replays_patch(n.inst->replays, rid, &p, &o), AK_REPLAY_OK);
   cr_expect(json_is_null(json_object_get(o, "error")), "resuming clears the error");
   json_decref(o);
   /* and the streak: one more dead is not a pause */
-  ak_replays_settled(n.inst.replays, rid, false);
+  ak_replays_settled(n.inst->replays, rid, false);
   cr_expect_str_eq(jstate(&n, rid), "running");
   node_close(&n);
 }
@@ -632,34 +639,34 @@ Test(replay, active_cap_and_idempotent_create) {
   ak_replay_filter_t f = no_filter();
   f.source_id = "src_more";
   json_t *o = NULL;
-  cr_expect_eq(ak_replays_create(n.inst.replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY);
+  cr_expect_eq(ak_replays_create(n.inst->replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY);
   /* the same filter again is the existing job, cap or not, whatever the rate */
   char again[16];
   snprintf(again, sizeof again, "src_%d", 3);
   f.source_id = again;
-  cr_assert_eq(ak_replays_create(n.inst.replays, &f, 5, 2000, &o), AK_REPLAY_EXISTS);
+  cr_assert_eq(ak_replays_create(n.inst->replays, &f, 5, 2000, &o), AK_REPLAY_EXISTS);
   cr_assert(ak_uuid_parse(json_string_value(json_object_get(o, "id")), id));
   cr_expect_arr_eq(id, ids[3], 16);
   cr_expect_eq(jint(o, "rate"), 1000);
   json_decref(o);
   /* a paused job is still active; a cancelled one frees its slot */
   ak_replay_patch_t p = {.state = AK_REPLAY_PAUSED};
-  cr_assert_eq(ak_replays_patch(n.inst.replays, ids[0], &p, &o), AK_REPLAY_OK);
+  cr_assert_eq(ak_replays_patch(n.inst->replays, ids[0], &p, &o), AK_REPLAY_OK);
   json_decref(o);
   f.source_id = "src_more";
-  cr_expect_eq(ak_replays_create(n.inst.replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY);
+  cr_expect_eq(ak_replays_create(n.inst->replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY);
   p.state = AK_REPLAY_CANCELLED;
-  cr_assert_eq(ak_replays_patch(n.inst.replays, ids[1], &p, &o), AK_REPLAY_OK);
+  cr_assert_eq(ak_replays_patch(n.inst->replays, ids[1], &p, &o), AK_REPLAY_OK);
   json_decref(o);
-  cr_expect_eq(ak_replays_create(n.inst.replays, &f, 1000, 2000, &o), AK_REPLAY_OK);
+  cr_expect_eq(ak_replays_create(n.inst->replays, &f, 1000, 2000, &o), AK_REPLAY_OK);
   cr_assert(ak_uuid_parse(json_string_value(json_object_get(o, "id")), id));
   json_decref(o);
   /* a finished job with the same filter does not count: a new job */
   f.source_id = src[1];
-  cr_expect_eq(ak_replays_create(n.inst.replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY);
+  cr_expect_eq(ak_replays_create(n.inst->replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY);
   /* newest first, across a restart */
   replays_restart(&n);
-  o = ak_replays_list(n.inst.replays);
+  o = ak_replays_list(n.inst->replays);
   json_t *arr = json_object_get(o, "replays");
   cr_assert_eq(json_array_size(arr), AK_REPLAY_MAX_ACTIVE + 1);
   uint8_t first[16], last[16];
@@ -669,23 +676,23 @@ Test(replay, active_cap_and_idempotent_create) {
   cr_expect_arr_eq(last, ids[0], 16);
   json_decref(o);
   f.source_id = "src_even_more";
-  cr_expect_eq(ak_replays_create(n.inst.replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY, "the cap survives a restart");
+  cr_expect_eq(ak_replays_create(n.inst->replays, &f, 1000, 2000, &o), AK_REPLAY_TOO_MANY, "the cap survives a restart");
   node_close(&n);
 }
 
 Test(replay, create_fails_cleanly_on_a_closed_store) {
   node_t n;
   node_open(&n);
-  ak_store_close(n.inst.store);
+  ak_store_close(n.inst->store);
   ak_replay_filter_t f = no_filter();
   json_t *o = NULL;
-  cr_expect_eq(ak_replays_create(n.inst.replays, &f, 1000, 2000, &o), AK_REPLAY_STORE_ERROR);
-  o = ak_replays_list(n.inst.replays);
+  cr_expect_eq(ak_replays_create(n.inst->replays, &f, 1000, 2000, &o), AK_REPLAY_STORE_ERROR);
+  o = ak_replays_list(n.inst->replays);
   cr_expect_eq(json_array_size(json_object_get(o, "replays")), 0, "nothing half-created");
   json_decref(o);
-  ak_replays_tick(n.inst.replays, ak_now_ms()); /* a tick on a closed store does nothing */
+  ak_replays_tick(n.inst->replays, ak_now_ms()); /* a tick on a closed store does nothing */
   char *err = NULL;
-  ak_replays_t *r = ak_replays_new(&n.inst);
+  ak_replays_t *r = ak_replays_new(n.inst);
   cr_expect_eq(ak_replays_load(r, &err), -1);
   cr_expect_not_null(err);
   free(err);
@@ -701,7 +708,7 @@ Test(replay, damaged_job_record_is_left_out) {
   ak_key_replay(k, id);
   put_raw(&n, AK_CF_DEFAULT, k, sizeof k, "{\"kind\":\"dlq\"", 13);
   replays_restart(&n);
-  json_t *o = ak_replays_list(n.inst.replays);
+  json_t *o = ak_replays_list(n.inst->replays);
   cr_expect_eq(json_array_size(json_object_get(o, "replays")), 0);
   json_decref(o);
   node_close(&n);
@@ -710,7 +717,7 @@ Test(replay, damaged_job_record_is_left_out) {
 Test(replay, spare_capacity_only_and_the_dispatcher_is_told) {
   node_t n;
   node_open(&n);
-  n.inst.dispatch = (ak_dispatch_t *)&fake;
+  n.inst->dispatch = (ak_dispatch_t *)&fake;
   memset(&fake, 0, sizeof fake);
   fake.room = true;
   int64_t base = ak_now_ms() - 60000;
@@ -721,19 +728,19 @@ Test(replay, spare_capacity_only_and_the_dispatcher_is_told) {
   uint8_t rid[16];
   json_decref(create(&n, &f, 10, rid));
   int64_t t0 = ak_now_ms();
-  ak_replays_tick(n.inst.replays, t0);
+  ak_replays_tick(n.inst->replays, t0);
   fake.lag = AK_REPLAY_LAG_DEFAULT + 1; /* dispatch is behind */
-  ak_replays_tick(n.inst.replays, t0 + 1000);
+  ak_replays_tick(n.inst->replays, t0 + 1000);
   cr_expect_eq(dead_count(&n), 3);
   fake.lag = AK_REPLAY_LAG_DEFAULT; /* at the limit is fine... */
   fake.room = false;                /* ...but the window is full */
-  ak_replays_tick(n.inst.replays, t0 + 2000);
+  ak_replays_tick(n.inst->replays, t0 + 2000);
   cr_expect_eq(dead_count(&n), 3);
   cr_expect_eq(fake.notes, 0);
   fake.room = true;
-  ak_replays_tick(n.inst.replays, t0 + 2100); /* credit only since the last held tick */
+  ak_replays_tick(n.inst->replays, t0 + 2100); /* credit only since the last held tick */
   cr_expect_eq(dead_count(&n), 2);
-  ak_replays_tick(n.inst.replays, t0 + 3100);
+  ak_replays_tick(n.inst->replays, t0 + 3100);
   cr_expect_eq(dead_count(&n), 0);
   cr_assert_eq(fake.notes, 3, "one note per tenant per tick");
   cr_expect_str_eq(fake.tenant[0], "acme");
@@ -761,7 +768,7 @@ typedef struct race {
 static void *ticker(void *arg) {
   race_t *rc = arg;
   int64_t t = ak_now_ms();
-  while (!rc->stop) ak_replays_tick(rc->n->inst.replays, t += 100);
+  while (!rc->stop) ak_replays_tick(rc->n->inst->replays, t += 100);
   return NULL;
 }
 
@@ -782,15 +789,15 @@ Test(replay, admin_calls_race_the_tick) {
   for (int i = 0; i < 200; i++) {
     json_t *o = NULL;
     ak_replay_patch_t p = {.state = i % 2 ? AK_REPLAY_RUNNING : AK_REPLAY_PAUSED, .rate = 100 + i};
-    ak_replay_result_t res = ak_replays_patch(n.inst.replays, rc.rid, &p, &o);
+    ak_replay_result_t res = ak_replays_patch(n.inst->replays, rc.rid, &p, &o);
     cr_assert(res == AK_REPLAY_OK || res == AK_REPLAY_FINISHED);
     json_decref(o);
-    json_decref(ak_replays_list(n.inst.replays));
-    ak_replays_settled(n.inst.replays, other, i % 3 == 0);
+    json_decref(ak_replays_list(n.inst->replays));
+    ak_replays_settled(n.inst->replays, other, i % 3 == 0);
   }
   ak_replay_patch_t p = {.state = AK_REPLAY_RUNNING};
   json_t *o = NULL;
-  ak_replay_result_t res = ak_replays_patch(n.inst.replays, rc.rid, &p, &o);
+  ak_replay_result_t res = ak_replays_patch(n.inst->replays, rc.rid, &p, &o);
   json_decref(o);
   for (int i = 0; i < 400 && (strcmp(jstate(&n, rc.rid), "done") || strcmp(jstate(&n, other), "done")); i++)
     usleep(5000);
@@ -821,7 +828,7 @@ Test(replay, dlq_list_newest_first_with_total_and_filters) {
   ak_key_dead(xk, base + 40, 4, 0);
   put_raw(&n, AK_CF_INDEX, xk, sizeof xk, "junk", 4);
   json_t *o = NULL;
-  cr_assert_eq(ak_replays_dlq_list(n.inst.store, NULL, NULL, -1, 100, &o), 0);
+  cr_assert_eq(ak_replays_dlq_list(n.inst->store, NULL, NULL, -1, 100, &o), 0);
   cr_expect_eq(jint(o, "total"), 4);
   json_t *es = json_object_get(o, "entries");
   cr_assert_eq(json_array_size(es), 4);
@@ -846,19 +853,19 @@ Test(replay, dlq_list_newest_first_with_total_and_filters) {
   cr_expect_null(json_object_get(e, "body"));
   json_decref(o);
 
-  cr_assert_eq(ak_replays_dlq_list(n.inst.store, "src_a", NULL, -1, 1, &o), 0);
+  cr_assert_eq(ak_replays_dlq_list(n.inst->store, "src_a", NULL, -1, 1, &o), 0);
   cr_expect_eq(jint(o, "total"), 2, "total counts past the limit");
   es = json_object_get(o, "entries");
   cr_assert_eq(json_array_size(es), 1);
   cr_expect_eq(jint(json_array_get(es, 0), "seq"), 3);
   json_decref(o);
 
-  cr_assert_eq(ak_replays_dlq_list(n.inst.store, NULL, NULL, base + 20, 0, &o), 0);
+  cr_assert_eq(ak_replays_dlq_list(n.inst->store, NULL, NULL, base + 20, 0, &o), 0);
   cr_expect_eq(jint(o, "total"), 3, "since is inclusive");
   cr_expect_eq(json_array_size(json_object_get(o, "entries")), 0);
   json_decref(o);
 
-  ak_store_close(n.inst.store);
-  cr_expect_eq(ak_replays_dlq_list(n.inst.store, NULL, NULL, -1, 100, &o), -1);
+  ak_store_close(n.inst->store);
+  cr_expect_eq(ak_replays_dlq_list(n.inst->store, NULL, NULL, -1, 100, &o), -1);
   node_close(&n);
 }

@@ -10,48 +10,35 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "core/config.h"
 #include "core/envelope.h"
 #include "core/ids.h"
-#include "core/instance.h"
+#include "core/sources.h"
+#include "fixture.h"
 #include "queue/writer.h"
 #include "store/batch.h"
 #include "store/crc32c.h"
 #include "store/keys.h"
 #include "store/store.h"
 #include "writer_waiter.h"
-#include "modules.h"
-#include "core/node.h"
-#include "core/sources.h"
-#include "edge/edge.h"
-#include "admin/admin.h"
-#include "store/audit.h"
-#include "queue/dedupe.h"
-#include "queue/quarantine.h"
-#include "dispatch/dispatch.h"
-#include "sinks/egress.h"
-#include "edge/headers.h"
-#include "admin/sources_api.h"
-#include "core/log.h"
 
-static char dir[256];
+/* The suite's temp dir (fx.dir). The store's own tests (open, refusals, ids, batches,
+ * cursors, insert hints) use the store API on paths under it: the object under test is
+ * the store itself. The writer's tests open a node in it (its store where the store
+ * module opens it, <dir>/default/store). */
+static ak_fx_t fx;
 
-static void mk_tmp(void) {
-  snprintf(dir, sizeof dir, "/tmp/ak-store-test-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
+static void setup(void) { ak_fx_tmp(&fx, "store-test"); }
+
+static void teardown(void) {
+  ak_fx_close(&fx);
+  ak_fx_rm(&fx);
 }
 
-static void rm_tmp(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(store, .init = mk_tmp, .fini = rm_tmp);
+TestSuite(store, .init = setup, .fini = teardown);
 
 Test(store, open_creates_and_reopens_with_meta) {
   char p[300];
-  snprintf(p, sizeof p, "%s/default/store", dir);
+  snprintf(p, sizeof p, "%s/default/store", fx.dir);
   ak_store_t *st = ak_store_new(p, false);
   char *err = NULL;
   cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
@@ -75,7 +62,7 @@ Test(store, open_creates_and_reopens_with_meta) {
 
 Test(store, refuses_data_files_without_current) {
   char p[300], f[400];
-  snprintf(p, sizeof p, "%s/store", dir);
+  snprintf(p, sizeof p, "%s/store", fx.dir);
   mkdir(p, 0700);
   snprintf(f, sizeof f, "%s/000012.sst", p);
   int fd = open(f, O_CREAT | O_WRONLY, 0600);
@@ -95,7 +82,7 @@ Test(store, refuses_data_files_without_current) {
 
 Test(store, read_only_open_of_missing_store_fails) {
   char p[300];
-  snprintf(p, sizeof p, "%s/nothing", dir);
+  snprintf(p, sizeof p, "%s/nothing", fx.dir);
   ak_store_t *st = ak_store_new(p, true);
   char *err = NULL;
   cr_assert_neq(ak_store_open(st, &err), 0);
@@ -116,14 +103,12 @@ Test(store, classify) {
 /* ---- writer ---- */
 
 
-static ak_config_t *cfg_with(const char *extra) {
+/* Opens the suite's node with extra before its sources (one source, two log sinks) and
+ * the modules of only. */
+static void node_open(const char *extra, const char *const *only) {
   char yaml[512];
   snprintf(yaml, sizeof yaml, "%ssources:\n  demo: {sinks: [{type: log}, {type: log}]}\n", extra);
-  const char *const env[] = {NULL};
-  ak_config_t *cfg = NULL;
-  char *err = NULL;
-  cr_assert_eq(ak_config_load_string(ak_modules(), yaml, strlen(yaml), env, &cfg, &err), 0, "%s", err ? err : "");
-  return cfg;
+  ak_fx_open(&fx, yaml, only);
 }
 
 static uint8_t *make_rec(ak_idgen_t *ids, uint8_t id[16], size_t *len, const char *body) {
@@ -162,17 +147,12 @@ static int count_any(const char *k, size_t kl, const char *v, size_t vl, void *c
   return 0;
 }
 
+/* The store and the writer by their modules; the writer started by hand. */
 static void writer_roundtrip(const char *batcher_yaml) {
-  char p[300];
-  snprintf(p, sizeof p, "%s/store", dir);
-  ak_instance_t inst = {.name = "default", .cfg = cfg_with(batcher_yaml)};
-  inst.metrics = ak_metrics_new();
-  ak_idgen_init(&inst.ids);
-  inst.roles = inst.cfg ? ak_node_cfg(inst.cfg)->roles : 0;
-  inst.store = ak_store_new(p, false);
-  char *err = NULL;
-  cr_assert_eq(ak_store_open(inst.store, &err), 0);
-  ak_writer_t *w = ak_writer_new(&inst);
+  static const char *const only[] = {"node", "store", "batcher", NULL};
+  node_open(batcher_yaml, only);
+  ak_writer_t *w = fx.inst->writer;
+  cr_assert_not_null(w);
   cr_assert_eq(ak_writer_start(w), 0);
   enum { N = 300 };
   static ak_write_req_t reqs[N];
@@ -180,10 +160,10 @@ static void writer_roundtrip(const char *batcher_yaml) {
   waiter_t wt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   for (int i = 0; i < N; i++) {
     memset(&reqs[i], 0, sizeof reqs[i]);
-    reqs[i].rec = make_rec(&inst.ids, reqs[i].id, &reqs[i].rec_len, "hello");
+    reqs[i].rec = make_rec(&fx.inst->ids, reqs[i].id, &reqs[i].rec_len, "hello");
     memcpy(minted[i], reqs[i].id, 16);
     reqs[i].body_len = 5;
-    reqs[i].source = &ak_sources_cfg(inst.cfg)->v[0];
+    reqs[i].source = &ak_sources_cfg(fx.cfg)->v[0];
     reqs[i].done = on_done;
     reqs[i].ctx = &wt;
     cr_assert_eq(ak_writer_submit(w, &reqs[i]), AK_WR_QUEUED);
@@ -201,20 +181,20 @@ static void writer_roundtrip(const char *batcher_yaml) {
     cr_assert_eq(memcmp(reqs[i].id, minted[i], 8), 0, "ms, version and counter are kept");
     cr_assert_neq(memcmp(reqs[i].id + 8, minted[i] + 8, 8), 0);
     cr_assert_eq(reqs[i].id[8] >> 6, 2, "RFC 9562 variant");
-    cr_assert_eq(ak_uuid7_unseal(ak_store_id_key(inst.store), reqs[i].id), reqs[i].seq);
+    cr_assert_eq(ak_uuid7_unseal(ak_store_id_key(fx.inst->store), reqs[i].id), reqs[i].seq);
     ak_envelope_clear(&d);
     free(reqs[i].rec);
   }
   scan_t s = {0};
-  cr_assert_eq(ak_store_scan(inst.store, AK_CF_HOOKS, NULL, 0, count_hook, &s), 0);
+  cr_assert_eq(ak_store_scan(fx.inst->store, AK_CF_HOOKS, NULL, 0, count_hook, &s), 0);
   cr_assert_eq(s.n, N);
   cr_assert_eq(s.min_seq, 1);
   cr_assert_eq(s.max_seq, N);
   int deliveries = 0, due = 0, arch = 0, ids = 0;
-  ak_store_scan(inst.store, AK_CF_DELIVERIES, NULL, 0, count_any, &deliveries);
-  ak_store_scan(inst.store, AK_CF_INDEX, "d", 1, count_any, &due);
-  ak_store_scan(inst.store, AK_CF_INDEX, "a", 1, count_any, &arch);
-  ak_store_scan(inst.store, AK_CF_INDEX, "i", 1, count_any, &ids);
+  ak_store_scan(fx.inst->store, AK_CF_DELIVERIES, NULL, 0, count_any, &deliveries);
+  ak_store_scan(fx.inst->store, AK_CF_INDEX, "d", 1, count_any, &due);
+  ak_store_scan(fx.inst->store, AK_CF_INDEX, "a", 1, count_any, &arch);
+  ak_store_scan(fx.inst->store, AK_CF_INDEX, "i", 1, count_any, &ids);
   cr_assert_eq(deliveries, 2 * N, "one delivery row per sink");
   cr_assert_eq(due, 2 * N, "one due key per sink");
   cr_assert_eq(arch, N, "one archive obligation per hook");
@@ -223,21 +203,18 @@ static void writer_roundtrip(const char *batcher_yaml) {
     char *v = NULL;
     size_t vl = 0;
     uint64_t seq = 0;
-    cr_assert_eq(ak_store_find_hook(inst.store, reqs[i].id, &seq, &v, &vl), 0);
+    cr_assert_eq(ak_store_find_hook(fx.inst->store, reqs[i].id, &seq, &v, &vl), 0);
     cr_assert_eq(seq, reqs[i].seq);
     cr_assert_eq(memcmp(v + AK_ENV_ID_OFFSET, reqs[i].id, 16), 0);
     free(v);
-    cr_assert_eq(ak_store_find_hook(inst.store, minted[i], &seq, &v, &vl), 1, "the unsealed id names nothing");
+    cr_assert_eq(ak_store_find_hook(fx.inst->store, minted[i], &seq, &v, &vl), 1, "the unsealed id names nothing");
   }
-  ak_writer_free(w);
-  /* reopen: the seq marker and hook count were committed with the hooks */
-  ak_store_close(inst.store);
-  cr_assert_eq(ak_store_open(inst.store, &err), 0);
-  cr_assert_eq(ak_store_next_seq(inst.store), N + 1);
-  cr_assert_eq(ak_store_hook_count(inst.store), N);
-  ak_store_free(inst.store);
-  ak_metrics_free(inst.metrics);
-  ak_config_free(inst.cfg);
+  /* reopen (a restart: the writer stops, the store closes and opens again; the open is
+   * asserted): the seq marker and hook count were committed with the hooks */
+  ak_fx_reopen(&fx);
+  cr_assert_eq(ak_store_next_seq(fx.inst->store), N + 1);
+  cr_assert_eq(ak_store_hook_count(fx.inst->store), N);
+  ak_fx_close(&fx);
 }
 
 Test(store, writer_commits_dense_seqs_and_all_rows) { writer_roundtrip(""); }
@@ -246,17 +223,12 @@ Test(store, writer_commits_dense_seqs_and_all_rows) { writer_roundtrip(""); }
  * per-writer seq markers and hook counters add up after a reopen */
 Test(store, writer_threads_share_the_queue) { writer_roundtrip("batcher: {partitions: 3, max_batch: 7}\n"); }
 
+/* The store by its module, the writers made by hand (one on an open store, one on a
+ * closed one), never started. */
 Test(store, writer_bounds_and_closed_store) {
-  char p[300];
-  snprintf(p, sizeof p, "%s/store", dir);
-  ak_instance_t inst = {.name = "default", .cfg = cfg_with("batcher: {max_queue: 2, max_queue_bytes: 100}\n")};
-  inst.metrics = ak_metrics_new();
-  ak_idgen_init(&inst.ids);
-  inst.roles = inst.cfg ? ak_node_cfg(inst.cfg)->roles : 0;
-  inst.store = ak_store_new(p, false);
-  char *err = NULL;
-  cr_assert_eq(ak_store_open(inst.store, &err), 0);
-  ak_writer_t *w = ak_writer_new(&inst); /* not started: records stay queued */
+  static const char *const only[] = {"node", "store", NULL};
+  node_open("batcher: {max_queue: 2, max_queue_bytes: 100}\n", only);
+  ak_writer_t *w = ak_writer_new(fx.inst); /* not started: records stay queued */
   ak_write_req_t a = {0}, b = {0}, c = {0}, big = {0};
   a.body_len = b.body_len = c.body_len = 10;
   big.body_len = 101;
@@ -265,15 +237,13 @@ Test(store, writer_bounds_and_closed_store) {
   cr_assert_eq(ak_writer_submit(w, &b), AK_WR_QUEUED);
   cr_assert_eq(ak_writer_submit(w, &c), AK_WR_OVERLOAD, "records bound");
   ak_writer_free(w); /* never started: nothing to answer */
-  ak_store_close(inst.store);
-  w = ak_writer_new(&inst);
+  ak_store_close(fx.inst->store);
+  w = ak_writer_new(fx.inst);
   cr_assert_eq(ak_writer_submit(w, &c), AK_WR_STORE_UNAVAILABLE, "a closed store refuses at once");
   const char *reason;
   cr_assert_not(ak_writer_ready(w, &reason));
   ak_writer_free(w);
-  ak_store_free(inst.store);
-  ak_metrics_free(inst.metrics);
-  ak_config_free(inst.cfg);
+  ak_fx_close(&fx);
 }
 
 /* ---- hook ids: sealed seqs, the id key, the 'i' index for the rest ---- */
@@ -281,7 +251,7 @@ Test(store, writer_bounds_and_closed_store) {
 /* a store at dir/name, opened (asserted) */
 static ak_store_t *open_at(const char *name, bool read_only) {
   char p[300];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
+  snprintf(p, sizeof p, "%s/%s", fx.dir, name);
   ak_store_t *st = ak_store_new(p, read_only);
   char *err = NULL;
   cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");
@@ -653,7 +623,7 @@ Test(crc32c, is_the_definition_rocksdb_calls_bind_to) {
  * 150k hooks, ~100 here); with one it fixes only the levels that moved (~58, ~50 here). */
 Test(store, outcome_tombstones_reuse_the_insert_position) {
   char p[300];
-  snprintf(p, sizeof p, "%s/default/store", dir);
+  snprintf(p, sizeof p, "%s/default/store", fx.dir);
   ak_store_t *st = ak_store_new(p, false);
   char *err = NULL;
   cr_assert_eq(ak_store_open(st, &err), 0, "%s", err ? err : "");

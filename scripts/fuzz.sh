@@ -30,8 +30,9 @@ VERIFY_SRCS="$(echo src/verify/*.c) src/core/config.c src/core/yamltree.c src/co
 # The config engine validates against the module table (src/modules.c), whose modules'
 # check hooks build each source's verifier, read the http.tls files, check sink URLs
 # against the egress guard and parse rate-limit entries and proxy CIDRs: the whole
-# library but main.c.
-CONFIG_SRCS="$(ls src/*/*.c src/*.c | grep -v '^src/main.c$' | tr '\n' ' ')"
+# library but main.c, compiled once (two at a time) into build-fuzz/libak.a.
+LIB_SRCS="$(ls src/*/*.c src/*.c | grep -v '^src/main.c$' | tr '\n' ' ')"
+CONFIG_SRCS="build-fuzz/libak.a"
 declare -A SRCS=(
   [route]="$CONFIG_SRCS"
   [envelope]="src/core/envelope.c"
@@ -56,6 +57,23 @@ for t in "${TARGETS[@]}"; do
     echo "fuzz: unknown target '$t' (known: ${!SRCS[*]})" >&2
     exit 2
   fi
+done
+
+# the library, when a target links it
+if printf '%s\n' "${TARGETS[@]}" | grep -qx -e route -e config; then
+  rm -rf "$OUT/lib" "$OUT/libak.a" && mkdir -p "$OUT/lib" || exit 2
+  LIBFLAGS=("${CFLAGS[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}")
+  # shellcheck disable=SC2086
+  if ! printf '%s\n' $LIB_SRCS | xargs -P 2 -I{} bash -c 'f="{}"; o="$0/lib/$(echo "$f" | tr / _).o"; exec "$1" "${@:2}" -c "$f" -o "$o"' \
+        "$OUT" "$CC" "${LIBFLAGS[@]}" 2>"$OUT/libak.build.log" ||
+     ! ar rcs "$OUT/libak.a" "$OUT"/lib/*.o 2>>"$OUT/libak.build.log"; then
+    cat "$OUT/libak.build.log" >&2
+    echo "fuzz: building the library failed" >&2
+    exit 2
+  fi
+fi
+
+for t in "${TARGETS[@]}"; do
   # shellcheck disable=SC2086
   if ! "$CC" "${CFLAGS[@]}" -o "$OUT/fuzz_$t" "fuzz/fuzz_$t.c" ${SRCS[$t]} "${LIBS[@]}" \
       2>"$OUT/fuzz_$t.build.log"; then

@@ -1,11 +1,11 @@
-/* What one HTTP delivery costs in CPU: ankusa's HTTP sink (libcurl multi, as shipped)
- * next to the floor, a minimal HTTP/1.1 keep-alive client on epoll sending the same
+/* What one HTTP delivery costs in CPU: ankusa's HTTP sink (on the shared HTTP client,
+ * net/httpc.c, libcurl multi, as a node runs it) next to the floor, a minimal HTTP/1.1 keep-alive client on epoll sending the same
  * request bytes to the same receiver. Both keep C requests outstanding until N have been
  * answered; the figure is the process's user + system CPU per answered request
  * (getrusage), so it counts every thread the sink runs. bench/http_sink.sh starts the
  * receiver (nginx answering 204) and runs both modes in alternation.
  *
- *   http_sink sink PORT C N     ankusa's sink (src/sinks/http.c)
+ *   http_sink sink PORT C N     ankusa's sink (src/sinks/http.c on src/net/httpc.c)
  *   http_sink raw PORT C N      the floor: writev of head + body, recv, parse the head
  *
  * The raw client is a yardstick, not a sink: no TLS, no timeouts, no redirect or
@@ -28,6 +28,7 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/ids.h"
+#include "net/httpc.h"
 #include "sinks/egress.h"
 #include "sinks/sink.h"
 
@@ -75,10 +76,15 @@ static int run_sink(int port, long c, long n) {
   char js[128];
   snprintf(js, sizeof js, "{\"url\":\"http://127.0.0.1:%d/hook\",\"timeout_ms\":30000}", port);
   json_t *opts = json_loads(js, 0, NULL);
-  void *s = ak_sink_http.create(opts, &(ak_sink_ctx_t){.source_id = "bench", .egress = eg}, err, sizeof err);
+  /* a client of its own, as the node's (ak_mod_httpc) is to every sink */
+  ak_httpc_t *hc = ak_httpc_new(NULL, err, sizeof err);
+  void *s = hc ? ak_sink_http.create(opts, &(ak_sink_ctx_t){.source_id = "bench", .egress = eg, .httpc = hc}, err,
+                                     sizeof err)
+               : NULL;
   json_decref(opts);
   if (!s) {
     fprintf(stderr, "sink: %s\n", err);
+    ak_httpc_free(hc);
     return 1;
   }
   ak_envelope_t env = {.received_at_ms = 1, .tenant = "default", .tenant_len = 7, .source = "bench",
@@ -101,6 +107,7 @@ static int run_sink(int port, long c, long n) {
   pthread_mutex_unlock(&mu);
   double used = cpu_us() - t0;
   ak_sink_http.destroy(s);
+  ak_httpc_free(hc);
   ak_egress_free(eg);
   if (failed) {
     fprintf(stderr, "%ld of %ld deliveries failed\n", failed, n);

@@ -6,6 +6,8 @@
  *   - the store first, the sources next (the config file's, then the stored ones), so that
  *     every module that attaches per-source state or reads hooks sees them all;
  *   - the gauge sampler before the modules that add samplers to it;
+ *   - the HTTP client before every module whose plug-ins speak HTTP (the dispatcher's
+ *     sinks), so it is closed after them;
  *   - the audit trail before anything an operator can change;
  *   - the dispatcher starts before the writer (its due-index scan and the writer's commit
  *     notices must not both count a row), the admin listener before the ingest listener
@@ -25,6 +27,7 @@
 #include "edge/edge.h"
 #include "edge/headers.h"
 #include "edge/quota.h"
+#include "net/httpc.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
 #include "queue/sweeper.h"
@@ -62,6 +65,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_dedupe,
   &ak_mod_sweeper,
   &ak_mod_egress,
+  &ak_mod_httpc,
   &ak_mod_dispatch,
   &ak_mod_replay,
   &ak_mod_admin,

@@ -23,6 +23,7 @@ struct ak_audit;
 struct ak_sources;
 struct ak_gauges;
 struct ak_sweeper;
+struct ak_httpc;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -46,6 +47,7 @@ typedef struct ak_instance {
                                   new connections are closed as soon as accepted (edge.c) */
   struct ak_sources *sources;  /* every source served, with its verifier (core/sources.h) */
   struct ak_gauges *gauges;    /* the gauge sampler; modules add their samplers at open (core/gauges.h) */
+  struct ak_httpc *httpc;      /* the HTTP client every HTTP-speaking module shares (net/httpc.h) */
 } ak_instance_t;
 
 #endif

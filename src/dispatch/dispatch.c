@@ -1507,7 +1507,7 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
       goto fail;
     }
     char serr[256] = "";
-    ak_sink_ctx_t sctx = {.source_id = s->id, .egress = d->inst->egress};
+    ak_sink_ctx_t sctx = {.source_id = s->id, .egress = d->inst->egress, .httpc = d->inst->httpc};
     si->self = si->vt->create(s->sinks[j].opts, &sctx, serr, sizeof serr);
     ds->n = j + 1;
     if (!si->self) {

@@ -13,6 +13,7 @@
 
 struct ak_envelope;
 struct ak_egress;
+struct ak_httpc;
 struct ak_source_cfg;
 
 typedef enum {
@@ -34,6 +35,8 @@ typedef struct ak_sink_ctx {
   const char *source_id;
   const struct ak_egress *egress;  /* the node's egress guard (egress.*), borrowed; it outlives
                                       every sink. NULL = the default guard. */
+  struct ak_httpc *httpc;          /* the node's HTTP client (net/httpc.h), borrowed; it outlives
+                                      every sink. NULL = a sink that needs one makes its own. */
 } ak_sink_ctx_t;
 
 /* One delivery attempt. Everything pointed to stays valid until deliver() returns only:

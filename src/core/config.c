@@ -1290,6 +1290,38 @@ const ak_opt_t *ak_config_root_options(const ak_config_t *cfg) { return cfg ? cf
 
 int ak_opt_enum_index(const char *list, const char *word) { return list_index(list, word); }
 
+int ak_opt_bind_checked(const ak_opt_t *rows, const json_t *opts, void *base, json_t **checked, char *err,
+                        size_t errlen) {
+  *checked = NULL;
+  vctx_t c = {.literal = true};
+  if (opts && !json_is_object(opts)) {
+    snprintf(err, errlen, "expected a mapping");
+    return -1;
+  }
+  /* a plug-in's mapping as configured names its type too: not one of its options */
+  json_t *rest = opts && json_object_get(opts, "type") ? json_copy((json_t *)opts) : NULL;
+  if (rest) json_object_del(rest, "type");
+  json_t *out = check_map(&c, rows, rest ? rest : (json_t *)opts, "");
+  json_decref(rest);
+  if (c.n || !out) {
+    snprintf(err, errlen, "%s", c.n && c.lines[0] ? c.lines[0] : "out of memory");
+    vctx_free(&c);
+    json_decref(out);
+    return -1;
+  }
+  vctx_free(&c);
+  if (bind_rows(rows, out, base) < 0) {
+    unbind_rows(rows, base);
+    json_decref(out);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  *checked = out;
+  return 0;
+}
+
+void ak_opt_release(const ak_opt_t *rows, void *base) { unbind_rows(rows, base); }
+
 /* ------------------------------------------------------ what check hooks may use ---- */
 
 ak_check_t *ak_check_new(const ak_schema_t *s, bool literal) {

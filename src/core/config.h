@@ -86,6 +86,17 @@ void ak_check_plugin(ak_check_t *c, const char *kind, const char *path, json_t *
 
 /* ------------------------------------------------------------- option rows ---- */
 
+/* A plug-in's own options, for its create (which may be handed a mapping no load checked:
+ * a test, a tool): checked against its rows literally (no ${VAR}, no environment; a
+ * `type` key is the plug-in's name, not an option, and is left out),
+ * defaults filled in, then bound into the struct at base by the rows' AK_AT. 0, or -1
+ * with err ("key: reason", the first problem; never a secret value). On success *checked
+ * holds the strings the struct borrows: keep it until done with the struct, then
+ * ak_opt_release(rows, base) and json_decref(*checked). */
+int ak_opt_bind_checked(const ak_opt_t *rows, const json_t *opts, void *base, json_t **checked, char *err,
+                        size_t errlen);
+void ak_opt_release(const ak_opt_t *rows, void *base);
+
 /* Position of word in "a|b|c", or -1. */
 int ak_opt_enum_index(const char *list, const char *word);
 /* The root rows (one per module section) of the config's schema. */

@@ -52,20 +52,37 @@
 #define HTTP_MAX_SECRETS 8
 #define HTTP_RETRY_AFTER_CAP_MS 3600000
 
+/* The sink's options, bound from its rows (create checks the mapping it is given against
+ * them, so a hand-made sink gets the same defaults and bounds as a configured one). */
+typedef struct http_opts {
+  const char *url;
+  int method;                /* index in "post|put|patch" */
+  const json_t *headers;     /* name -> value */
+  int64_t timeout_ms;
+  int64_t max_response_bytes;
+  const json_t *secret;      /* a string or a list of 1..8, or NULL */
+} http_opts_t;
+
+static const char *const methods[] = {NULL /* POST: libcurl's default with a body */, "PUT", "PATCH"};
+
 static const ak_opt_t http_opts[] = {
   {.key = "url", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN, .min = 1,
-   .doc = "destination URL; https:// (http:// only with egress.allow_http)"},
+   .doc = "destination URL; https:// (http:// only with egress.allow_http)", AK_AT(http_opts_t, url)},
   {.key = "method", .type = AK_OPT_ENUM, .def = "post", .enum_vals = "post|put|patch",
-   .doc = "HTTP method of the delivery"},
+   .doc = "HTTP method of the delivery", AK_AT(http_opts_t, method)},
   {.key = "headers", .type = AK_OPT_ANY_MAP, .flags = AK_OPTF_SECRET,
-   .doc = "extra request headers (name: value); x-ankusa-* and webhook-* names are the sink's own"},
+   .doc = "extra request headers (name: value); x-ankusa-* and webhook-* names are the sink's own",
+   AK_AT(http_opts_t, headers)},
   {.key = "timeout_ms", .type = AK_OPT_INT, .def = "5000", .min = 1, .max = 3600000,
-   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "connect + response timeout of one attempt"},
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "connect + response timeout of one attempt",
+   AK_AT(http_opts_t, timeout_ms)},
   {.key = "max_response_bytes", .type = AK_OPT_INT, .def = "65536", .min = 0, .max = 1073741824,
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX,
-   .doc = "response body bytes read (and discarded) at most; only the status is used"},
+   .doc = "response body bytes read (and discarded) at most; only the status is used",
+   AK_AT(http_opts_t, max_response_bytes)},
   {.key = "secret", .type = AK_OPT_SECRETS, .flags = AK_OPTF_SECRET | AK_OPTF_NULLABLE,
-   .doc = "Standard Webhooks signing secret(s), whsec_<base64> or raw; one v1 signature each"},
+   .doc = "Standard Webhooks signing secret(s), whsec_<base64> or raw; one v1 signature each",
+   AK_AT(http_opts_t, secret)},
   {0},
 };
 
@@ -98,40 +115,32 @@ _Static_assert(sizeof(http_cell_t) <= AK_HTTPC_USER_MAX, "the cell rides in the 
 
 /* ---- options ---------------------------------------------------------------------- */
 
-static int opt_int(const json_t *opts, const char *key, long def, long min, long max, long *out,
-                   char *err, size_t errlen) {
-  const json_t *v = opts ? json_object_get(opts, key) : NULL;
-  if (!v || json_is_null(v)) {
-    *out = def;
-    return 0;
-  }
-  long long x = 0;
-  if (json_is_integer(v)) {
-    x = json_integer_value(v);
-  } else if (json_is_string(v)) {
-    const char *s = json_string_value(v);
-    char *end = NULL;
-    if (!*s) goto bad;
-    x = strtoll(s, &end, 10);
-    if (*end) goto bad;
-  } else {
-    goto bad;
-  }
-  if (x < min || x > max) {
-    snprintf(err, errlen, "%s: must be between %ld and %ld", key, min, max);
-    return -1;
-  }
-  *out = (long)x;
-  return 0;
-bad:
-  snprintf(err, errlen, "%s: must be an integer", key);
-  return -1;
-}
-
 static bool header_value_ok(const char *v) {
   for (const char *p = v; *p; p++)
     if (*p == '\r' || *p == '\n' || *p == '\0') return false;
   return true;
+}
+
+/* The header rules both the config check and create apply: a token name, a value without
+ * a line break. The first problem into err ("headers.<name>: ..."); 0 when none. */
+static int headers_problem(const json_t *h, char *err, size_t errlen) {
+  const char *name;
+  const json_t *hv;
+  json_object_foreach((json_t *)h, name, hv) {
+    if (!ak_header_name_ok(name, strlen(name))) {
+      json_t *tmp = json_string(name);
+      char *r = tmp ? ak_check_render(tmp, false) : NULL;
+      snprintf(err, errlen, "headers: %s is not a header name", r ? r : "?");
+      free(r);
+      json_decref(tmp);
+      return -1;
+    }
+    if (!json_is_string(hv) || !header_value_ok(json_string_value(hv))) {
+      snprintf(err, errlen, "headers.%.64s: a header value cannot hold a line break", name);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 /* Names the sink sets itself: an operator header of the same name is dropped at create
@@ -540,53 +549,21 @@ static void http_destroy(void *self) {
   free(s);
 }
 
-static int parse_opts(http_sink_t *s, const json_t *opts, char *err, size_t errlen) {
-  const json_t *url = opts ? json_object_get(opts, "url") : NULL;
-  if (!json_is_string(url) || !*json_string_value(url)) {
-    snprintf(err, errlen, "url: missing required key");
-    return -1;
-  }
-  s->url = strdup(json_string_value(url));
-  if (!s->url) goto oom;
+static int parse_opts(http_sink_t *s, const http_opts_t *o, char *err, size_t errlen) {
+  if (!(s->url = strdup(o->url))) goto oom;
+  s->method = methods[o->method];
+  s->timeout_ms = (long)o->timeout_ms;
+  s->max_resp = (size_t)o->max_response_bytes;
 
-  const json_t *m = json_object_get(opts, "method");
-  if (m && !json_is_null(m)) {
-    const char *mv = json_is_string(m) ? json_string_value(m) : "";
-    if (strcasecmp(mv, "post") == 0) s->method = NULL;
-    else if (strcasecmp(mv, "put") == 0) s->method = "PUT";
-    else if (strcasecmp(mv, "patch") == 0) s->method = "PATCH";
-    else {
-      snprintf(err, errlen, "method: must be one of post, put, patch");
-      return -1;
-    }
-  }
-
-  long v;
-  if (opt_int(opts, "timeout_ms", 5000, 1, 3600000, &v, err, errlen) != 0) return -1;
-  s->timeout_ms = v;
-  if (opt_int(opts, "max_response_bytes", 65536, 0, 1073741824, &v, err, errlen) != 0) return -1;
-  s->max_resp = (size_t)v;
-
-  const json_t *h = json_object_get(opts, "headers");
-  if (h && !json_is_null(h)) {
-    if (!json_is_object(h)) {
-      snprintf(err, errlen, "headers: must be a mapping of name: value");
-      return -1;
-    }
+  const json_t *h = o->headers;
+  if (h && json_object_size(h)) {
+    if (headers_problem(h, err, errlen) != 0) return -1;
     s->conf_headers = calloc(json_object_size(h) + 1, sizeof *s->conf_headers);
     s->conf_names = calloc(json_object_size(h) + 1, sizeof *s->conf_names);
     if (!s->conf_headers || !s->conf_names) goto oom;
     const char *name;
     const json_t *hv;
     json_object_foreach((json_t *)h, name, hv) {
-      if (!ak_header_name_ok(name, strlen(name))) {
-        snprintf(err, errlen, "headers.%.64s: not a valid header name", name);
-        return -1;
-      }
-      if (!json_is_string(hv) || !header_value_ok(json_string_value(hv))) {
-        snprintf(err, errlen, "headers.%.64s: must be a string without line breaks", name);
-        return -1;
-      }
       if (reserved_header(name)) continue;
       const char *val = json_string_value(hv);
       size_t len = strlen(name) + strlen(val) + 3;
@@ -604,14 +581,10 @@ static int parse_opts(http_sink_t *s, const json_t *opts, char *err, size_t errl
     }
   }
 
-  const json_t *sec = json_object_get(opts, "secret");
+  const json_t *sec = o->secret;
   if (sec && !json_is_null(sec)) {
     const json_t *one[1] = {sec};
-    size_t n = json_is_array(sec) ? json_array_size(sec) : 1;
-    if ((!json_is_array(sec) && !json_is_string(sec)) || n == 0 || n > HTTP_MAX_SECRETS) {
-      snprintf(err, errlen, "secret: must be a non-empty string or a list of 1..%d", HTTP_MAX_SECRETS);
-      return -1;
-    }
+    size_t n = json_is_array(sec) ? json_array_size(sec) : 1; /* the rows bound it to 1..8 */
     for (size_t i = 0; i < n; i++) {
       const json_t *it = json_is_array(sec) ? json_array_get(sec, i) : one[0];
       if (!json_is_string(it) || derive_key(json_string_value(it), &s->keys[i], &s->keylen[i]) != 0) {
@@ -644,7 +617,13 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
     return NULL;
   }
   snprintf(s->source_id, sizeof s->source_id, "%s", source_id ? source_id : "");
-  if (parse_opts(s, opts, err, errlen) != 0) goto fail;
+  http_opts_t o = {0};
+  json_t *checked = NULL;
+  if (ak_opt_bind_checked(http_opts, opts, &o, &checked, err, errlen) != 0) goto fail;
+  int prc = parse_opts(s, &o, err, errlen);
+  ak_opt_release(http_opts, &o);
+  json_decref(checked);
+  if (prc != 0) goto fail;
   if (!egress) {
     s->owned_egress = ak_egress_new(NULL, 0, false, err, errlen);
     if (!s->owned_egress) goto fail;
@@ -731,20 +710,8 @@ static void http_check(ak_check_t *c, const char *path, json_t *sink, const json
   ak_egress_t *g = ak_egress_from_tree(root);
   if (url) check_http_url(c, label, url, g);
   ak_egress_free(g);
-  const char *name;
-  json_t *v;
-  json_object_foreach((json_t *)json_object_get(sink, "headers"), name, v) {
-    const char *val = json_string_value(v);
-    if (!ak_header_name_ok(name, strlen(name))) {
-      json_t *tmp = json_string(name);
-      char *r = tmp ? ak_check_render(tmp, false) : NULL;
-      ak_check_error(c, "%s.headers: %s is not a header name", path, r ? r : "?");
-      free(r);
-      json_decref(tmp);
-    } else if (val && strpbrk(val, "\r\n")) {
-      ak_check_error(c, "%s.headers.%s: a header value cannot hold a line break", path, name);
-    }
-  }
+  char why[160];
+  if (headers_problem(json_object_get(sink, "headers"), why, sizeof why) != 0) ak_check_error(c, "%s.%s", path, why);
 }
 
 const ak_sink_vtable_t ak_sink_http = {

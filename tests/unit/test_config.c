@@ -1102,3 +1102,55 @@ Test(config, tenant_share_of_the_queue) {
              "batcher.tenant_max_queue must be between 1 and 100 (batcher.max_queue), got 101");
   expect_err("batcher: {tenant_max_queue_bytes: 0}\n", "batcher.tenant_max_queue_bytes must be positive, got 0");
 }
+
+/* ------------------------------------------------- a plug-in's options, bound ---- */
+
+typedef struct {
+  const char *name;
+  int64_t n;
+  int mode;
+  ak_strlist_t tags;
+  bool on;
+} bound_t;
+
+static const ak_opt_t bound_rows[] = {
+  {.key = "name", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED, AK_AT(bound_t, name)},
+  {.key = "n", .type = AK_OPT_INT, .def = "7", .min = 1, .max = 10, .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX,
+   AK_AT(bound_t, n)},
+  {.key = "mode", .type = AK_OPT_ENUM, .def = "a", .enum_vals = "a|b|c", AK_AT(bound_t, mode)},
+  {.key = "tags", .type = AK_OPT_STRLIST, .def = "[]", AK_AT(bound_t, tags)},
+  {.key = "on", .type = AK_OPT_BOOL, .def = "true", AK_AT(bound_t, on)},
+  {0},
+};
+
+Test(config, a_plugins_options_are_checked_and_bound_by_its_rows) {
+  /* as a sink list holds it: the plug-in's type beside its options */
+  json_t *opts = json_pack("{s:s,s:s,s:s,s:[s,s]}", "type", "demo", "name", "x${NOT_READ}", "mode", "c", "tags", "p", "q");
+  bound_t b = {0};
+  json_t *checked = NULL;
+  char err[128] = "";
+  cr_assert_eq(ak_opt_bind_checked(bound_rows, opts, &b, &checked, err, sizeof err), 0, "%s", err);
+  cr_expect_str_eq(b.name, "x${NOT_READ}", "literal: no interpolation");
+  cr_expect_eq(b.n, 7, "the row's default");
+  cr_expect_eq(b.mode, 2);
+  cr_assert_eq(b.tags.n, 2);
+  cr_expect_str_eq(b.tags.v[1], "q");
+  cr_expect(b.on);
+  ak_opt_release(bound_rows, &b);
+  cr_expect_null(b.tags.v);
+  json_decref(checked);
+  json_decref(opts);
+
+  const char *bad[][2] = {{"{\"n\": 3}", "missing required key \"name\""},
+                          {"{\"name\": \"x\", \"n\": 11}", "n must be between 1 and 10, got 11"},
+                          {"{\"name\": \"x\", \"mode\": \"d\"}", "mode: unknown value \"d\"; expected one of a, b, c"},
+                          {"{\"name\": \"x\", \"extra\": 1}", "unknown key \"extra\""}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    json_t *o = json_loads(bad[i][0], 0, NULL);
+    bound_t z = {0};
+    cr_expect_eq(ak_opt_bind_checked(bound_rows, o, &z, &checked, err, sizeof err), -1, "%s", bad[i][0]);
+    cr_expect_str_eq(err, bad[i][1]);
+    cr_expect_null(checked);
+    json_decref(o);
+  }
+}

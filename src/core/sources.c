@@ -3,7 +3,7 @@
  * increment, so ingest pays no more than before for a source; writers (admin requests,
  * boot) take the write lock only to swap a pointer. A version is freed by its last
  * release, on whatever thread that is, and never under the table's lock: freeing runs
- * extension destructors (a sink's destroy joins its thread). */
+ * extension destructors (a sink's destroy waits for its requests' last answers). */
 #include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>

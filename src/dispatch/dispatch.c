@@ -1473,8 +1473,8 @@ static void sinks_destroy(dsinks_t *ds) {
 }
 
 /* A version's sinks go with it, on whichever thread released it last: unlisted, then
- * destroyed outside the lock (a destroy joins the sink's thread, whose last callbacks
- * take the dispatcher's mu, never smu). After the dispatcher is gone (d NULL, every
+ * destroyed outside the lock (a destroy waits until the HTTP client has answered the
+ * sink's own requests, whose callbacks take the dispatcher's mu, never smu). After the dispatcher is gone (d NULL, every
  * sink already destroyed by ak_dispatch_free) only the shell is left to free. */
 static void sinks_free(void *state) {
   dsinks_t *ds = state;

@@ -165,6 +165,7 @@ static int cmd_serve(const char *path) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
 
@@ -190,13 +191,21 @@ static int cmd_serve(const char *path) {
     ak_log(AK_LOG_WARNING, "node", "cannot notify the service manager (NOTIFY_SOCKET)", "errno=%d", errno);
 
   int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
+  for (;;) {
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
+    ak_log(AK_LOG_INFO, "node", "SIGHUP: reloading the TLS certificate", NULL);
+    ak_notify_send("RELOADING=1");
+    ak_node_reload(&node);
+    ak_notify_send("READY=1");
   }
   ak_log(AK_LOG_INFO, "node", "stopping: draining in-flight requests", "signal=%d", sig);
   ak_notify_send("STOPPING=1\nSTATUS=draining");
-  /* drain order (core/node.c, src/modules.c): stop accepting (the edge's accept policy and
-   * handler read the draining flag; /ready answers draining), commit and answer
-   * everything queued, let the answers go out, then close the listeners */
+  /* the seed's drain (core/node.c, src/modules.c): /ready answers draining at once, the
+   * ingest listeners serve on for listener.drain_delay_ms, stop accepting and wait for the
+   * requests in flight; then the modules stop in reverse: the writer commits and answers
+   * what is queued, the loops and the rest stop */
+  ak_node_drain(&node);
   ak_node_stop(&node);
   ak_node_close(&node);
   ak_config_free(cfg);

@@ -69,6 +69,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_dispatch,
   &ak_mod_replay,
   &ak_mod_admin,
+  &ak_mod_listener,
   &ak_mod_edge,
   &ak_mod_batcher,
   &ak_mod_wal,

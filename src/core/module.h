@@ -56,6 +56,12 @@ typedef struct ak_module {
    * whose open failed is not closed: open cleans up after itself. */
   int (*open)(struct ak_instance *inst, char **err);
   int (*start)(struct ak_instance *inst, char **err);
+  /* SIGTERM, in reverse table order once the node is marked draining and before any stop:
+   * take no new work and wait (bounded) for what is in flight; the modules below still run. */
+  void (*drain)(struct ak_instance *inst);
+  /* SIGHUP: re-read what can change without a restart (a TLS certificate); keep the old on
+   * a bad new one (logged). */
+  void (*reload)(struct ak_instance *inst);
   void (*stop)(struct ak_instance *inst);
   void (*close)(struct ak_instance *inst);
 } ak_module_t;

@@ -149,6 +149,25 @@ int ak_node_start(ak_node_t *n, char **err) {
   return 0;
 }
 
+void ak_node_drain(ak_node_t *n) {
+  if (!n->opened || n->stopped) return;
+  atomic_store(&n->inst.draining, 1);
+  const ak_schema_t *s = n->inst.cfg->schema;
+  for (size_t i = n->nopen; i-- > 0;) {
+    const ak_module_t *m = s->modules[i];
+    if (n->started[i] && m->drain) m->drain(&n->inst);
+  }
+}
+
+void ak_node_reload(ak_node_t *n) {
+  if (!n->opened || n->stopped) return;
+  const ak_schema_t *s = n->inst.cfg->schema;
+  for (size_t i = 0; i < n->nopen; i++) {
+    const ak_module_t *m = s->modules[i];
+    if (n->started[i] && m->reload) m->reload(&n->inst);
+  }
+}
+
 void ak_node_stop(ak_node_t *n) {
   if (!n->opened || n->stopped) return;
   n->stopped = true;

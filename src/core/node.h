@@ -55,6 +55,12 @@ int ak_node_start(ak_node_t *n, char **err);
  * started module in reverse table order: the writer answers what is queued before the
  * listeners wait for their last answers. Idempotent. */
 void ak_node_stop(ak_node_t *n);
+/* SIGTERM's first step (before ak_node_stop): marks the node draining and runs every
+ * started module's drain hook in reverse table order (the edge serves on for
+ * listener.drain_delay_ms, then closes its listeners and waits for its requests). */
+void ak_node_drain(ak_node_t *n);
+/* SIGHUP: every started module's reload hook, in table order. */
+void ak_node_reload(ak_node_t *n);
 /* Stops if needed, then closes every opened module in reverse order and frees the
  * instance's own parts. */
 void ak_node_close(ak_node_t *n);

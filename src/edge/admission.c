@@ -120,31 +120,30 @@ typedef struct {
   size_t n;
 } xff_t;
 
-static enum MHD_Result collect_xff(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                   const char *value, size_t value_size) {
-  (void)kind;
-  xff_t *x = cls;
-  if (key_size != 15 || strncasecmp(key, "X-Forwarded-For", 15) != 0 || !value) return MHD_YES;
-  if (x->n == 16) { /* keep the last 16: the walk starts from the right */
-    memmove(&x->v[0], &x->v[1], 15 * sizeof x->v[0]);
-    memmove(&x->len[0], &x->len[1], 15 * sizeof x->len[0]);
-    x->n = 15;
-  }
-  x->v[x->n] = value;
-  x->len[x->n++] = value_size;
-  return MHD_YES;
-}
-
-void ak_admission_client(const ak_admission_t *a, struct MHD_Connection *mc, ak_netaddr_t *out) {
+void ak_admission_client(const ak_admission_t *a, ak_hreq_t *r, ak_netaddr_t *out) {
   memset(out, 0, sizeof *out);
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  socklen_t sl = 0;
+  const struct sockaddr *sa = ak_hreq_peer(r, &sl);
   ak_netaddr_t peer;
-  if (!ci || !ak_netaddr_from_sockaddr(ci->client_addr, &peer)) return;
+  if (!sa || !ak_netaddr_from_sockaddr(sa, &peer)) return;
   *out = peer;
   if (!a->nproxies || !ak_netaddr_in_any(a->proxies, a->nproxies, &peer)) return;
-  xff_t x = {.n = 0};
-  MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_xff, &x);
-  ak_netaddr_client(&peer, a->proxies, a->nproxies, x.v, x.len, x.n, out);
+  /* the X-Forwarded-For lines in order; the last 16 kept: the walk starts from the right */
+  const char *v[16];
+  size_t len[16], n = 0;
+  const ak_header_t *h;
+  size_t nh = ak_hreq_headers(r, &h);
+  for (size_t i = 0; i < nh; i++) {
+    if (h[i].name_len != 15 || strncasecmp(h[i].name, "X-Forwarded-For", 15) != 0) continue;
+    if (n == 16) {
+      memmove(&v[0], &v[1], 15 * sizeof v[0]);
+      memmove(&len[0], &len[1], 15 * sizeof len[0]);
+      n = 15;
+    }
+    v[n] = h[i].value;
+    len[n++] = h[i].value_len;
+  }
+  ak_netaddr_client(&peer, a->proxies, a->nproxies, v, len, n, out);
 }
 
 ak_admit_t ak_admission_check_addr(ak_admission_t *a, const ak_netaddr_t *client, ak_admission_source_t *src,
@@ -166,10 +165,10 @@ ak_admit_t ak_admission_check_addr(ak_admission_t *a, const ak_netaddr_t *client
   return AK_ADMIT_OK;
 }
 
-ak_admit_t ak_admission_check(ak_admission_t *a, struct MHD_Connection *mc, ak_admission_source_t *src,
+ak_admit_t ak_admission_check(ak_admission_t *a, ak_hreq_t *r, ak_admission_source_t *src,
                               long long content_length, int64_t now_ns, int64_t *retry_ns) {
   ak_netaddr_t client;
-  if (a->ip_on) ak_admission_client(a, mc, &client);
+  if (a->ip_on) ak_admission_client(a, r, &client);
   return ak_admission_check_addr(a, a->ip_on ? &client : NULL, src, content_length, now_ns, retry_ns);
 }
 

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <microhttpd.h>
+#include "http/server.h"
 #include "core/config.h"
 #include "core/module.h"
 #include "core/netaddr.h"
@@ -58,7 +58,7 @@ bool ak_admission_meters_source(const ak_admission_source_t *s);
 /* The request's first call: per client address, then node, then (when content_length
  * >= 0) the source's bytes (src NULL: not limited). A refusal spends nothing further
  * down the list; *retry_ns is the wait until the refusing limit would pass. */
-ak_admit_t ak_admission_check(ak_admission_t *a, struct MHD_Connection *mc, ak_admission_source_t *src,
+ak_admit_t ak_admission_check(ak_admission_t *a, ak_hreq_t *r, ak_admission_source_t *src,
                               long long content_length, int64_t now_ns, int64_t *retry_ns);
 /* The same check on an already resolved client address (tests, tools). */
 ak_admit_t ak_admission_check_addr(ak_admission_t *a, const ak_netaddr_t *client, ak_admission_source_t *src,
@@ -69,7 +69,7 @@ bool ak_admission_charge_body(ak_admission_source_t *src, size_t n, int64_t now_
 
 /* The client address of a request: the peer, or behind a trusted proxy the
  * X-Forwarded-For entry it vouches for (core/netaddr.h). */
-void ak_admission_client(const ak_admission_t *a, struct MHD_Connection *mc, ak_netaddr_t *out);
+void ak_admission_client(const ak_admission_t *a, ak_hreq_t *r, ak_netaddr_t *out);
 
 /* Per-address states dropped while in debt (a flood of more addresses than the table
  * holds), and the table's size (0 when per_ip is off). */

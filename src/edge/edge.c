@@ -1,15 +1,19 @@
-/* Ingest on libmicrohttpd (epoll thread pool, suspend/resume). Request lifecycle:
- *   1st call (headers only): health/ready, route shape, Content-Length, source lookup,
- *       header bytes, pre-read admission (edge/admission.h) and the tenant's
- *       max_body_bytes -> refuse here and MHD never reads the body or sends 100 Continue;
- *   body calls: append to a buffer bounded by max_body_bytes (past it, or past a source's
+/* Ingest on our HTTP layer (http/server.h: libuv loops, strict framing, limits). A
+ * request's life, in the layer's handler calls on the loop that owns its connection:
+ *   on_head (the head, no body byte read yet): health/ready, route shape, Content-Length,
+ *       source lookup, header bytes, pre-read admission (edge/admission.h) and the
+ *       tenant's max_body_bytes -> refuse here and the layer never reads the body or sends
+ *       100 Continue;
+ *   on_body: append to a buffer bounded by max_body_bytes (past it, or past a source's
  *       byte budget: swallow, answer 413/429 at the end so the connection stays usable);
- *   last call: verify the raw bytes, apply on_verify_failure (401 / flag / quarantine),
+ *   on_end: verify the raw bytes, apply on_verify_failure (401 / flag / quarantine),
  *       read the dedupe key (a repeat of a committed key is answered here), charge a
- *       verified hook to its tenant's quota (edge/quota.h), apply
- *       store_headers, encode the envelope, suspend the connection, submit;
- *   resumed call: answer from the writer's status.
- * The writer resumes the connection only after its commit returned. */
+ *       verified hook to its tenant's quota (edge/quota.h), apply store_headers, encode
+ *       the envelope, suspend the request, submit;
+ *   on_resume (the writer resumed it from its thread): answer from the writer's status.
+ * The writer resumes a request only after its commit returned. Also the `http` and
+ * `listener` modules: the ingest listeners' keys, lifecycle and drain. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,8 @@
 #include "edge/route.h"
 #include "edge/ticket.h"
 #include "edge/tls.h"
+#include "http/server.h"
+#include "http/tls.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
@@ -41,33 +47,37 @@ enum { ST_READING = 0, ST_SUBMITTED, ST_ANSWERED };
 typedef enum {
   R_PAYLOAD_TOO_LARGE = 0, R_DEDUPE_QUOTA, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
   R_OVERLOAD, R_STORE_UNAVAILABLE, R_COMMIT_DEADLINE, R_DRAINING, R_VERIFICATION_FAILED,
-  R_QUARANTINE_RATE_LIMITED, R_QUARANTINE_FULL, R_QUARANTINE_OVERLOAD, R_COUNT
+  R_QUARANTINE_RATE_LIMITED, R_QUARANTINE_FULL, R_QUARANTINE_OVERLOAD,
+  /* the HTTP layer's own refusals (http/server.h on_refused) */
+  R_BAD_REQUEST, R_NOT_IMPLEMENTED, R_HEADERS_TOO_LARGE, R_URI_TOO_LONG, R_REQUEST_TIMEOUT, R_HTTP_VERSION,
+  R_CONNECTION_LIMIT, R_COUNT
 } refuse_t;
 static const char *const refuse_names[R_COUNT] = {
   "payload_too_large", "dedupe_quota", "unknown_source", "not_found", "invalid_header", "body_read_failed",
   "overload", "store_unavailable", "commit_deadline", "draining", "verification_failed",
-  "quarantine_rate_limited", "quarantine_full", "quarantine_overload"};
+  "quarantine_rate_limited", "quarantine_full", "quarantine_overload",
+  "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
+  "http_version_not_supported", "connection_limit"};
 
 /* Refusals of the limits (edge/admission.h, edge/quota.h, the writer's tenant share). */
 typedef enum { L_RATE_LIMITED = 0, L_IP, L_NODE, L_SOURCE, L_TENANT_OVERLOAD, L_COUNT } limit_t;
 static const char *const limit_names[L_COUNT] = {"rate_limited", "ip_rate_limited", "node_rate_limited",
                                                  "source_rate_limited", "tenant_overload"};
 
-static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 413, 429, 503};
+static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 408, 413, 414, 429, 431, 501, 503, 505};
 #define NSTATUS (sizeof status_codes / sizeof status_codes[0])
 
 struct ak_edge {
   ak_instance_t *inst;
   const ak_http_cfg_t *hc;     /* the http section */
-  struct MHD_Daemon *d, *tls_d; /* plain ingest; TLS ingest (http.tls) */
-  int port, tls_port;
-  _Atomic int waiting; /* requests suspended on the writer */
+  const ak_listener_cfg_t *lc; /* the listener section */
+  ak_hserver_t *srv, *tls_srv;  /* plain ingest; TLS ingest (http.tls) */
+  ak_htls_ctx_t *tls_ctx;       /* the TLS listener's live context (a reference; SIGHUP swaps it) */
+  pthread_mutex_t tls_mu;       /* one reload at a time */
   ak_header_policy_t *hpol;
 #ifdef AK_TEST_HOOKS
   int64_t test_now_s;  /* ANKUSA_TEST_NOW pins the verifiers' clock */
 #endif
-  /* TLS listener: SHA-256 of the live peer certificate (read only for client_cert sources) */
-  bool (*peer_cert)(struct MHD_Connection *c, uint8_t out[32]);
   ak_series_t *m_status[NSTATUS], *m_status_other, *m_refused[R_COUNT], *m_duration, *m_abandoned;
   ak_series_t *m_verify_fail[AK_VR_COUNT], *m_flagged, *m_quarantined;
   ak_admission_t *adm;  /* pre-read limits */
@@ -99,7 +109,7 @@ typedef struct conn {
   size_t len, cap;
   ak_ticket_t ticket;  /* pen, dedupe claim, quota, queue share: settled once, in settle() */
   ak_write_req_t req;
-  struct MHD_Connection *mc;
+  ak_hreq_t *r;
   ak_edge_t *edge;
 } conn_t;
 
@@ -111,61 +121,42 @@ static void count(ak_edge_t *e, unsigned status, int64_t t0_ns) {
   if (t0_ns) ak_histogram_observe(e->m_duration, (double)(ak_mono_ns() - t0_ns) / 1e9);
 }
 
-static enum MHD_Result refuse(ak_edge_t *e, struct MHD_Connection *c, unsigned status, refuse_t why,
-                              const char *code, int retry_after, int64_t t0) {
+/* A JSON answer, with Retry-After when retry_after > 0. */
+static void reply(ak_hreq_t *r, unsigned status, const char *body, size_t len, int retry_after) {
+  if (retry_after > 0) {
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", retry_after);
+    ak_hreq_add_header(r, "Retry-After", ra);
+  }
+  ak_hreq_reply(r, status, "application/json", body, len);
+}
+
+static void refuse(ak_edge_t *e, ak_hreq_t *r, unsigned status, refuse_t why, const char *code, int retry_after,
+                   int64_t t0) {
   ak_counter_add(e->m_refused[why], 1);
   count(e, status, t0);
-  return ak_http_error(c, status, code, retry_after);
+  ak_hreq_error(r, status, code, retry_after);
 }
 
-static enum MHD_Result refuse_limit(ak_edge_t *e, struct MHD_Connection *c, unsigned status, limit_t why,
-                                    int retry_after, int64_t t0) {
+static void refuse_limit(ak_edge_t *e, ak_hreq_t *r, unsigned status, limit_t why, int retry_after, int64_t t0) {
   ak_counter_add(e->m_limit[why], 1);
   count(e, status, t0);
-  return ak_http_error(c, status, limit_names[why], retry_after);
+  ak_hreq_error(r, status, limit_names[why], retry_after);
 }
 
-static enum MHD_Result too_large(ak_edge_t *e, struct MHD_Connection *mc, int64_t limit, int64_t t0) {
+static void too_large(ak_edge_t *e, ak_hreq_t *r, int64_t limit, int64_t t0) {
   char b[96];
   int n = snprintf(b, sizeof b, "{\"error\":\"payload_too_large\",\"limit\":%lld}", (long long)limit);
   ak_counter_add(e->m_refused[R_PAYLOAD_TOO_LARGE], 1);
   count(e, 413, t0);
-  return ak_http_reply(mc, 413, "application/json", b, (size_t)n, 0);
+  reply(r, 413, b, (size_t)n, 0);
 }
 
-typedef struct {
-  ak_header_t *v;
-  size_t n, cap;
-} hdrs_t;
-
-static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                      const char *value, size_t value_size) {
-  (void)kind;
-  hdrs_t *h = cls;
-  if (h->n == h->cap && ak_buf_grow(&h->v, &h->cap, h->n + 1, sizeof *h->v) != 0) return MHD_NO;
-  h->v[h->n++] = (ak_header_t){key, key_size, value ? value : "", value ? value_size : 0};
-  return MHD_YES;
-}
-
-/* libmicrohttpd 0.9.75 measures header values with strlen, so "a\0b" arrives as "a"
- * and the rest would be silently dropped from what we store. Headers sit in order in
- * the connection's read buffer, each line ending in CRLF or LF (zeroed in place): the
- * next header's name starts 1 or 2 bytes after a value's end, unless a NUL cut the
- * value short. For the last header only the byte after its terminator can be checked. */
-static bool value_cut_at_nul(const ak_header_t *h, const ak_header_t *next) {
-  const char *end = h->value + h->value_len;
-  if (next) {
-    ptrdiff_t gap = next->name - end;
-    return gap > 2 && gap < 65536;
-  }
-  char c = end[1];
-  return c != '\0' && c != '\r' && c != '\n';
-}
-
+/* The writer's callback, on its thread: hand the request back to its loop. */
 static void on_committed(ak_write_req_t *req, void *ctx) {
   (void)req;
   conn_t *c = ctx;
-  MHD_resume_connection(c->mc); /* last touch: c may be freed after this */
+  ak_hreq_resume(c->r); /* last touch: the loop may answer and free c after this */
 }
 
 /* The one place a request gives back what it holds: at its answer, whatever it is (a
@@ -176,25 +167,25 @@ static void settle(conn_t *c, bool stored) {
 }
 
 /* A repeat of a stored event: the first hook's id, and nothing stored. */
-static enum MHD_Result answer_duplicate(ak_edge_t *e, struct MHD_Connection *mc, const uint8_t first_id[16],
-                                        int64_t t0) {
+static void answer_duplicate(ak_edge_t *e, ak_hreq_t *r, const uint8_t first_id[16], int64_t t0) {
   char id[AK_UUID_STR_LEN], body[128];
   ak_uuid_format(first_id, id);
   int n = snprintf(body, sizeof body, "{\"status\":\"accepted\",\"id\":\"%s\",\"duplicate\":true}", id);
   count(e, 201, t0);
-  return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
+  reply(r, 201, body, (size_t)n, 0);
 }
 
 /* A refusal before anything reached the writer: what the ticket holds goes back first. */
-static enum MHD_Result refuse_settled(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, unsigned status,
-                                      refuse_t why, const char *code, int retry_after) {
+static void refuse_settled(ak_edge_t *e, conn_t *c, unsigned status, refuse_t why, const char *code,
+                           int retry_after) {
   settle(c, false);
   c->state = ST_ANSWERED;
-  return refuse(e, mc, status, why, code, retry_after, c->t0_ns);
+  refuse(e, c->r, status, why, code, retry_after, c->t0_ns);
 }
 
 /* The answer to the writer's verdict (c->req.status), the ticket already settled. */
-static enum MHD_Result respond(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, const uint8_t first_id[16]) {
+static void respond(ak_edge_t *e, conn_t *c, const uint8_t first_id[16]) {
+  ak_hreq_t *mc = c->r;
   switch (c->req.status) {
     case AK_WR_COMMITTED: {
       char id[AK_UUID_STR_LEN], body[128];
@@ -204,77 +195,80 @@ static enum MHD_Result respond(ak_edge_t *e, conn_t *c, struct MHD_Connection *m
         n = snprintf(body, sizeof body, "{\"status\":\"quarantined\",\"reason\":\"%s\"}",
                      ak_verify_reason_name((ak_verify_reason_t)c->req.reason));
         count(e, 202, c->t0_ns);
-        return ak_http_reply(mc, 202, "application/json", body, (size_t)n, 0);
+        reply(mc, 202, body, (size_t)n, 0);
+        return;
       }
       ak_uuid_format(c->req.id, id);
       n = snprintf(body, sizeof body, "{\"status\":\"accepted\",\"id\":\"%s\"}", id);
       count(e, 201, c->t0_ns);
-      return ak_http_reply(mc, 201, "application/json", body, (size_t)n, 0);
+      reply(mc, 201, body, (size_t)n, 0);
+      return;
     }
     case AK_WR_DUPLICATE:
-      return answer_duplicate(e, mc, first_id, c->t0_ns);
+      answer_duplicate(e, mc, first_id, c->t0_ns);
+      return;
     case AK_WR_DEDUPE_QUOTA:
-      return refuse(e, mc, 503, R_DEDUPE_QUOTA, "dedupe_quota", 60, c->t0_ns);
+      refuse(e, mc, 503, R_DEDUPE_QUOTA, "dedupe_quota", 60, c->t0_ns);
+      return;
     case AK_WR_OVERLOAD:
-      return refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+      refuse(e, mc, 503, R_OVERLOAD, "overload", 1, c->t0_ns);
+      return;
     case AK_WR_DEADLINE:
-      return refuse(e, mc, 503, R_COMMIT_DEADLINE, "store_unavailable", 1, c->t0_ns);
+      refuse(e, mc, 503, R_COMMIT_DEADLINE, "store_unavailable", 1, c->t0_ns);
+      return;
     case AK_WR_DRAINING:
-      return refuse(e, mc, 503, R_DRAINING, "draining", 1, c->t0_ns);
+      refuse(e, mc, 503, R_DRAINING, "draining", 1, c->t0_ns);
+      return;
     case AK_WR_TENANT_OVERLOAD:
-      return refuse_limit(e, mc, 429, L_TENANT_OVERLOAD, 1, c->t0_ns);
+      refuse_limit(e, mc, 429, L_TENANT_OVERLOAD, 1, c->t0_ns);
+      return;
     case AK_WR_STORE_UNAVAILABLE:
     default:
-      return refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, c->t0_ns);
+      refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, c->t0_ns);
+      return;
   }
 }
 
-static enum MHD_Result answer(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc) {
+static void answer(ak_edge_t *e, conn_t *c) {
   c->state = ST_ANSWERED;
-  atomic_fetch_sub(&e->waiting, 1);
   free(c->req.rec);
   c->req.rec = NULL;
   uint8_t first_id[16] = {0};
   if (c->req.status == AK_WR_DUPLICATE && c->req.dedupe) memcpy(first_id, c->req.dedupe->first_id, 16);
   settle(c, c->req.status == AK_WR_COMMITTED);
-  return respond(e, c, mc, first_id);
+  respond(e, c, first_id);
 }
 
-typedef struct {
-  ak_buf_t b;
-  const char *skip;    /* parameter left out (a verifier's credential) */
-} qs_t;
-
-/* The listener does not percent-decode (no_unescape), so MHD's parsed arguments are the
- * raw text: joining them in order gives back the query string as sent. */
-static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                   const char *value, size_t value_size) {
-  (void)kind;
-  qs_t *q = cls;
-  if (q->skip && strlen(q->skip) == key_size && memcmp(q->skip, key, key_size) == 0) return MHD_YES;
-  if (q->b.len) ak_buf_append(&q->b, "&", 1);
-  ak_buf_append(&q->b, key, key_size);
-  if (value) {
-    ak_buf_append(&q->b, "=", 1);
-    ak_buf_append(&q->b, value, value_size);
-  }
-  return MHD_YES;
-}
-
-static char *query_string(struct MHD_Connection *mc, const char *skip, size_t *len) {
-  qs_t q = {AK_BUF_INIT, skip};
-  MHD_get_connection_values_n(mc, MHD_GET_ARGUMENT_KIND, collect_arg, &q);
+/* The raw query string (as sent, no percent-decoding) without the parameters named skip
+ * (a verifier's credential) and without empty parameters; NULL when nothing is left. */
+static char *query_string(ak_hreq_t *r, const char *skip, size_t *len) {
+  size_t ql = 0;
+  const char *q = ak_hreq_query(r, &ql);
   *len = 0;
-  return q.b.p ? ak_buf_take(&q.b, len) : NULL; /* NULL: no argument (or out of memory) */
+  if (!q) return NULL;
+  size_t sl = skip ? strlen(skip) : 0;
+  ak_buf_t b = AK_BUF_INIT;
+  for (size_t i = 0; i < ql;) {
+    const char *seg = q + i, *amp = memchr(seg, '&', ql - i);
+    size_t n = amp ? (size_t)(amp - seg) : ql - i;
+    i += n + 1;
+    if (n == 0) continue;
+    const char *eq = memchr(seg, '=', n);
+    size_t kl = eq ? (size_t)(eq - seg) : n;
+    if (skip && kl == sl && memcmp(seg, skip, sl) == 0) continue;
+    if (b.len) ak_buf_append(&b, "&", 1);
+    ak_buf_append(&b, seg, n);
+  }
+  return b.p ? ak_buf_take(&b, len) : NULL; /* NULL: no parameter (or out of memory) */
 }
 
-static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc, const char *url,
-                              const char *method) {
+static void submit(ak_edge_t *e, conn_t *c) {
   ak_instance_t *inst = e->inst;
+  ak_hreq_t *r = c->r;
   const ak_verifier_t *v = c->sv->verifier;
   ak_ticket_init(&c->ticket, inst, c->tenant, strlen(c->tenant), c->len);
-  hdrs_t h = {0};
-  MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_header, &h);
+  const ak_header_t *hv;
+  size_t hn = ak_hreq_headers(r, &hv);
 
   ak_verify_reason_t vr = AK_VR_OK;
   uint32_t flags = 0;
@@ -282,34 +276,39 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   size_t qlen = 0;
   if (v && !ak_verifier_is_none(v)) {
     /* only a query-token verifier reads the query string */
-    char *q = ak_verifier_credential_param(v) ? query_string(mc, NULL, &qlen) : NULL;
+    const char *q = ak_verifier_credential_param(v) ? ak_hreq_query(r, &qlen) : NULL;
     uint8_t cert[32];
     const uint8_t *certp = NULL;
-    if (ak_verifier_needs_client_cert(v) && e->peer_cert && e->peer_cert(mc, cert)) certp = cert;
+    if (ak_verifier_needs_client_cert(v) && ak_hreq_peer_cert_sha256(r, cert)) certp = cert;
     int64_t now_s = 0;
 #ifdef AK_TEST_HOOKS
     now_s = e->test_now_s;
-    const char *pin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-ankusa-test-now");
-    if (pin) now_s = atoll(pin);
+    size_t pl = 0;
+    const char *pin = ak_hreq_header(r, "x-ankusa-test-now", &pl);
+    if (pin) {
+      char tmp[24] = "";
+      memcpy(tmp, pin, pl < sizeof tmp - 1 ? pl : sizeof tmp - 1);
+      now_s = atoll(tmp);
+    }
 #endif
     ak_verify_input_t in = {
-      .headers = h.v, .nheaders = h.n, .body = c->body, .body_len = c->len, .query = q,
-      .query_len = qlen, .client_cert_sha256 = certp, .now_s = now_s ? now_s : (int64_t)time(NULL),
+      .headers = hv, .nheaders = hn, .body = c->body, .body_len = c->len, .query = q,
+      .query_len = q ? qlen : 0, .client_cert_sha256 = certp, .now_s = now_s ? now_s : (int64_t)time(NULL),
     };
     vr = ak_verifier_check(v, &in);
-    free(q);
+    qlen = 0;
     if (c->es->weak) ak_counter_add(c->es->weak, 1);
     if (vr != AK_VR_OK) {
       ak_counter_add(e->m_verify_fail[vr], 1);
       if (c->src->on_verify_failure == AK_OVF_REJECT) {
-        free(h.v);
         char b[128];
         int n = snprintf(b, sizeof b, "{\"error\":\"verification_failed\",\"reason\":\"%s\"}",
                          ak_verify_reason_name(vr));
         ak_counter_add(e->m_refused[R_VERIFICATION_FAILED], 1);
         count(e, 401, c->t0_ns);
         c->state = ST_ANSWERED;
-        return ak_http_reply(mc, 401, "application/json", b, (size_t)n, 0);
+        reply(r, 401, b, (size_t)n, 0);
+        return;
       }
       if (c->src->on_verify_failure == AK_OVF_ACCEPT_FLAG) {
         flags |= AK_ENV_FLAG_VERIFY_FAILED;
@@ -318,14 +317,15 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
         int64_t retry_ms = 0;
         ak_pen_admit_t pa = ak_ticket_take_pen(&c->ticket, c->es->pen, &retry_ms);
         if (pa != AK_PEN_OK) {
-          free(h.v);
           c->state = ST_ANSWERED;
           if (pa == AK_PEN_RATE_LIMITED)
-            return refuse(e, mc, 429, R_QUARANTINE_RATE_LIMITED, "quarantine_rate_limited",
-                          (int)((retry_ms + 999) / 1000 > 0 ? (retry_ms + 999) / 1000 : 1), c->t0_ns);
-          if (pa == AK_PEN_FULL)
-            return refuse(e, mc, 503, R_QUARANTINE_FULL, "quarantine_full", 60, c->t0_ns);
-          return refuse(e, mc, 503, R_QUARANTINE_OVERLOAD, "overload", 1, c->t0_ns);
+            refuse(e, r, 429, R_QUARANTINE_RATE_LIMITED, "quarantine_rate_limited",
+                   (int)((retry_ms + 999) / 1000 > 0 ? (retry_ms + 999) / 1000 : 1), c->t0_ns);
+          else if (pa == AK_PEN_FULL)
+            refuse(e, r, 503, R_QUARANTINE_FULL, "quarantine_full", 60, c->t0_ns);
+          else
+            refuse(e, r, 503, R_QUARANTINE_OVERLOAD, "overload", 1, c->t0_ns);
+          return;
         }
         kind = AK_WRITE_QUARANTINE;
       }
@@ -336,22 +336,22 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
    * so a forged request cannot take the key of the real event */
   size_t dklen = 0;
   char *dkey = kind == AK_WRITE_HOOK && !(flags & AK_ENV_FLAG_VERIFY_FAILED) && inst->dedupe
-                 ? ak_dedupe_key_extract(c->src, h.v, h.n, c->body, c->len, &dklen)
+                 ? ak_dedupe_key_extract(c->src, hv, hn, c->body, c->len, &dklen)
                  : NULL;
   if (dkey) {
     uint8_t first[16];
     if (!ak_ticket_claim(&c->ticket, c->src->id, dkey, dklen, c->src->dedupe_ttl_ms)) {
       free(dkey);
-      free(h.v);
-      return refuse_settled(e, c, mc, 503, R_OVERLOAD, "overload", 1);
+      refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
+      return;
     }
     c->req.dedupe = c->ticket.claim;
     if (ak_dedupe_seen(inst->dedupe, c->req.dedupe, first)) {
       free(dkey);
-      free(h.v);
       settle(c, false);
       c->state = ST_ANSWERED;
-      return answer_duplicate(e, mc, first, c->t0_ns);
+      answer_duplicate(e, r, first, c->t0_ns);
+      return;
     }
   }
   /* the tenant's quota: verified hooks only, so a forged flood spends none of it; after
@@ -360,10 +360,10 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
     int64_t retry_ns = 0;
     if (!ak_ticket_take_quota(&c->ticket, ak_mono_ns(), &retry_ns)) {
       free(dkey);
-      free(h.v);
       settle(c, false);
       c->state = ST_ANSWERED;
-      return refuse_limit(e, mc, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
+      refuse_limit(e, r, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
+      return;
     }
   }
 
@@ -371,12 +371,22 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
    * parameter removed */
   const char *cred_hdr = v ? ak_verifier_credential_header(v) : NULL;
   const char *cred_param = v ? ak_verifier_credential_param(v) : NULL;
-  ak_header_t *kept = h.n ? malloc(h.n * sizeof *kept) : NULL;
-  char *hashbuf = h.n ? malloc(h.n * AK_HDR_HASH_LEN) : NULL;
-  size_t nkept = h.n ? ak_header_policy_apply(e->hpol, h.v, h.n, cred_hdr, kept, hashbuf) : 0;
-  char *sq = query_string(mc, cred_param, &qlen);
-  size_t ul = strlen(url);
+  ak_header_t *kept = hn ? malloc(hn * sizeof *kept) : NULL;
+  char *hashbuf = hn ? malloc(hn * AK_HDR_HASH_LEN) : NULL;
+  size_t nkept = hn && kept && hashbuf ? ak_header_policy_apply(e->hpol, hv, hn, cred_hdr, kept, hashbuf) : 0;
+  char *sq = query_string(r, cred_param, &qlen);
+  size_t ul = 0;
+  const char *url = ak_hreq_path(r, &ul);
+  const char *method = ak_hreq_method(r);
   char *path = malloc(ul + qlen + 2);
+  if (!path) {
+    free(sq);
+    free(dkey);
+    free(kept);
+    free(hashbuf);
+    refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
+    return;
+  }
   memcpy(path, url, ul);
   if (qlen) {
     path[ul] = '?';
@@ -385,7 +395,8 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   path[ul + (qlen ? qlen + 1 : 0)] = 0;
   free(sq);
 
-  const char *ct = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+  size_t ctl = 0;
+  const char *ct = ak_hreq_header(r, "Content-Type", &ctl);
   ak_envelope_t env = {0};
   ak_uuid7_new(&inst->ids, c->received_at_ms, env.id);
   env.received_at_ms = c->received_at_ms;
@@ -398,7 +409,7 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   env.path = path;
   env.path_len = strlen(path);
   env.content_type = ct;
-  env.content_type_len = ct ? strlen(ct) : 0;
+  env.content_type_len = ct ? ctl : 0;
   env.headers = kept;
   env.nheaders = nkept;
   env.flags = flags;
@@ -409,11 +420,13 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
   size_t rl = 0;
   uint8_t *rec = ak_envelope_encode(&env, &rl);
   free(dkey);
-  free(h.v);
   free(kept);
   free(hashbuf);
   free(path);
-  if (!rec) return refuse_settled(e, c, mc, 503, R_OVERLOAD, "overload", 1);
+  if (!rec) {
+    refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
+    return;
+  }
   c->req.kind = kind;
   c->req.reason = (uint8_t)vr;
   c->req.rec = rec;
@@ -437,56 +450,58 @@ static enum MHD_Result submit(ak_edge_t *e, conn_t *c, struct MHD_Connection *mc
       c->req.rec = NULL;
       settle(c, false);
       c->state = ST_ANSWERED;
-      return respond(e, c, mc, NULL);
+      respond(e, c, NULL);
+      return;
     }
   }
   c->state = ST_SUBMITTED;
-  atomic_fetch_add(&e->waiting, 1);
-  /* suspend first: the writer may answer before submit() returns */
-  MHD_suspend_connection(mc);
+  /* suspend first: the writer may resume it before submit() returns */
+  ak_hreq_suspend(r);
   ak_wr_status_t st = ak_writer_submit(inst->writer, &c->req);
   if (st != AK_WR_QUEUED) {
     c->req.status = st;
-    MHD_resume_connection(mc);
+    ak_hreq_resume(r); /* answered from on_resume, like a commit */
   }
-  return MHD_YES;
 }
 
-static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const char *url, const char *method,
-                                  void **con_cls) {
+static void on_head(void *ctx, ak_hreq_t *r) {
+  ak_edge_t *e = ctx;
   ak_instance_t *inst = e->inst;
   int64_t t0 = ak_mono_ns();
+  const char *method = ak_hreq_method(r);
+  size_t ul = 0;
+  const char *url = ak_hreq_path(r, &ul);
   if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
     if (strcmp(url, "/health") == 0) {
       count(e, 200, 0);
-      return ak_http_health(inst, mc);
+      ak_http_health(inst, r);
+      return;
     }
     if (strcmp(url, "/ready") == 0) {
       unsigned st;
-      enum MHD_Result r = ak_http_ready(inst, mc, &st);
+      ak_http_ready(inst, r, &st);
       count(e, st, 0);
-      return r;
+      return;
     }
   }
-  if (strcmp(method, "POST") != 0) return refuse(e, mc, 404, R_NOT_FOUND, "not_found", 0, t0);
+  if (strcmp(method, "POST") != 0) {
+    refuse(e, r, 404, R_NOT_FOUND, "not_found", 0, t0);
+    return;
+  }
   ak_route_t route;
   ak_route_status_t rs = ak_route_parse(e->hc, url, &route);
-  if (rs == AK_ROUTE_NOT_FOUND) return refuse(e, mc, 404, R_NOT_FOUND, "not_found", 0, t0);
-  if (rs != AK_ROUTE_OK) return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+  if (rs != AK_ROUTE_OK) {
+    if (rs == AK_ROUTE_NOT_FOUND) refuse(e, r, 404, R_NOT_FOUND, "not_found", 0, t0);
+    else refuse(e, r, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+    return;
+  }
 
+  /* the layer accepted one decimal Content-Length or chunked: -1 = chunked or no body */
   int64_t max = e->hc->max_body_bytes;
-  const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-  long long clen = -1;
-  if (cl) {
-    char *end;
-    clen = strtoll(cl, &end, 10);
-    if (clen > max) {
-      char b[96];
-      int n = snprintf(b, sizeof b, "{\"error\":\"payload_too_large\",\"limit\":%lld}", (long long)max);
-      ak_counter_add(e->m_refused[R_PAYLOAD_TOO_LARGE], 1);
-      count(e, 413, t0);
-      return ak_http_reply(mc, 413, "application/json", b, (size_t)n, 0);
-    }
+  long long clen = ak_hreq_content_length(r);
+  if (clen > max) {
+    too_large(e, r, max, t0);
+    return;
   }
   /* received_at is read before the lookup: a hook bound to a source that was deleted
    * meanwhile is then older than any source re-created under the name (born_ms) */
@@ -496,7 +511,8 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   const char *tenant;
   if (!sv || ak_route_bind_source(e->hc, &route, src, &tenant) != AK_ROUTE_OK) {
     ak_source_release(sv);
-    return refuse(e, mc, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+    refuse(e, r, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+    return;
   }
   /* bound to a source born after the clock was read (or the clock stepped back): the
    * hook is this source's, so it is received no earlier than the source was born */
@@ -504,51 +520,52 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   edge_src_t *es = sv->ext[AK_SOURCE_EXT_EDGE];
   if (!es) { /* every version gets one while the edge runs; never seen, but never crash */
     ak_source_release(sv);
-    return refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, t0);
+    refuse(e, r, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, t0);
+    return;
   }
 
-  const ak_header_t *bad = NULL;
-  hdrs_t hs = {0};
-  MHD_get_connection_values_n(mc, MHD_HEADER_KIND, collect_header, &hs);
-  for (size_t i = 0; i < hs.n && !bad; i++) {
-    const ak_header_t *h = &hs.v[i];
-    if (!ak_header_name_ok(h->name, h->name_len) || !ak_header_value_ok(h->value, h->value_len) ||
-        value_cut_at_nul(h, i + 1 < hs.n ? &hs.v[i + 1] : NULL))
-      bad = h;
-  }
+  /* the layer refused control bytes and non-tokens in names; what is stored must also
+   * be printable text (edge/route.h) */
+  const ak_header_t *hv, *bad = NULL;
+  size_t hn = ak_hreq_headers(r, &hv);
+  for (size_t i = 0; i < hn && !bad; i++)
+    if (!ak_header_name_ok(hv[i].name, hv[i].name_len) || !ak_header_value_ok(hv[i].value, hv[i].value_len))
+      bad = &hv[i];
   if (bad) {
     char name[512], b[600];
     ak_json_quote(name, sizeof name, bad->name, bad->name_len > 120 ? 120 : bad->name_len);
-    free(hs.v);
     ak_source_release(sv);
     int n = snprintf(b, sizeof b, "{\"error\":\"invalid_header\",\"header\":%s}", name);
     ak_counter_add(e->m_refused[R_INVALID_HEADER], 1);
     count(e, 400, t0);
-    return ak_http_reply(mc, 400, "application/json", b, (size_t)n, 0);
+    reply(r, 400, b, (size_t)n, 0);
+    return;
   }
-  free(hs.v);
 
   /* pre-read limits: the tenant's body cap, then per address, node, source bytes */
   int64_t max_body = max, tmax = ak_quota_max_body(inst->quota, tenant, strlen(tenant));
   if (tmax > 0 && tmax < max_body) max_body = tmax;
   if (clen > max_body) {
     ak_source_release(sv);
-    return too_large(e, mc, max_body, t0);
+    too_large(e, r, max_body, t0);
+    return;
   }
   if (e->adm_on || es->adm) {
     int64_t retry_ns = 0;
     static const limit_t why[] = {L_RATE_LIMITED, L_IP, L_NODE, L_SOURCE};
-    ak_admit_t ad = ak_admission_check(e->adm, mc, es->adm, clen, ak_mono_ns(), &retry_ns);
+    ak_admit_t ad = ak_admission_check(e->adm, r, es->adm, clen, ak_mono_ns(), &retry_ns);
     if (ad != AK_ADMIT_OK) {
       ak_source_release(sv);
-      return refuse_limit(e, mc, 429, why[ad], ak_gcra_retry_after_s(retry_ns), t0);
+      refuse_limit(e, r, 429, why[ad], ak_gcra_retry_after_s(retry_ns), t0);
+      return;
     }
   }
 
   conn_t *c = calloc(1, sizeof *c);
   if (!c) {
     ak_source_release(sv);
-    return MHD_NO;
+    refuse(e, r, 503, R_OVERLOAD, "overload", 1, t0);
+    return;
   }
   c->t0_ns = t0;
   c->received_at_ms = received_at;
@@ -556,7 +573,7 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
   c->es = es;
   c->src = src;
   c->tenant = tenant; /* points into config or into route copy below */
-  c->mc = mc;
+  c->r = r;
   c->edge = e;
   c->max_body = max_body;
   c->meter_body = clen < 0 && ak_admission_meters_source(es->adm);
@@ -571,79 +588,85 @@ static enum MHD_Result first_call(ak_edge_t *e, struct MHD_Connection *mc, const
     c->body = malloc(c->cap);
     if (!c->body) c->cap = 0;
   }
-  *con_cls = c;
-  return MHD_YES;
+  ak_hreq_set_data(r, c);
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
-                               const char *version, const char *upload_data, size_t *upload_data_size,
-                               void **con_cls) {
-  (void)version;
-  ak_edge_t *e = cls;
-  conn_t *c = *con_cls;
-  if (!c) return first_call(e, mc, url, method, con_cls);
-  if (c->state == ST_SUBMITTED) return answer(e, c, mc);
-  if (c->state == ST_ANSWERED) return MHD_YES;
-  if (*upload_data_size > 0) {
-    size_t n = *upload_data_size;
-    *upload_data_size = 0;
-    if (c->too_large || c->late_retry) return MHD_YES;
-    int64_t retry_ns = 0;
-    if (c->meter_body && !ak_admission_charge_body(c->es->adm, n, ak_mono_ns(), &retry_ns)) {
-      c->late_retry = ak_gcra_retry_after_s(retry_ns); /* swallow the rest; 429 at the end */
-      free(c->body);
-      c->body = NULL;
-      c->len = c->cap = 0;
-      return MHD_YES;
-    }
-    if ((int64_t)(c->len + n) > c->max_body) {
-      c->too_large = true; /* swallow the rest; answer 413 at the end */
-      free(c->body);
-      c->body = NULL;
-      c->len = c->cap = 0;
-      return MHD_YES;
-    }
-    if (c->len + n > c->cap) {
-      size_t nc = c->cap ? c->cap * 2 : 4096;
-      while (nc < c->len + n) nc *= 2;
-      if ((int64_t)nc > c->max_body) nc = (size_t)c->max_body;
-      uint8_t *nb = realloc(c->body, nc);
-      if (!nb) return MHD_NO;
-      c->body = nb;
-      c->cap = nc;
-    }
-    memcpy(c->body + c->len, upload_data, n);
-    c->len += n;
-    return MHD_YES;
+static void on_body(void *ctx, ak_hreq_t *r, const uint8_t *p, size_t n) {
+  (void)ctx;
+  conn_t *c = ak_hreq_data(r);
+  if (!c || c->state != ST_READING || c->too_large || c->late_retry || n == 0) return;
+  int64_t retry_ns = 0;
+  if (c->meter_body && !ak_admission_charge_body(c->es->adm, n, ak_mono_ns(), &retry_ns)) {
+    c->late_retry = ak_gcra_retry_after_s(retry_ns); /* swallow the rest; 429 at the end */
+    free(c->body);
+    c->body = NULL;
+    c->len = c->cap = 0;
+    return;
   }
-  /* end of body */
+  if ((int64_t)(c->len + n) > c->max_body) {
+    c->too_large = true; /* swallow the rest; answer 413 at the end */
+    free(c->body);
+    c->body = NULL;
+    c->len = c->cap = 0;
+    return;
+  }
+  if (c->len + n > c->cap) {
+    size_t nc = c->cap ? c->cap * 2 : 4096;
+    while (nc < c->len + n) nc *= 2;
+    if ((int64_t)nc > c->max_body) nc = (size_t)c->max_body;
+    uint8_t *nb = realloc(c->body, nc);
+    if (!nb) {
+      c->too_large = true; /* out of memory: the body cannot be kept */
+      free(c->body);
+      c->body = NULL;
+      c->len = c->cap = 0;
+      return;
+    }
+    c->body = nb;
+    c->cap = nc;
+  }
+  memcpy(c->body + c->len, p, n);
+  c->len += n;
+}
+
+static void on_end(void *ctx, ak_hreq_t *r) {
+  ak_edge_t *e = ctx;
+  conn_t *c = ak_hreq_data(r);
+  if (!c || c->state != ST_READING) return;
   ak_counter_add(e->m_bodies_read, 1);
   if (c->too_large) {
     c->state = ST_ANSWERED;
-    return too_large(e, mc, c->max_body, c->t0_ns);
+    too_large(e, r, c->max_body, c->t0_ns);
+    return;
   }
   if (c->late_retry) {
     c->state = ST_ANSWERED;
-    return refuse_limit(e, mc, 429, L_SOURCE, c->late_retry, c->t0_ns);
+    refuse_limit(e, r, 429, L_SOURCE, c->late_retry, c->t0_ns);
+    return;
   }
-  return submit(e, c, mc, url, method);
+  submit(e, c);
 }
 
-static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
-  (void)mc;
-  ak_edge_t *e = cls;
-  conn_t *c = *con_cls;
+static void on_resume(void *ctx, ak_hreq_t *r) {
+  ak_edge_t *e = ctx;
+  conn_t *c = ak_hreq_data(r);
+  if (c && c->state == ST_SUBMITTED) answer(e, c);
+}
+
+/* The last call for a request: give back what it holds. */
+static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
+  ak_edge_t *e = ctx;
+  conn_t *c = ak_hreq_data(r);
   if (!c) return;
-  if (c->state == ST_READING && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-    /* the client went away or timed out mid-body: nothing to answer, nothing stored */
+  ak_hreq_set_data(r, NULL);
+  if (c->state == ST_READING && !answered) {
+    /* the client went away or was too slow mid-body: nothing stored */
     ak_counter_add(e->m_refused[R_BODY_READ_FAILED], 1);
     count(e, 400, c->t0_ns);
-  } else if (c->state == ST_SUBMITTED) {
-    /* resumed, but the client had closed meanwhile: the answer has nobody to go to (the
-     * hook may well be stored; the provider's retry is what covers it) */
-    atomic_fetch_sub(&e->waiting, 1);
+  } else if (c->state == ST_ANSWERED && !answered) {
+    /* the answer had nobody to go to (the hook may well be stored; the provider's retry
+     * is what covers it) */
     ak_counter_add(e->m_abandoned, 1);
-    settle(c, c->req.status == AK_WR_COMMITTED);
   }
   if (c->tenant != c->src->tenant) free((void *)c->tenant);
   free(c->body);
@@ -651,15 +674,26 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
   settle(c, false); /* a request that never got an answer: nothing of it is stored */
   ak_source_release(c->sv); /* last: c->src and c->es point into it */
   free(c);
-  *con_cls = NULL;
 }
 
-/* Keep the path exactly as sent: no percent-decoding. */
-static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s) {
-  (void)cls;
-  (void)c;
-  return strlen(s);
+/* The layer's own refusals (framing, limits, timeouts): counted like ours. */
+static void on_refused(void *ctx, unsigned status, const char *code) {
+  ak_edge_t *e = ctx;
+  static const struct { const char *code; refuse_t why; } map[] = {
+    {"bad_request", R_BAD_REQUEST}, {"not_implemented", R_NOT_IMPLEMENTED},
+    {"request_header_fields_too_large", R_HEADERS_TOO_LARGE}, {"uri_too_long", R_URI_TOO_LONG},
+    {"request_timeout", R_REQUEST_TIMEOUT}, {"http_version_not_supported", R_HTTP_VERSION},
+    {"overload", R_CONNECTION_LIMIT},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(code, map[i].code) == 0) ak_counter_add(e->m_refused[map[i].why], 1);
+  count(e, status, 0);
 }
+
+static const ak_hhandler_t edge_handler = {
+  .on_head = on_head, .on_body = on_body, .on_end = on_end, .on_resume = on_resume, .on_done = on_done,
+  .on_refused = on_refused,
+};
 
 static void edge_src_free(void *state) {
   edge_src_t *es = state;
@@ -699,6 +733,8 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   if (!e) return NULL;
   e->inst = inst;
   e->hc = ak_http_cfg(inst->cfg);
+  e->lc = ak_listener_cfg(inst->cfg);
+  pthread_mutex_init(&e->tls_mu, NULL);
   ak_metrics_t *m = inst->metrics;
   const char *const sl[] = {"instance", "status", NULL};
   ak_family_t *sf = ak_metrics_family(m, "ankusa_ingest_requests_total", "Ingest requests by HTTP status.",
@@ -767,90 +803,126 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   return e;
 }
 
-/* Draining (SIGTERM): a new connection is closed as soon as it is accepted, so its client
- * fails over at once; requests on connections already open are answered 503 draining by
- * the handler. MHD_quiesce_daemon did this by taking the listen socket out of every
- * worker's epoll set from the calling thread, racing each worker's own removal of it in
- * libmicrohttpd 0.9.75: when a worker won, the quiesce's epoll_ctl failed and MHD aborted
- * the process ("Failed to remove listen FD from epoll set", once in `make test`). */
-static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
-  (void)addr, (void)addrlen;
-  const ak_edge_t *e = cls;
-  return atomic_load(&e->inst->draining) ? MHD_NO : MHD_YES;
+/* The layer's limits from the listener section (0 in a field = the layer's default). */
+static ak_hlimits_t limits_of(const ak_listener_cfg_t *lc) {
+  return (ak_hlimits_t){
+    .max_request_line = (uint32_t)lc->max_request_line_bytes,
+    .max_header_bytes = (uint32_t)lc->max_header_bytes,
+    .max_headers = (uint32_t)lc->max_headers,
+    .header_timeout_ms = (uint32_t)lc->header_timeout_ms,
+    .body_timeout_ms = (uint32_t)lc->body_timeout_ms,
+    .body_min_rate = (uint32_t)lc->body_min_rate,
+    .idle_timeout_ms = (uint32_t)lc->idle_timeout_ms,
+    .write_timeout_ms = (uint32_t)lc->write_timeout_ms,
+    .max_connections = (uint32_t)lc->max_connections,
+    .max_per_client = (uint32_t)lc->max_connections_per_client,
+  };
+}
+
+static ak_hserver_t *listen_on(ak_edge_t *e, const char *name, int port, ak_htls_ctx_t *tls, char **err) {
+  ak_hserver_cfg_t sc = {
+    .name = name, .ip = e->hc->ip, .port = port, .loops = (unsigned)e->lc->loops, .limits = limits_of(e->lc),
+    .tls = tls, .handler = &edge_handler, .ctx = e,
+  };
+  ak_hserver_t *s = ak_hserver_new(&sc, err);
+  if (s && ak_hserver_start(s, err) != 0) {
+    ak_hserver_free(s);
+    s = NULL;
+  }
+  return s;
 }
 
 int ak_edge_start(ak_edge_t *e, char **err) {
-  const ak_http_cfg_t *cfg = e->hc;
-  long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-  unsigned threads = nproc > 0 ? (unsigned)nproc : 2;
-  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
-  /* the options both listeners share; the TLS one adds its certificate options */
-  struct MHD_OptionItem common[] = {
-    {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, e},
-    {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)no_unescape, NULL},
-    {MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL},
-    {MHD_OPTION_CONNECTION_LIMIT, 20000, NULL},
-    {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
-    {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 16 * 1024, NULL}, /* MHD clears it per request */
-    {MHD_OPTION_STRICT_FOR_CLIENT, 1, NULL},
-    {MHD_OPTION_END, 0, NULL},
-  };
-  e->d = MHD_start_daemon(flags, (uint16_t)cfg->port, accept_policy, e, handler, e,
-                          MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
-  if (!e->d) {
-    char b[160];
-    snprintf(b, sizeof b, "cannot listen on http.port %d (in use, or no permission)", (int)cfg->port);
-    *err = strdup(b);
-    return -1;
-  }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(e->d, MHD_DAEMON_INFO_BIND_PORT);
-  e->port = di ? di->port : (int)cfg->port;
-  if (cfg->tls.enabled) {
-    struct MHD_OptionItem tls[AK_TLS_MHD_OPTIONS_MAX];
-    if (ak_tls_mhd_options(&cfg->tls, tls, AK_TLS_MHD_OPTIONS_MAX) == 0) {
-      *err = strdup("http.tls: the TLS listener's certificate options could not be built");
-      return -1;
-    }
-    e->tls_d = MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->tls.port, accept_policy, e, handler, e,
-                                MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common,
-                                MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
-    if (!e->tls_d) {
-      char b[160];
-      snprintf(b, sizeof b, "cannot listen on http.tls.port %d (in use, no permission, or TLS refused the "
-               "certificate)", (int)cfg->tls.port);
-      *err = strdup(b);
-      return -1;
-    }
-    di = MHD_get_daemon_info(e->tls_d, MHD_DAEMON_INFO_BIND_PORT);
-    e->tls_port = di ? di->port : (int)cfg->tls.port;
-    e->peer_cert = ak_tls_peer_cert_sha256;
+  if (!(e->srv = listen_on(e, "ingest", (int)e->hc->port, NULL, err))) return -1;
+  if (e->hc->tls.enabled) {
+    e->tls_ctx = ak_htls_ctx_ref(e->hc->tls.ctx);
+    if (!(e->tls_srv = listen_on(e, "ingest tls", (int)e->hc->tls.port, e->tls_ctx, err))) return -1;
   }
   return 0;
 }
 
-int ak_edge_port(const ak_edge_t *e) { return e->port; }
-int ak_edge_tls_port(const ak_edge_t *e) { return e->tls_d ? e->tls_port : 0; }
+int ak_edge_port(const ak_edge_t *e) { return e->srv ? ak_hserver_port(e->srv) : 0; }
+int ak_edge_tls_port(const ak_edge_t *e) { return e->tls_srv ? ak_hserver_port(e->tls_srv) : 0; }
 
-void ak_edge_wait_idle(ak_edge_t *e, int timeout_ms) {
-  for (int i = 0; i < timeout_ms / 10 && atomic_load(&e->waiting) > 0; i++) usleep(10000);
+size_t ak_edge_inflight(const ak_edge_t *e) {
+  return (e->srv ? ak_hserver_inflight(e->srv) : 0) + (e->tls_srv ? ak_hserver_inflight(e->tls_srv) : 0);
+}
+
+/* Sleeps up to ms, in slices. */
+static void nap_ms(int64_t ms) {
+  while (ms > 0) {
+    int64_t s = ms < 100 ? ms : 100;
+    struct timespec ts = {0, (long)s * 1000000L};
+    nanosleep(&ts, NULL);
+    ms -= s;
+  }
+}
+
+void ak_edge_drain(ak_edge_t *e) {
+  const ak_listener_cfg_t *lc = e->lc;
+  /* /ready already answers draining: a balancer takes the node out while it still serves */
+  if (lc->drain_delay_ms > 0) {
+    ak_log(AK_LOG_INFO, "edge", "draining: serving on until the delay passes", "drain_delay_ms=%lld",
+           (long long)lc->drain_delay_ms);
+    nap_ms(lc->drain_delay_ms);
+  }
+  if (e->srv) ak_hserver_close_listener(e->srv);
+  if (e->tls_srv) ak_hserver_close_listener(e->tls_srv);
+  /* the requests being served: each gets its answer within the record deadline, the commit
+   * it may be in, and a margin; never longer than drain_timeout_ms */
+  int64_t wait_ms = AK_RECORD_DEADLINE_MS + 5000;
+  if (wait_ms > lc->drain_timeout_ms) wait_ms = lc->drain_timeout_ms;
+  int64_t until = ak_mono_ns() + wait_ms * 1000000;
+  while (ak_edge_inflight(e) > 0 && ak_mono_ns() < until) nap_ms(10);
+  size_t left = ak_edge_inflight(e);
+  if (left)
+    ak_log(AK_LOG_WARNING, "edge", "drain timed out with requests in flight", "inflight=%zu waited_ms=%lld", left,
+           (long long)wait_ms);
+  else
+    ak_log(AK_LOG_INFO, "edge", "listeners closed, every request answered", NULL);
+}
+
+void ak_edge_reload_tls(ak_edge_t *e) {
+  if (!e->tls_srv) return;
+  pthread_mutex_lock(&e->tls_mu);
+  char *err = NULL;
+  ak_htls_ctx_t *fresh = ak_htls_ctx_reload(e->tls_ctx, &err);
+  if (!fresh) {
+    ak_log(AK_LOG_ERROR, "edge", "TLS certificate not reloaded: the old one stays in use", "reason=\"%s\"",
+           err ? err : "?");
+    free(err);
+  } else {
+    uint8_t fp[32];
+    char hex[17];
+    ak_htls_ctx_cert_sha256(fresh, fp);
+    for (int i = 0; i < 8; i++) snprintf(hex + 2 * i, 3, "%02x", fp[i]);
+    ak_hserver_set_tls(e->tls_srv, fresh);
+    ak_htls_ctx_unref(e->tls_ctx);
+    e->tls_ctx = fresh;
+    ak_log(AK_LOG_INFO, "edge", "TLS certificate reloaded", "cert_sha256_prefix=%s", hex);
+  }
+  pthread_mutex_unlock(&e->tls_mu);
 }
 
 void ak_edge_stop(ak_edge_t *e) {
-  if (e->tls_d) MHD_stop_daemon(e->tls_d);
-  if (e->d) MHD_stop_daemon(e->d);
-  e->d = e->tls_d = NULL;
+  if (e->tls_srv) ak_hserver_stop(e->tls_srv);
+  if (e->srv) ak_hserver_stop(e->srv);
 }
 
 void ak_edge_free(ak_edge_t *e) {
   if (!e) return;
   ak_edge_stop(e);
+  ak_hserver_free(e->tls_srv);
+  ak_hserver_free(e->srv);
+  ak_htls_ctx_unref(e->tls_ctx);
   ak_sources_detach(e->inst->sources, AK_SOURCE_EXT_EDGE);
   ak_header_policy_free(e->hpol);
   ak_admission_free(e->adm);
+  pthread_mutex_destroy(&e->tls_mu);
   free(e);
 }
 
-/* ------------------------------------------------------------------- the module ---- */
+/* ------------------------------------------------------------------- the modules ---- */
 
 /* http.tls: the PEM files are read (and parsed) at load, by edge/tls.c. */
 static const ak_opt_t http_tls_rows[] = {
@@ -874,6 +946,9 @@ static const ak_opt_t http_tls_rows[] = {
 };
 
 static const ak_opt_t http_rows[] = {
+  {.key = "ip", .type = AK_OPT_IP, .flags = AK_OPTF_NULLABLE, .env = "ANKUSA_HTTP_IP",
+   .doc = "ingest listeners' bind address (an IP literal); null = every interface, IPv4 and IPv6",
+   AK_AT(ak_http_cfg_t, ip)},
   {.key = "port", .type = AK_OPT_INT, .def = "4000", .min = 0, .max = 65535,
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = "ANKUSA_HTTP_PORT|PORT",
    .doc = "ingest listener port (0 = pick a free port)", AK_AT(ak_http_cfg_t, port)},
@@ -889,6 +964,38 @@ static const ak_opt_t http_rows[] = {
    AK_AT(ak_http_cfg_t, tls)},
   {0},
 };
+
+/* listener: the ingest listeners' limits (http/server.h) and the drain (SIGTERM). */
+#define LIMIT_ROW(k, d, lo, field, text)                                                                   \
+  {.key = k, .type = AK_OPT_INT, .def = d, .min = lo, .max = 2147483647,                                  \
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = text, AK_AT(ak_listener_cfg_t, field)}
+static const ak_opt_t listener_rows[] = {
+  LIMIT_ROW("drain_delay_ms", "5000", 0, drain_delay_ms,
+            "on SIGTERM, how long the ingest listeners keep serving after /ready turns 503 (a balancer's time to "
+            "notice), before they stop accepting"),
+  LIMIT_ROW("drain_timeout_ms", "30000", 0, drain_timeout_ms,
+            "on SIGTERM, the longest wait for the requests in flight to be answered once the listeners closed"),
+  LIMIT_ROW("loops", "0", 0, loops, "event-loop threads per ingest listener; 0 = one per core"),
+  LIMIT_ROW("max_connections", "20000", 1, max_connections,
+            "open connections per ingest listener; at the cap the oldest idle keep-alive one is closed, with "
+            "none idle the new one gets 503 (RLIMIT_NOFILE is raised to fit)"),
+  LIMIT_ROW("max_connections_per_client", "0", 0, max_connections_per_client,
+            "open connections per client address; past it 503; 0 = no cap (behind a balancer every connection "
+            "has its address)"),
+  LIMIT_ROW("max_request_line_bytes", "8192", 64, max_request_line_bytes, "a longer request line gets 414"),
+  LIMIT_ROW("max_header_bytes", "32768", 256, max_header_bytes, "larger header lines in all get 431"),
+  LIMIT_ROW("max_headers", "100", 1, max_headers, "more header fields get 431"),
+  LIMIT_ROW("header_timeout_ms", "10000", 1, header_timeout_ms,
+            "a request head must arrive within this time of its first byte; 408"),
+  LIMIT_ROW("body_timeout_ms", "10000", 1, body_timeout_ms, "the longest gap between two reads of a body; 408"),
+  LIMIT_ROW("body_min_rate", "1024", 0, body_min_rate,
+            "bytes per second a body must average once it has taken body_timeout_ms; 408; 0 = no floor"),
+  LIMIT_ROW("idle_timeout_ms", "75000", 1, idle_timeout_ms, "an idle keep-alive connection is closed after this"),
+  LIMIT_ROW("write_timeout_ms", "30000", 1, write_timeout_ms,
+            "an answer the client does not read for this long: the connection is closed"),
+  {0},
+};
+#undef LIMIT_ROW
 
 /* http.tls.client_cert defaults to request when client_ca is set, else none. Asking for
  * a certificate needs the bundle it is checked against. http.tls absent or null = no
@@ -917,6 +1024,7 @@ static int http_finish(void *typed, const json_t *section, const json_t *root, c
 static void http_release(void *typed) { ak_tls_free_files(&((ak_http_cfg_t *)typed)->tls); }
 
 const ak_http_cfg_t *ak_http_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_edge); }
+const ak_listener_cfg_t *ak_listener_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_listener); }
 
 static int edge_open(ak_instance_t *inst, char **err) {
   (void)err;
@@ -932,12 +1040,16 @@ static int edge_start(ak_instance_t *inst, char **err) {
   return AK_MODULE_FAILED;
 }
 
-/* After the writer answered everything queued (its stop runs first): wait for those
- * answers, and give them a moment to go out before the listeners close. */
-static void edge_stop(ak_instance_t *inst) {
-  ak_edge_wait_idle(inst->edge, 5000);
-  usleep(200000);
-}
+/* SIGTERM, before any module stops: serve on for drain_delay_ms, close the listeners,
+ * wait for the requests in flight (they are answered by the writer, still running). */
+static void edge_drain(ak_instance_t *inst) { ak_edge_drain(inst->edge); }
+
+/* SIGHUP: the TLS certificate, re-read. */
+static void edge_reload(ak_instance_t *inst) { ak_edge_reload_tls(inst->edge); }
+
+/* After the writer answered everything queued (its stop runs first): every request is
+ * answered, the loops stop. */
+static void edge_stop(ak_instance_t *inst) { ak_edge_stop(inst->edge); }
 
 static void edge_close(ak_instance_t *inst) {
   ak_edge_free(inst->edge);
@@ -955,6 +1067,16 @@ const ak_module_t ak_mod_edge = {
   .release = http_release,
   .open = edge_open,
   .start = edge_start,
+  .drain = edge_drain,
+  .reload = edge_reload,
   .stop = edge_stop,
   .close = edge_close,
+};
+
+const ak_module_t ak_mod_listener = {
+  .name = "listener",
+  .section = "listener",
+  .doc = "the ingest listeners' limits and drain",
+  .options = listener_rows,
+  .cfg_size = sizeof(ak_listener_cfg_t),
 };

@@ -27,6 +27,7 @@ typedef struct ak_http_tls_cfg {
 
 /* The `http` section. */
 typedef struct ak_http_cfg {
+  const char *ip;              /* NULL = every interface, IPv4 and IPv6 */
   int64_t port;
   int64_t max_body_bytes;
   ak_routing_t routing;

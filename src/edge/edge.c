@@ -680,7 +680,7 @@ static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
 static void on_refused(void *ctx, unsigned status, const char *code) {
   ak_edge_t *e = ctx;
   static const struct { const char *code; refuse_t why; } map[] = {
-    {"bad_request", R_BAD_REQUEST}, {"not_implemented", R_NOT_IMPLEMENTED},
+    {"bad_request", R_BAD_REQUEST}, {"invalid_header", R_INVALID_HEADER}, {"not_implemented", R_NOT_IMPLEMENTED},
     {"request_header_fields_too_large", R_HEADERS_TOO_LARGE}, {"uri_too_long", R_URI_TOO_LONG},
     {"request_timeout", R_REQUEST_TIMEOUT}, {"http_version_not_supported", R_HTTP_VERSION},
     {"overload", R_CONNECTION_LIMIT},

@@ -3,7 +3,7 @@
 # nginx's static 201 and on three ankusa nodes that differ only in what a commit does:
 #
 #   nostore  the writer takes the batch, assigns seqs and answers 201 without writing it:
-#            the edge (libmicrohttpd, suspend/resume), the handler and the writer queue
+#            the edge (http/ layer, suspend/resume), the handler and the writer queue
 #   nosync   the batch is written to RocksDB without the fsync
 #   durable  the real thing (as bench/ingest.sh's plain load)
 #

@@ -68,8 +68,7 @@ static void post_dlq_replay(ak_admin_call_t *call, const ak_pen_filter_t *f, int
     ak_admin_json(call, 200, out);
     return;
   case AK_REPLAY_TOO_MANY:
-    ak_admin_json(call, 409,
-                  json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE));
+    ak_admin_json(call, 409, json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE));
     return;
   default:
     ak_admin_error(call, 503, "store_unavailable");

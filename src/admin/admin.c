@@ -1,13 +1,16 @@
-/* The admin listener (admin.h): its own libmicrohttpd daemon, the request's life from its
- * first (headers-only) call to its completion, X-Request-Id, and the checks that run
- * before any handler: the caller (401), the route (404, admin/router.c), the route's
- * scope and, for a node-wide route, every tenant (403), the path tenant's form (400) and
- * scope (403). Handlers live in the area files (admin/<area>_api.c); this file never answers
- * for an endpoint itself. Request bodies are read up to AK_ADMIN_MAX_BODY, and only once
- * the caller passed the checks; never a body from an unbounded read. Never answers a
- * request that failed a check with anything but 401/403/404/400, and never echoes a
- * token. Also the admin module: the `admin` section's rows and rules, and the listener's
- * lifecycle. */
+/* The admin listener (admin.h): its own server on the HTTP layer (http/server.h, one
+ * loop), the request's life from its head to its completion, X-Request-Id, and the
+ * checks that run before any handler: the caller (401), the route (404,
+ * admin/router.c), the route's scope and, for a node-wide route, every tenant (403), the
+ * path tenant's form (400) and scope (403). Handlers live in the area files
+ * (admin/<area>_api.c); this file never answers for an endpoint itself, only for a
+ * request no handler may see (a failed check, a body over AK_ADMIN_MAX_BODY, out of
+ * memory) and for a handler that returned without answering (500). Request bodies are
+ * read up to AK_ADMIN_MAX_BODY, and only once the caller passed the checks; a declared
+ * length over it is refused before a body byte is read; never a body from an unbounded
+ * read. Never answers a request that failed a check with anything but 401/403/404/400,
+ * and never echoes or keeps a token. Also the admin module: the `admin` section's rows
+ * and rules, and the listener's lifecycle. */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,24 +24,28 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "edge/route.h"
+#include "http/server.h"
 #include "store/audit.h"
 
 #define AK_ADMIN_MAX_BODY 65536
+/* An Authorization value longer than this holds no token we issued: it is checked as
+ * an empty one (401 when principals are configured). */
+#define AK_ADMIN_MAX_AUTHORIZATION 4096
 
 struct ak_admin {
   ak_instance_t *inst;
   pthread_mutex_t settings_mu; /* node-wide settings changes, one at a time (api.h) */
   ak_auth_t *auth;
-  struct MHD_Daemon *d;
+  ak_hserver_t *srv;
+  bool stopped;
   int port;
 };
 
-/* One admin request, from its first (headers-only) call to its completion. */
+/* One admin request, from its head to its on_done (the layer's request data). */
 typedef struct admin_req {
   char *body;
-  size_t len;
-  bool too_big;
-  bool refused; /* answered on the first call (401/403/404/400): the body is dropped */
+  size_t len, cap;
+  bool answered; /* an answer was handed to the layer: nothing more is read or run */
   const ak_admin_route_t *route;
   const ak_principal_t *principal;
   ak_admin_path_t path; /* the route's captures */
@@ -47,23 +54,10 @@ typedef struct admin_req {
   ak_audit_who_t who;
 } admin_req_t;
 
-static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                              enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)c;
-  (void)toe;
-  admin_req_t *r = *con_cls;
-  if (r) {
-    free(r->body);
-    free(r);
-    *con_cls = NULL;
-  }
-}
-
-static void call_init(ak_admin_t *a, admin_req_t *ar, struct MHD_Connection *c, ak_admin_call_t *call) {
+static void call_init(ak_admin_t *a, admin_req_t *ar, ak_hreq_t *r, ak_admin_call_t *call) {
   memset(call, 0, sizeof *call);
   call->inst = a->inst;
-  call->conn = c;
+  call->req = r;
   call->route = ar->route;
   call->body = ar->body;
   call->body_len = ar->len;
@@ -74,95 +68,223 @@ static void call_init(ak_admin_t *a, admin_req_t *ar, struct MHD_Connection *c, 
   call->settings_mu = &a->settings_mu;
 }
 
-static void client_text(struct MHD_Connection *c, char *out, size_t n) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+static void client_text(ak_hreq_t *r, char *out, size_t n) {
+  socklen_t len = 0;
+  const struct sockaddr *sa = ak_hreq_peer(r, &len);
   snprintf(out, n, "unknown");
-  if (!ci || !ci->client_addr) return;
-  const struct sockaddr *sa = ci->client_addr;
+  if (!sa) return;
   if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)n);
   else if (sa->sa_family == AF_INET6)
     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)n);
 }
 
+/* The caller named by the Authorization header (ak_auth_check). The layer's value is not
+ * NUL-terminated: it is copied, bounded, and wiped after the check. A value with a NUL
+ * byte or longer than AK_ADMIN_MAX_AUTHORIZATION is checked as an empty one. */
+static const ak_principal_t *caller(ak_admin_t *a, ak_hreq_t *r) {
+  size_t len = 0;
+  const char *v = ak_hreq_header(r, "Authorization", &len);
+  if (!v) return ak_auth_check(a->auth, NULL);
+  char buf[AK_ADMIN_MAX_AUTHORIZATION + 1];
+  if (len > AK_ADMIN_MAX_AUTHORIZATION || memchr(v, 0, len)) len = 0;
+  memcpy(buf, v, len);
+  buf[len] = 0;
+  const ak_principal_t *p = ak_auth_check(a->auth, buf);
+  explicit_bzero(buf, len);
+  return p;
+}
+
 /* The checks every request passes before its handler (and before its body is read):
  * who the caller is (401), the route (404), the route's scope and, for a node-wide
- * route, every tenant (403), the path tenant's form (400) and scope (403). MHD_YES with
- * ar->refused set when it answered. */
-static enum MHD_Result admit(ak_admin_t *a, admin_req_t *ar, const char *method, const char *url,
-                             ak_admin_call_t *call) {
+ * route, every tenant (403), the path tenant's form (400) and scope (403). path: the
+ * decoded path, NULL for one no route can match. true when it answered. */
+static bool admit(ak_admin_t *a, admin_req_t *ar, const char *method, const char *path, ak_admin_call_t *call) {
   bool path_known = false;
-  ar->route = ak_admin_route_match(method, url, &ar->path, &path_known);
+  ar->route = path ? ak_admin_route_match(method, path, &ar->path, &path_known) : NULL;
   call->route = ar->route;
-  ar->refused = true;
   if (!ar->route || ar->route->scope != AK_SCOPE_OPEN) {
-    ar->principal = ak_auth_check(a->auth, MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, "Authorization"));
+    ar->principal = caller(a, call->req);
     if (!ar->principal) {
       ak_log(AK_LOG_DEBUG, "admin", "unauthorized request", "client=%s request_id=%s", ar->client, ar->request_id);
-      return ak_admin_error(call, 401, "unauthorized");
+      ak_admin_error(call, 401, "unauthorized");
+      return true;
     }
     ar->who.actor = ar->principal->name;
   }
-  if (!ar->route) return ak_admin_error(call, 404, "not_found");
+  if (!ar->route) {
+    ak_admin_error(call, 404, "not_found");
+    return true;
+  }
   const ak_admin_route_t *rt = ar->route;
   if (rt->scope != AK_SCOPE_OPEN) {
-    if (!ak_principal_has(ar->principal, rt->scope)) return ak_admin_forbidden(call, rt->scope, NULL);
-    if ((rt->flags & AK_ROUTE_NODE) && !ak_principal_all_tenants(ar->principal))
-      return ak_admin_forbidden(call, rt->scope, "*");
+    if (!ak_principal_has(ar->principal, rt->scope)) {
+      ak_admin_forbidden(call, rt->scope, NULL);
+      return true;
+    }
+    if ((rt->flags & AK_ROUTE_NODE) && !ak_principal_all_tenants(ar->principal)) {
+      ak_admin_forbidden(call, rt->scope, "*");
+      return true;
+    }
     const char *t = ar->path.tenant;
     if (t[0]) {
-      if (!ak_tenant_valid(t, strlen(t))) return ak_admin_error(call, 400, "invalid_tenant");
-      if (!ak_principal_tenant(ar->principal, t, strlen(t))) return ak_admin_forbidden(call, rt->scope, t);
+      if (!ak_tenant_valid(t, strlen(t))) {
+        ak_admin_error(call, 400, "invalid_tenant");
+        return true;
+      }
+      if (!ak_principal_tenant(ar->principal, t, strlen(t))) {
+        ak_admin_forbidden(call, rt->scope, t);
+        return true;
+      }
     }
   }
-  ar->refused = false;
-  return MHD_YES;
+  return false;
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                               const char *version, const char *upload_data, size_t *upload_data_size,
-                               void **con_cls) {
-  (void)version;
-  ak_admin_t *a = cls;
-  admin_req_t *ar = *con_cls;
+/* A request this file answers itself (out of memory, a body over the bound), with its
+ * X-Request-Id. */
+static void answer(ak_admin_t *a, admin_req_t *ar, ak_hreq_t *r, unsigned status, json_t *j) {
   ak_admin_call_t call;
-  if (ar == NULL) {
-    ar = calloc(1, sizeof *ar);
-    if (!ar) return MHD_NO;
-    *con_cls = ar;
-    uint8_t rid[16];
-    ak_uuid7_new(&a->inst->ids, ak_now_ms(), rid);
-    ak_uuid_format(rid, ar->request_id);
-    client_text(c, ar->client, sizeof ar->client);
-    ar->who = (ak_audit_who_t){.actor = "anonymous", .client = ar->client, .request_id = ar->request_id};
-    call_init(a, ar, c, &call);
-    enum MHD_Result r = admit(a, ar, method, url, &call);
-    if (ar->refused) return r;
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) return MHD_YES; /* read the body first */
-    call_init(a, ar, c, &call);
-    return ar->route->fn(&call, &ar->path);
-  }
-  if (*upload_data_size) {
-    /* bounded: what passes AK_ADMIN_MAX_BODY is dropped and the request answered 413 */
-    size_t n = *upload_data_size;
-    if (!ar->refused && !ar->too_big && ar->len + n <= AK_ADMIN_MAX_BODY) {
-      char *nb = realloc(ar->body, ar->len + n);
-      if (!nb) return MHD_NO;
-      memcpy(nb + ar->len, upload_data, n);
-      ar->body = nb;
-      ar->len += n;
-    } else {
-      ar->too_big = true;
-    }
-    *upload_data_size = 0;
-    return MHD_YES;
-  }
-  if (ar->refused) return MHD_YES; /* answered already */
-  call_init(a, ar, c, &call);
-  if (ar->too_big)
-    return ak_admin_json(&call, 413,
-                         json_pack("{s:s,s:i}", "error", "payload_too_large", "limit", AK_ADMIN_MAX_BODY));
-  return ar->route->fn(&call, &ar->path);
+  call_init(a, ar, r, &call);
+  ak_admin_json(&call, status, j);
+  ar->answered = true;
 }
+
+static void too_big(ak_admin_t *a, admin_req_t *ar, ak_hreq_t *r) {
+  answer(a, ar, r, 413, json_pack("{s:s,s:i}", "error", "payload_too_large", "limit", AK_ADMIN_MAX_BODY));
+}
+
+/* The route's handler, with the query's arguments decoded for it and freed after it. A
+ * handler that returns without answering is a bug: 500, logged, so the client is not
+ * left waiting. */
+static void run(ak_admin_t *a, admin_req_t *ar, ak_hreq_t *r) {
+  ak_admin_call_t call;
+  call_init(a, ar, r, &call);
+  size_t ql = 0;
+  const char *q = ak_hreq_query(r, &ql);
+  if (ak_admin_call_query(&call, q, ql) != 0) {
+    ak_admin_error(&call, 500, "internal");
+  } else {
+    ar->route->fn(&call, &ar->path);
+    if (!call.answered) {
+      ak_log(AK_LOG_ERROR, "admin", "handler returned without an answer", "method=%s route=%s request_id=%s",
+             ar->route->method, ar->route->pattern, ar->request_id);
+      ak_admin_error(&call, 500, "internal");
+    }
+  }
+  ak_admin_call_release(&call);
+  ar->answered = true;
+}
+
+/* The head: request id, the checks (answered here, so a refused body is never read and
+ * no 100 Continue is sent), then GET and HEAD run at once; a request with a body waits
+ * for it, unless its declared length is already over the bound. */
+static void on_head(void *ctx, ak_hreq_t *r) {
+  ak_admin_t *a = ctx;
+  admin_req_t *ar = calloc(1, sizeof *ar);
+  if (!ar) {
+    ak_hreq_error(r, 500, "internal", 0);
+    return;
+  }
+  ak_hreq_set_data(r, ar);
+  uint8_t rid[16];
+  ak_uuid7_new(&a->inst->ids, ak_now_ms(), rid);
+  ak_uuid_format(rid, ar->request_id);
+  client_text(r, ar->client, sizeof ar->client);
+  ar->who = (ak_audit_who_t){.actor = "anonymous", .client = ar->client, .request_id = ar->request_id};
+  const char *method = ak_hreq_method(r);
+  /* routed on the %XX-decoded path, as the listener always has; a decoded NUL matches
+   * no route */
+  size_t plen = 0;
+  const char *raw = ak_hreq_path(r, &plen);
+  char *path = malloc(plen + 1);
+  if (!path) {
+    answer(a, ar, r, 500, json_pack("{s:s}", "error", "internal"));
+    return;
+  }
+  memcpy(path, raw, plen);
+  bool nul = ak_admin_unescape(path, plen, false) != strlen(path);
+  ak_admin_call_t call;
+  call_init(a, ar, r, &call);
+  bool refused = admit(a, ar, method, nul ? NULL : path, &call);
+  free(path);
+  if (refused) {
+    ar->answered = true;
+    return;
+  }
+  if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) {
+    run(a, ar, r);
+    return;
+  }
+  int64_t cl = ak_hreq_content_length(r);
+  if (cl > AK_ADMIN_MAX_BODY) {
+    too_big(a, ar, r);
+    return;
+  }
+  if (cl > 0) {
+    ar->body = malloc((size_t)cl);
+    if (!ar->body) {
+      answer(a, ar, r, 500, json_pack("{s:s}", "error", "internal"));
+      return;
+    }
+    ar->cap = (size_t)cl;
+  }
+}
+
+/* Bounded: the byte that passes AK_ADMIN_MAX_BODY is answered 413 at once (a chunked
+ * body announces no length), and the layer delivers nothing more. */
+static void on_body(void *ctx, ak_hreq_t *r, const uint8_t *p, size_t n) {
+  ak_admin_t *a = ctx;
+  admin_req_t *ar = ak_hreq_data(r);
+  if (!ar || ar->answered) return;
+  if (n > AK_ADMIN_MAX_BODY - ar->len) {
+    too_big(a, ar, r);
+    return;
+  }
+  if (ar->len + n > ar->cap) {
+    size_t cap = ar->cap ? ar->cap * 2 : 4096;
+    if (cap < ar->len + n) cap = ar->len + n;
+    if (cap > AK_ADMIN_MAX_BODY) cap = AK_ADMIN_MAX_BODY;
+    char *nb = realloc(ar->body, cap);
+    if (!nb) {
+      answer(a, ar, r, 500, json_pack("{s:s}", "error", "internal"));
+      return;
+    }
+    ar->body = nb;
+    ar->cap = cap;
+  }
+  memcpy(ar->body + ar->len, p, n);
+  ar->len += n;
+}
+
+static void on_end(void *ctx, ak_hreq_t *r) {
+  admin_req_t *ar = ak_hreq_data(r);
+  if (!ar || ar->answered) return;
+  run(ctx, ar, r);
+}
+
+/* Admin never suspends a request; the layer calls this only after ak_hreq_resume. */
+static void on_resume(void *ctx, ak_hreq_t *r) {
+  (void)ctx;
+  ak_hreq_error(r, 500, "internal", 0);
+}
+
+static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
+  (void)ctx;
+  (void)answered;
+  admin_req_t *ar = ak_hreq_data(r);
+  if (!ar) return;
+  free(ar->body);
+  free(ar);
+  ak_hreq_set_data(r, NULL);
+}
+
+static const ak_hhandler_t admin_handler = {
+  .on_head = on_head,
+  .on_body = on_body,
+  .on_end = on_end,
+  .on_resume = on_resume,
+  .on_done = on_done,
+};
 
 ak_admin_t *ak_admin_new(ak_instance_t *inst) {
   ak_admin_t *a = calloc(1, sizeof *a);
@@ -181,38 +303,31 @@ ak_admin_t *ak_admin_new(ak_instance_t *inst) {
   return a;
 }
 
+/* One loop: handlers make RocksDB calls and block, and operator traffic is light; the
+ * ingest listener's loops never serve it. */
 int ak_admin_start(ak_admin_t *a, char **err) {
   const ak_admin_cfg_t *cfg = ak_admin_cfg(a->inst->cfg);
-  struct sockaddr_storage ss;
-  memset(&ss, 0, sizeof ss);
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
-  if (strchr(cfg->ip, ':')) {
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-    s6->sin6_family = AF_INET6;
-    s6->sin6_port = htons((uint16_t)cfg->port);
-    inet_pton(AF_INET6, cfg->ip, &s6->sin6_addr);
-    flags |= MHD_USE_IPv6;
-  } else {
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)cfg->port);
-    inet_pton(AF_INET, cfg->ip, &s4->sin_addr);
-  }
-  a->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, a,
-                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-                          MHD_OPTION_NOTIFY_COMPLETED, request_completed, NULL,
-                          MHD_OPTION_END);
-  if (!a->d) {
-    char b[200];
-    snprintf(b, sizeof b, "cannot listen on admin.ip %s admin.port %d (in use, or no permission)", cfg->ip,
-             (int)cfg->port);
-    *err = strdup(b);
+  ak_hserver_cfg_t hc = {
+    .name = "admin",
+    .ip = cfg->ip,
+    .port = (int)cfg->port,
+    .loops = 1,
+    .limits = {.max_connections = 256},
+    .handler = &admin_handler,
+    .ctx = a,
+  };
+  char *why = NULL;
+  a->srv = ak_hserver_new(&hc, &why);
+  if (!a->srv || ak_hserver_start(a->srv, &why) != 0) {
+    if (asprintf(err, "cannot listen on admin.ip %s admin.port %d: %s", cfg->ip, (int)cfg->port,
+                 why ? why : "in use, or no permission") < 0)
+      *err = NULL;
+    free(why);
+    if (a->srv) ak_hserver_free(a->srv);
+    a->srv = NULL;
     return -1;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
-  a->port = di ? di->port : (int)cfg->port;
+  a->port = ak_hserver_port(a->srv);
   if (ak_auth_count(a->auth) == 0)
     ak_log(AK_LOG_WARNING, "admin",
            "admin.principals is empty: the admin API answers without authentication, on loopback only",
@@ -226,13 +341,14 @@ int ak_admin_start(ak_admin_t *a, char **err) {
 int ak_admin_port(const ak_admin_t *a) { return a->port; }
 
 void ak_admin_stop(ak_admin_t *a) {
-  if (a->d) MHD_stop_daemon(a->d);
-  a->d = NULL;
+  if (a->srv && !a->stopped) ak_hserver_stop(a->srv);
+  a->stopped = true;
 }
 
 void ak_admin_free(ak_admin_t *a) {
   if (!a) return;
   ak_admin_stop(a);
+  if (a->srv) ak_hserver_free(a->srv);
   ak_auth_free(a->auth);
   pthread_mutex_destroy(&a->settings_mu);
   free(a);

@@ -1,8 +1,8 @@
 /* The admin listener (admin.ip:admin.port, 127.0.0.1:4002 by default): /health, /ready,
  * /metrics and the /v1 API, behind bearer-token principals and scopes (admin/auth.h; the
- * route table: admin/router.h; the handler contract: admin/api.h). Owns its own
- * libmicrohttpd daemon, separate from ingest so operator traffic never competes with
- * providers. Never serves a secret. */
+ * route table: admin/router.h; the handler contract: admin/api.h). Owns its own server
+ * on the HTTP layer (http/server.h) with its own loop, separate from ingest so operator
+ * traffic never competes with providers. Never serves a secret. */
 #ifndef AK_ADMIN_ADMIN_H
 #define AK_ADMIN_ADMIN_H
 

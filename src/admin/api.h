@@ -16,7 +16,6 @@
 #define AK_ADMIN_API_H
 
 #include <jansson.h>
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +23,7 @@
 #include "admin/auth.h"
 #include "core/instance.h"
 #include "core/tenants.h"
+#include "http/server.h"
 #include "store/audit.h"
 
 /* A capture is one non-empty path segment shorter than this. */
@@ -38,11 +38,12 @@ typedef struct ak_admin_path {
 } ak_admin_path_t;
 
 struct ak_admin_route;
+struct ak_admin_query;
 
 /* One admitted request. */
 typedef struct ak_admin_call {
   ak_instance_t *inst;
-  struct MHD_Connection *conn;
+  ak_hreq_t *req;
   const struct ak_admin_route *route; /* the matched row */
   /* the request body (methods other than GET/HEAD), at most 64 KiB; not NUL-terminated */
   const char *body;
@@ -54,9 +55,15 @@ typedef struct ak_admin_call {
   /* Held across a change of a node-wide setting (the log level) and its audit row, so two
    * changes never interleave: the listener's, not a global. */
   pthread_mutex_t *settings_mu;
+  /* The query string's arguments, decoded before the handler runs and freed after it
+   * returns (ak_admin_call_query / ak_admin_call_release: the listener's calls). */
+  struct ak_admin_query *query;
+  bool answered; /* set by the replies below */
 } ak_admin_call_t;
 
-typedef enum MHD_Result (*ak_admin_handler_fn)(ak_admin_call_t *call, const ak_admin_path_t *path);
+/* A handler answers exactly once, through the replies below; one that returns without
+ * answering is answered 500 {"error":"internal"} by the listener (a bug, logged). */
+typedef void (*ak_admin_handler_fn)(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 enum {
   AK_ROUTE_NODE = 1u << 0, /* node-wide: only a principal with tenants "*" */
@@ -71,23 +78,37 @@ typedef struct ak_admin_route {
   ak_admin_handler_fn fn;
 } ak_admin_route_t;
 
-/* Replies. ak_admin_json takes j. A 503 carries Retry-After: 1, a 401 WWW-Authenticate. */
-enum MHD_Result ak_admin_reply(ak_admin_call_t *call, unsigned status, const char *ctype, const char *body,
-                               size_t len);
-enum MHD_Result ak_admin_json(ak_admin_call_t *call, unsigned status, json_t *j);
+/* Replies (once per request; a second is ignored). ak_admin_json takes j; a j that cannot
+ * be rendered is answered 500 {"error":"internal"}. A 503 carries Retry-After: 1, a 401
+ * WWW-Authenticate. */
+void ak_admin_reply(ak_admin_call_t *call, unsigned status, const char *ctype, const char *body, size_t len);
+void ak_admin_json(ak_admin_call_t *call, unsigned status, json_t *j);
 /* {"error": code} */
-enum MHD_Result ak_admin_error(ak_admin_call_t *call, unsigned status, const char *code);
+void ak_admin_error(ak_admin_call_t *call, unsigned status, const char *code);
 /* 403 {"error":"forbidden","scope":<scope>} and "tenant" when tenant is not NULL */
-enum MHD_Result ak_admin_forbidden(ak_admin_call_t *call, ak_scope_t scope, const char *tenant);
+void ak_admin_forbidden(ak_admin_call_t *call, ak_scope_t scope, const char *tenant);
 /* 403 {"error":"forbidden","scope":<the route's scope>,"tenant":tenant} ("*" for NULL) */
-enum MHD_Result ak_admin_forbidden_tenant(ak_admin_call_t *call, const char *tenant);
+void ak_admin_forbidden_tenant(ak_admin_call_t *call, const char *tenant);
 /* 400 {"error":"invalid_filter","field":field} */
-enum MHD_Result ak_admin_invalid_filter(ak_admin_call_t *call, const char *field);
+void ak_admin_invalid_filter(ak_admin_call_t *call, const char *field);
 /* 409 {"error":"role_not_enabled","role":role} */
-enum MHD_Result ak_admin_role_not_enabled(ak_admin_call_t *call, const char *role);
+void ak_admin_role_not_enabled(ak_admin_call_t *call, const char *role);
 
-/* A query-string argument, or NULL. */
+/* A query-string argument, decoded as the admin listener always has: '+' is a space and
+ * %XX a byte (a malformed escape stays as sent), names match ASCII case-insensitively
+ * and the first occurrence of a name wins. NULL when absent, and for a name given
+ * without '=' ("?key"); "" for "?key=". NUL-terminated (a decoded %00 ends the value);
+ * valid until the handler returns. */
 const char *ak_admin_arg(ak_admin_call_t *call, const char *key);
+/* The listener's side of the arguments: decodes the query string q (len bytes, NULL
+ * for none) into call->query before the handler runs. 0, or -1 out of memory. */
+int ak_admin_call_query(ak_admin_call_t *call, const char *q, size_t len);
+/* Frees what the call owns (its decoded arguments), after the handler returned. */
+void ak_admin_call_release(ak_admin_call_t *call);
+/* Decodes s[0..len) in place and NUL-terminates it: %XX (two hex digits) is that byte,
+ * and with plus '+' is a space (the query's rule; a path keeps its '+'). The decoded
+ * length, which counts a decoded NUL. s must hold len + 1 bytes. */
+size_t ak_admin_unescape(char *s, size_t len, bool plus);
 /* A decimal integer (optionally negative) that is the whole of s. */
 bool ak_admin_parse_i64(const char *s, int64_t *out);
 static inline int64_t ak_admin_clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }

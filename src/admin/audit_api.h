@@ -6,6 +6,6 @@
 #include "admin/api.h"
 
 /* ?after_seq=|before_seq=&action=&tenant=&since=&limit= */
-enum MHD_Result ak_audit_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_audit_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

@@ -6,6 +6,6 @@
 #include "admin/api.h"
 
 /* ?source_id=&since=&limit= */
-enum MHD_Result ak_dlq_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_dlq_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

@@ -52,25 +52,38 @@ void *ak_hooks_api_json(const ak_envelope_t *env, int with_body) {
 /* GET /v1/hooks/{id}: read by id (its sealed seq, else the 'i' index; ak_store_find_hook).
  * Another tenant's hook is "not found" to a scoped caller: an id names no tenant, so
  * nothing is forbidden, and existence is not told. */
-enum MHD_Result ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
   ak_store_t *st = call->inst->store;
   uint8_t id[16];
-  if (!ak_uuid_parse(path->id, id)) return ak_admin_error(call, 404, "hook_not_found");
+  if (!ak_uuid_parse(path->id, id)) {
+    ak_admin_error(call, 404, "hook_not_found");
+    return;
+  }
   char *v = NULL;
   size_t vl = 0;
   uint64_t seq = 0;
   int rc = ak_store_find_hook(st, id, &seq, &v, &vl);
-  if (rc < 0) return ak_admin_error(call, 503, "store_unavailable");
-  if (rc == 1) return ak_admin_error(call, 404, "hook_not_found");
+  if (rc < 0) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
+  if (rc == 1) {
+    ak_admin_error(call, 404, "hook_not_found");
+    return;
+  }
   ak_envelope_t env;
   if (ak_envelope_decode((const uint8_t *)v, vl, &env) != 0) {
     free(v);
     ak_log(AK_LOG_ERROR, "admin", "stored hook record is damaged", "id=%s", path->id);
-    return ak_admin_error(call, 500, "hook_damaged");
+    ak_admin_error(call, 500, "hook_damaged");
+    return;
   }
   json_t *j = ak_tenant_scope_has(call->scope, env.tenant, env.tenant_len) ? ak_hooks_api_json(&env, 1) : NULL;
   ak_envelope_clear(&env);
   free(v);
-  if (!j) return ak_admin_error(call, 404, "hook_not_found");
-  return ak_admin_json(call, 200, j);
+  if (!j) {
+    ak_admin_error(call, 404, "hook_not_found");
+    return;
+  }
+  ak_admin_json(call, 200, j);
 }

@@ -12,6 +12,6 @@ struct ak_envelope;
  * (a json_t *). */
 void *ak_hooks_api_json(const struct ak_envelope *env, int with_body);
 
-enum MHD_Result ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

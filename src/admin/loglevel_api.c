@@ -6,15 +6,15 @@
 #include "admin/loglevel_api.h"
 #include "core/log.h"
 
-enum MHD_Result ak_loglevel_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_loglevel_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
-  return ak_admin_json(call, 200, json_pack("{s:s}", "level", ak_log_level_name(ak_log_get_level())));
+  ak_admin_json(call, 200, json_pack("{s:s}", "level", ak_log_level_name(ak_log_get_level())));
 }
 
 /* PUT /v1/log-level {"level": "debug|info|warning|error"}: in force at once, for this
  * process (a restart reads log.level again). The level lives in memory, so the change is
  * made only after its audit row is synced; the same level again writes nothing. */
-enum MHD_Result ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
   json_t *b = call->body_len ? json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
   const char *want = json_string_value(json_object_get(b, "level"));
@@ -23,10 +23,12 @@ enum MHD_Result ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t
     if (!strcmp(want, ak_log_level_name((ak_log_level_t)i))) level = i;
   bool extra = json_is_object(b) && json_object_size(b) != 1;
   json_decref(b);
-  if (level < 0 || extra)
-    return ak_admin_json(call, 400, json_pack("{s:s,s:s,s:s}", "error", "invalid_log_level", "field",
-                                              extra ? "body" : "level", "message",
-                                              "expected {\"level\": \"debug|info|warning|error\"}"));
+  if (level < 0 || extra) {
+    ak_admin_json(call, 400, json_pack("{s:s,s:s,s:s}", "error", "invalid_log_level", "field",
+                                       extra ? "body" : "level", "message",
+                                       "expected {\"level\": \"debug|info|warning|error\"}"));
+    return;
+  }
   pthread_mutex_lock(call->settings_mu);
   ak_log_level_t cur = ak_log_get_level();
   const char *before = ak_log_level_name(cur), *after = ak_log_level_name((ak_log_level_t)level);
@@ -43,6 +45,9 @@ enum MHD_Result ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t
     }
   }
   pthread_mutex_unlock(call->settings_mu);
-  if (rc != 0) return ak_admin_error(call, 503, "store_unavailable");
-  return ak_admin_json(call, 200, json_pack("{s:s,s:s}", "level", after, "previous", before));
+  if (rc != 0) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
+  ak_admin_json(call, 200, json_pack("{s:s,s:s}", "level", after, "previous", before));
 }

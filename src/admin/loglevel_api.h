@@ -5,8 +5,8 @@
 
 #include "admin/api.h"
 
-enum MHD_Result ak_loglevel_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_loglevel_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
 /* {"level": "debug|info|warning|error"} */
-enum MHD_Result ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_loglevel_api_put(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

@@ -17,32 +17,39 @@
 #include "queue/writer.h"
 #include "store/store.h"
 
-enum MHD_Result ak_node_api_health(ak_admin_call_t *call, const ak_admin_path_t *path) {
+/* The probes answer as on the ingest listener (edge/httpx.c), not through the admin
+ * replies: the same bodies on both ports. */
+void ak_node_api_health(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
-  return ak_http_health(call->inst, call->conn);
+  ak_http_health(call->inst, call->req);
+  call->answered = true;
 }
 
-enum MHD_Result ak_node_api_ready(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_node_api_ready(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
   unsigned st;
-  return ak_http_ready(call->inst, call->conn, &st);
+  ak_http_ready(call->inst, call->req, &st);
+  call->answered = true;
 }
 
-enum MHD_Result ak_node_api_metrics(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_node_api_metrics(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
   ak_instance_t *inst = call->inst;
   if (inst->writer) ak_writer_sample(inst->writer);
   ak_pen_sample(inst->pen);
   size_t len;
   char *text = ak_metrics_render(inst->metrics, &len);
-  enum MHD_Result r = ak_admin_reply(call, 200, "text/plain; version=0.0.4", text, len);
+  if (!text) {
+    ak_admin_error(call, 500, "internal");
+    return;
+  }
+  ak_admin_reply(call, 200, "text/plain; version=0.0.4", text, len);
   free(text);
-  return r;
 }
 
-enum MHD_Result ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
-  return ak_admin_json(call, 200, ak_config_redacted(call->inst->cfg));
+  ak_admin_json(call, 200, ak_config_redacted(call->inst->cfg));
 }
 
 /* Bytes the store's files occupy on disk (RocksDB keeps one flat directory). -1 when the
@@ -97,7 +104,7 @@ static json_t *wal_view(ak_instance_t *inst) {
   return json_pack("{s:s,s:o}", "instance", inst->name, "wal", w);
 }
 
-enum MHD_Result ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
-  return ak_admin_json(call, 200, wal_view(call->inst));
+  ak_admin_json(call, 200, wal_view(call->inst));
 }

@@ -8,13 +8,13 @@
 
 #include "admin/api.h"
 
-enum MHD_Result ak_node_api_health(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_node_api_ready(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_node_api_metrics(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_node_api_health(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_node_api_ready(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_node_api_metrics(ak_admin_call_t *call, const ak_admin_path_t *path);
 /* The redacted effective config: the document `ankusa print-config` prints. */
-enum MHD_Result ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path);
 /* {instance, wal:{type, store_path, open, ready, reason, next_seq, hooks, deliveries,
  * disk_bytes, last_open_ms}} */
-enum MHD_Result ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

@@ -30,21 +30,33 @@ static const char *query_filter(ak_admin_call_t *call, ak_pen_filter_t *f, bool 
   return NULL;
 }
 
-enum MHD_Result ak_quarantine_api_list(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_quarantine_api_list(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
   ak_pen_filter_t f;
   ak_pen_filter_init(&f, 100);
   const char *v = ak_admin_arg(call, "limit");
-  if (v && !ak_admin_parse_i64(v, &f.limit)) return ak_admin_invalid_filter(call, "limit");
+  if (v && !ak_admin_parse_i64(v, &f.limit)) {
+    ak_admin_invalid_filter(call, "limit");
+    return;
+  }
   f.limit = ak_admin_clamp64(f.limit, 1, 1000);
   const char *bad = query_filter(call, &f, false);
-  if (bad) return ak_admin_invalid_filter(call, bad);
+  if (bad) {
+    ak_admin_invalid_filter(call, bad);
+    return;
+  }
   const char *t;
-  if (!ak_admin_may_source(call, f.source_id, &t)) return ak_admin_forbidden_tenant(call, t);
+  if (!ak_admin_may_source(call, f.source_id, &t)) {
+    ak_admin_forbidden_tenant(call, t);
+    return;
+  }
   f.tenants = call->scope;
   ak_pen_entry_t *es = NULL;
   size_t n = 0;
-  if (ak_pen_list(call->inst->store, &f, false, &es, &n) != 0) return ak_admin_error(call, 503, "store_unavailable");
+  if (ak_pen_list(call->inst->store, &f, false, &es, &n) != 0) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
     char id[AK_UUID_STR_LEN];
@@ -56,29 +68,43 @@ enum MHD_Result ak_quarantine_api_list(ak_admin_call_t *call, const ak_admin_pat
                                          (json_int_t)es[i].size));
   }
   free(es);
-  return ak_admin_json(call, 200, json_pack("{s:o}", "entries", arr));
+  ak_admin_json(call, 200, json_pack("{s:o}", "entries", arr));
 }
 
-enum MHD_Result ak_quarantine_api_purge(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_quarantine_api_purge(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
   ak_instance_t *inst = call->inst;
   ak_pen_filter_t f;
   ak_pen_filter_init(&f, 1000);
   const char *v = ak_admin_arg(call, "limit");
-  if (v && !ak_admin_parse_i64(v, &f.limit)) return ak_admin_invalid_filter(call, "limit");
+  if (v && !ak_admin_parse_i64(v, &f.limit)) {
+    ak_admin_invalid_filter(call, "limit");
+    return;
+  }
   f.limit = ak_admin_clamp64(f.limit, 1, 10000);
   const char *bad = query_filter(call, &f, true);
-  if (bad) return ak_admin_invalid_filter(call, bad);
+  if (bad) {
+    ak_admin_invalid_filter(call, bad);
+    return;
+  }
   const char *t;
-  if (!ak_admin_may_source(call, f.source_id, &t)) return ak_admin_forbidden_tenant(call, t);
+  if (!ak_admin_may_source(call, f.source_id, &t)) {
+    ak_admin_forbidden_tenant(call, t);
+    return;
+  }
   f.tenants = call->scope;
   f.who = call->who;
-  if (!inst->pen) return ak_admin_error(call, 503, "store_unavailable");
+  if (!inst->pen) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
   int64_t deleted = 0, bytes = 0;
-  if (ak_pen_purge(inst->pen, inst->store, &f, &deleted, &bytes) != 0)
-    return ak_admin_error(call, 503, "store_unavailable");
+  if (ak_pen_purge(inst->pen, inst->store, &f, &deleted, &bytes) != 0) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
   if (deleted)
     ak_log(AK_LOG_INFO, "quarantine", "purged", "deleted=%lld bytes=%lld actor=%s request_id=%s", (long long)deleted,
            (long long)bytes, call->who->actor, call->request_id);
-  return ak_admin_json(call, 200, json_pack("{s:I,s:I}", "deleted", (json_int_t)deleted, "bytes", (json_int_t)bytes));
+  ak_admin_json(call, 200, json_pack("{s:I,s:I}", "deleted", (json_int_t)deleted, "bytes", (json_int_t)bytes));
 }

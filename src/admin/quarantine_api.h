@@ -7,8 +7,8 @@
 #include "admin/api.h"
 
 /* ?source_id=&limit= */
-enum MHD_Result ak_quarantine_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_quarantine_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
 /* ?source_id=&id=&since=&until=&limit= */
-enum MHD_Result ak_quarantine_api_purge(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_quarantine_api_purge(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

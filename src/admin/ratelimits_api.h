@@ -6,10 +6,10 @@
 
 #include "admin/api.h"
 
-enum MHD_Result ak_ratelimits_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_ratelimits_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
 /* {tenant} */
-enum MHD_Result ak_ratelimits_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_ratelimits_api_put(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_ratelimits_api_delete(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_ratelimits_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_ratelimits_api_put(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_ratelimits_api_delete(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

@@ -38,14 +38,21 @@ static int pen_check(void *ctx, const ak_source_t *src, const ak_envelope_t *env
 /* POST /v1/replays kind dlq: a job the dispatch thread runs (dispatch/replay.c). A job
  * moves rows of any tenant its filter matches, so a scoped caller must name a source of
  * one of its tenants. */
-static enum MHD_Result post_dlq_replay(ak_admin_call_t *call, const ak_pen_filter_t *f, int64_t rate,
-                                       int64_t max_lag) {
+static void post_dlq_replay(ak_admin_call_t *call, const ak_pen_filter_t *f, int64_t rate, int64_t max_lag) {
   ak_instance_t *inst = call->inst;
   const char *tenant = NULL;
-  if (!ak_admin_may_source(call, f->source_id, &tenant) || (call->scope && !tenant))
-    return ak_admin_forbidden_tenant(call, tenant);
-  if (!(inst->roles & AK_ROLE_DISPATCH)) return ak_admin_role_not_enabled(call, "dispatch");
-  if (!inst->replays) return ak_admin_error(call, 503, "store_unavailable");
+  if (!ak_admin_may_source(call, f->source_id, &tenant) || (call->scope && !tenant)) {
+    ak_admin_forbidden_tenant(call, tenant);
+    return;
+  }
+  if (!(inst->roles & AK_ROLE_DISPATCH)) {
+    ak_admin_role_not_enabled(call, "dispatch");
+    return;
+  }
+  if (!inst->replays) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
   ak_replay_filter_t rf = {.source_id = f->source_id, .has_id = f->has_id, .who = call->who, .tenant = tenant};
   memcpy(rf.id, f->id, 16);
   rf.has_since = f->since_ms != INT64_MIN;
@@ -55,28 +62,35 @@ static enum MHD_Result post_dlq_replay(ak_admin_call_t *call, const ak_pen_filte
   json_t *out = NULL;
   switch (ak_replays_create(inst->replays, &rf, rate, max_lag, &out)) {
   case AK_REPLAY_OK:
-    return ak_admin_json(call, 202, out);
+    ak_admin_json(call, 202, out);
+    return;
   case AK_REPLAY_EXISTS:
-    return ak_admin_json(call, 200, out);
+    ak_admin_json(call, 200, out);
+    return;
   case AK_REPLAY_TOO_MANY:
-    return ak_admin_json(call, 409,
-                         json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE));
+    ak_admin_json(call, 409, json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE));
+    return;
   default:
-    return ak_admin_error(call, 503, "store_unavailable");
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
   }
 }
 
 /* POST /v1/replays. Kind quarantine runs to completion in the request; kind dlq creates
  * a job. Both take the same filter keys (on received_at for quarantine, on dead-letter
  * time for dlq). */
-enum MHD_Result ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
-  if (!call->body_len) return ak_admin_invalid_filter(call, "kind");
+  if (!call->body_len) {
+    ak_admin_invalid_filter(call, "kind");
+    return;
+  }
   json_error_t jerr;
   json_t *b = json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, &jerr);
   if (!b || !json_is_object(b)) {
     json_decref(b);
-    return ak_admin_invalid_filter(call, "body");
+    ak_admin_invalid_filter(call, "body");
+    return;
   }
   const char *bad = NULL;
   const char *kind = json_string_value(json_object_get(b, "kind"));
@@ -119,28 +133,27 @@ enum MHD_Result ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t
   }
   if (!bad && f.until_ms < f.since_ms) bad = "until";
   if (bad) {
-    enum MHD_Result res = ak_admin_invalid_filter(call, bad);
+    ak_admin_invalid_filter(call, bad);
     json_decref(filter);
     json_decref(b);
-    return res;
+    return;
   }
   if (dlq) {
-    enum MHD_Result res = post_dlq_replay(call, &f, rate, max_lag);
+    post_dlq_replay(call, &f, rate, max_lag);
     json_decref(filter);
     json_decref(b); /* f.source_id pointed into b: the job keeps its own copy */
-    return res;
+    return;
   }
   ak_instance_t *inst = call->inst;
   const char *t;
-  enum MHD_Result refused = MHD_NO;
   bool refuse = true;
-  if (!ak_admin_may_source(call, f.source_id, &t)) refused = ak_admin_forbidden_tenant(call, t);
-  else if (!(inst->roles & AK_ROLE_EDGE)) refused = ak_admin_role_not_enabled(call, "edge");
+  if (!ak_admin_may_source(call, f.source_id, &t)) ak_admin_forbidden_tenant(call, t);
+  else if (!(inst->roles & AK_ROLE_EDGE)) ak_admin_role_not_enabled(call, "edge");
   else refuse = false;
   if (refuse) {
     json_decref(filter);
     json_decref(b);
-    return refused;
+    return;
   }
   f.tenants = call->scope;
   f.who = call->who;
@@ -150,7 +163,8 @@ enum MHD_Result ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t
   json_decref(b); /* f.source_id pointed into b: not used past here */
   if (rc != 0) {
     json_decref(filter);
-    return ak_admin_error(call, 503, "store_unavailable");
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
   }
   int64_t done = ak_now_ms();
   uint8_t rid[16];
@@ -166,7 +180,7 @@ enum MHD_Result ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t
   ak_log(AK_LOG_INFO, "quarantine", "release finished",
          "replay_id=%s scanned=%lld moved=%lld skipped=%lld actor=%s request_id=%s", rids, (long long)res.scanned,
          (long long)res.moved, (long long)res.skipped, call->who->actor, call->request_id);
-  return ak_admin_json(call, 202, j);
+  ak_admin_json(call, 202, j);
 }
 
 /* A job as the caller may see it: its source's tenant in scope (a job with no source
@@ -184,10 +198,16 @@ static json_t *visible_job(ak_admin_call_t *call, json_t *j, const char **tenant
 
 /* GET /v1/replays: dlq jobs (a quarantine release finishes in its request and is not
  * kept), newest first. */
-enum MHD_Result ak_replays_api_list(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_replays_api_list(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
-  if (!(call->inst->roles & AK_ROLE_DISPATCH)) return ak_admin_role_not_enabled(call, "dispatch");
-  if (!call->inst->replays) return ak_admin_error(call, 503, "store_unavailable");
+  if (!(call->inst->roles & AK_ROLE_DISPATCH)) {
+    ak_admin_role_not_enabled(call, "dispatch");
+    return;
+  }
+  if (!call->inst->replays) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
   json_t *all = ak_replays_list(call->inst->replays);
   if (call->scope) {
     json_t *arr = json_object_get(all, "replays"), *keep = json_array();
@@ -199,25 +219,35 @@ enum MHD_Result ak_replays_api_list(ak_admin_call_t *call, const ak_admin_path_t
     }
     json_object_set_new(all, "replays", keep);
   }
-  return ak_admin_json(call, 200, all);
+  ak_admin_json(call, 200, all);
 }
 
-enum MHD_Result ak_replays_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
-  if (!(call->inst->roles & AK_ROLE_DISPATCH)) return ak_admin_role_not_enabled(call, "dispatch");
-  if (!call->inst->replays) return ak_admin_error(call, 503, "store_unavailable");
+void ak_replays_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  if (!(call->inst->roles & AK_ROLE_DISPATCH)) {
+    ak_admin_role_not_enabled(call, "dispatch");
+    return;
+  }
+  if (!call->inst->replays) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
   uint8_t id[16];
   json_t *j = ak_uuid_parse(path->id, id) ? ak_replays_get(call->inst->replays, id) : NULL;
   if (j) j = visible_job(call, j, NULL);
-  if (!j) return ak_admin_error(call, 404, "replay_not_found");
-  return ak_admin_json(call, 200, j);
+  if (!j) {
+    ak_admin_error(call, 404, "replay_not_found");
+    return;
+  }
+  ak_admin_json(call, 200, j);
 }
 
 /* PATCH /v1/replays/{id} {state?, rate?, max_lag_ms?} */
-enum MHD_Result ak_replays_api_patch(ak_admin_call_t *call, const ak_admin_path_t *path) {
+void ak_replays_api_patch(ak_admin_call_t *call, const ak_admin_path_t *path) {
   json_t *b = call->body_len ? json_loadb(call->body, call->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
   if (!b || !json_is_object(b)) {
     json_decref(b);
-    return ak_admin_invalid_filter(call, "body");
+    ak_admin_invalid_filter(call, "body");
+    return;
   }
   ak_replay_patch_t p = {.state = -1, .who = call->who};
   const char *bad = NULL, *key;
@@ -240,31 +270,43 @@ enum MHD_Result ak_replays_api_patch(ak_admin_call_t *call, const ak_admin_path_
     }
     if (bad) break;
   }
-  enum MHD_Result res;
   if (bad) {
-    res = ak_admin_invalid_filter(call, bad);
+    ak_admin_invalid_filter(call, bad);
     json_decref(b);
-    return res;
+    return;
   }
   json_decref(b);
   ak_instance_t *inst = call->inst;
-  if (!(inst->roles & AK_ROLE_DISPATCH)) return ak_admin_role_not_enabled(call, "dispatch");
-  if (!inst->replays) return ak_admin_error(call, 503, "store_unavailable");
+  if (!(inst->roles & AK_ROLE_DISPATCH)) {
+    ak_admin_role_not_enabled(call, "dispatch");
+    return;
+  }
+  if (!inst->replays) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
   uint8_t id[16];
   json_t *cur = ak_uuid_parse(path->id, id) ? ak_replays_get(inst->replays, id) : NULL;
   if (cur) cur = visible_job(call, cur, &p.tenant);
-  if (!cur) return ak_admin_error(call, 404, "replay_not_found");
+  if (!cur) {
+    ak_admin_error(call, 404, "replay_not_found");
+    return;
+  }
   json_t *out = NULL;
   ak_replay_result_t rr = ak_replays_patch(inst->replays, id, &p, &out);
   json_decref(cur); /* p.tenant points into the config, not into cur */
   switch (rr) {
   case AK_REPLAY_OK:
-    return ak_admin_json(call, 200, out);
+    ak_admin_json(call, 200, out);
+    return;
   case AK_REPLAY_NOT_FOUND:
-    return ak_admin_error(call, 404, "replay_not_found");
+    ak_admin_error(call, 404, "replay_not_found");
+    return;
   case AK_REPLAY_FINISHED:
-    return ak_admin_error(call, 409, "replay_finished");
+    ak_admin_error(call, 409, "replay_finished");
+    return;
   default:
-    return ak_admin_error(call, 503, "store_unavailable");
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
   }
 }

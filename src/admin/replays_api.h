@@ -6,10 +6,10 @@
 
 #include "admin/api.h"
 
-enum MHD_Result ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_replays_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_replays_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
 /* {id}: a replay job's id */
-enum MHD_Result ak_replays_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_replays_api_patch(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_replays_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_replays_api_patch(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

@@ -228,28 +228,28 @@ static json_t *view(const ak_instance_t *inst, const ak_source_t *s) {
   return j;
 }
 
-static enum MHD_Result reply_error(ak_admin_call_t *c, unsigned status, const char *code, const char *msg) {
-  return ak_admin_json(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg));
+static void reply_error(ak_admin_call_t *c, unsigned status, const char *code, const char *msg) {
+  ak_admin_json(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg));
 }
 
-static enum MHD_Result invalid_source(ak_admin_call_t *c, const char *msg) {
-  return reply_error(c, 400, "invalid_source", msg);
+static void invalid_source(ak_admin_call_t *c, const char *msg) {
+  reply_error(c, 400, "invalid_source", msg);
 }
 
-static enum MHD_Result read_only(ak_admin_call_t *c, const ak_source_t *s) {
+static void read_only(ak_admin_call_t *c, const ak_source_t *s) {
   char msg[200];
   if (s)
     snprintf(msg, sizeof msg, "sources.%s is defined in the config file; change it there", s->cfg.id);
   else
     snprintf(msg, sizeof msg, "source_store.type is static: sources come from the config file only");
-  return reply_error(c, 409, "source_store_read_only", msg);
+  reply_error(c, 409, "source_store_read_only", msg);
 }
 
-static enum MHD_Result exists(ak_admin_call_t *c, const char *name) {
+static void exists(ak_admin_call_t *c, const char *name) {
   char msg[160];
   snprintf(msg, sizeof msg, "a source named %s already exists on this node (names are unique across tenants)",
            name);
-  return reply_error(c, 409, "source_exists", msg);
+  reply_error(c, 409, "source_exists", msg);
 }
 
 /* ------------------------------------------------------------------ writes ---- */
@@ -297,9 +297,8 @@ static json_t *spec_of(const char *body, size_t len, const char *tenant, const c
 }
 
 /* POST (create only) and PUT (create or update) of tenant/name. */
-static enum MHD_Result write_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who,
-                                    const char *tenant, const char *url_name, bool create_only, const char *body,
-                                    size_t len) {
+static void write_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who, const char *tenant,
+                         const char *url_name, bool create_only, const char *body, size_t len) {
   char msg[512];
   const char *name = url_name;
   char *owned_name = NULL;
@@ -307,28 +306,28 @@ static enum MHD_Result write_source(ak_instance_t *inst, ak_admin_call_t *c, con
   if (create_only) owned_name = (char *)name;
   if (!spec) {
     free(owned_name);
-    return invalid_source(c, msg);
+    invalid_source(c, msg);
+    return;
   }
-  enum MHD_Result res;
   json_t *checked = NULL, *rec = NULL;
   char *why = NULL;
   ak_source_t *old = NULL, *s = NULL;
   ak_sources_write_lock(inst->sources);
   if (ak_sources_check_spec(inst->cfg, name, spec, 0, &checked, NULL, &why) != 0) {
-    res = invalid_source(c, why);
+    invalid_source(c, why);
     goto out;
   }
   old = ak_sources_get(inst->sources, name, strlen(name));
   if (old && (create_only || strcmp(old->cfg.tenant, tenant) != 0)) {
-    res = exists(c, name);
+    exists(c, name);
     goto out;
   }
   if (old && old->origin == AK_SOURCE_CONFIG) {
-    res = read_only(c, old);
+    read_only(c, old);
     goto out;
   }
   if (old && json_equal(old->spec, checked)) { /* changes nothing: nothing stored, no audit row */
-    res = ak_admin_json(c, 200, view(inst, old));
+    ak_admin_json(c, 200, view(inst, old));
     goto out;
   }
   int64_t now = ak_now_ms();
@@ -340,16 +339,16 @@ static enum MHD_Result write_source(ak_instance_t *inst, ak_admin_call_t *c, con
   char berr[512] = "";
   s = ak_sources_make(inst->sources, name, checked, &m, berr, sizeof berr);
   if (!s) {
-    res = invalid_source(c, berr);
+    invalid_source(c, berr);
     goto out;
   }
   if (ak_sources_reserve(inst->sources) != 0) {
-    res = ak_admin_error(c, 503, "store_unavailable");
+    ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
   rec = record(tenant, name, spec, s->born_ms, s->updated_ms, s->revision);
   if (!rec || store_change(inst, who, old ? "source.update" : "source.create", tenant, name, rec, s->revision) != 0) {
-    res = ak_admin_error(c, 503, "store_unavailable");
+    ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
   ak_source_t *replaced = ak_sources_put(inst->sources, ak_source_ref(s));
@@ -360,7 +359,7 @@ static enum MHD_Result write_source(ak_instance_t *inst, ak_admin_call_t *c, con
     ak_log(AK_LOG_WARNING, "sources",
            "source has no dedupe: a provider's retry of an event already stored is a new hook, stored and "
            "delivered again", "source=%s", name);
-  res = ak_admin_json(c, old ? 200 : 201, view(inst, s));
+  ak_admin_json(c, old ? 200 : 201, view(inst, s));
 out:
   ak_sources_write_unlock(inst->sources);
   ak_source_release(s);
@@ -370,7 +369,6 @@ out:
   json_decref(spec);
   free(why);
   free(owned_name);
-  return res;
 }
 
 /* Delivery rows of one source still in the due index (claimed or not): its tenant's due
@@ -418,20 +416,21 @@ static int count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ct
   return 0;
 }
 
-static enum MHD_Result delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who,
-                                     const char *tenant, const char *name) {
+static void delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who, const char *tenant,
+                          const char *name) {
   const char *dl = ak_admin_arg(c, "deliveries");
-  if (dl && strcmp(dl, "dead_letter") != 0)
-    return ak_admin_json(c, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", "deliveries"));
-  enum MHD_Result res;
+  if (dl && strcmp(dl, "dead_letter") != 0) {
+    ak_admin_json(c, 400, json_pack("{s:s,s:s}", "error", "invalid_filter", "field", "deliveries"));
+    return;
+  }
   ak_sources_write_lock(inst->sources);
   ak_source_t *s = ak_sources_get(inst->sources, name, strlen(name));
   if (!s || strcmp(s->cfg.tenant, tenant) != 0) {
-    res = ak_admin_error(c, 404, "source_not_found");
+    ak_admin_error(c, 404, "source_not_found");
     goto out;
   }
   if (s->origin == AK_SOURCE_CONFIG) {
-    res = read_only(c, s);
+    read_only(c, s);
     goto out;
   }
   if (!dl) {
@@ -442,83 +441,106 @@ static enum MHD_Result delete_source(ak_instance_t *inst, ak_admin_call_t *c, co
     pfx[0] = AK_IDX_DUE;
     if (strcmp(s->cfg.tenant, "default") != 0) pl = ak_key_due_prefix(pfx, s->cfg.tenant, strlen(s->cfg.tenant));
     if (ak_store_scan(inst->store, AK_CF_INDEX, pfx, pl, count_cb, &cc) != 0 || cc.failed) {
-      res = ak_admin_error(c, 503, "store_unavailable");
+      ak_admin_error(c, 503, "store_unavailable");
       goto out;
     }
     int64_t inflight = atomic_load(s->inflight);
     if (cc.rows > 0 || inflight > 0) {
       int64_t pending = cc.rows > inflight ? cc.rows - inflight : 0;
-      res = ak_admin_json(c, 409, json_pack("{s:s,s:I,s:I,s:s}", "error", "source_has_deliveries", "pending",
-                                            (json_int_t)pending, "inflight", (json_int_t)inflight, "message",
-                                            "the source has deliveries waiting; ?deliveries=dead_letter deletes it "
-                                            "and dead-letters them (reason source_gone)"));
+      ak_admin_json(c, 409, json_pack("{s:s,s:I,s:I,s:s}", "error", "source_has_deliveries", "pending",
+                                      (json_int_t)pending, "inflight", (json_int_t)inflight, "message",
+                                      "the source has deliveries waiting; ?deliveries=dead_letter deletes it "
+                                      "and dead-letters them (reason source_gone)"));
       goto out;
     }
   }
   if (store_change(inst, who, "source.delete", tenant, name, NULL, s->revision + 1) != 0) {
-    res = ak_admin_error(c, 503, "store_unavailable");
+    ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
   ak_source_release(ak_sources_remove(inst->sources, name));
   ak_log(AK_LOG_INFO, "sources", "source deleted", "tenant=%s name=%s deliveries=%s", tenant, name,
          dl ? "dead_letter" : "none");
-  res = ak_admin_reply(c, 204, "application/json", "", 0);
+  ak_admin_reply(c, 204, "application/json", "", 0);
 out:
   ak_sources_write_unlock(inst->sources);
   ak_source_release(s);
-  return res;
 }
 
 /* ------------------------------------------------------------------ handlers ---- */
 
 /* GET /v1/tenants/{tenant}/sources */
-enum MHD_Result ak_sources_api_list(ak_admin_call_t *c, const ak_admin_path_t *path) {
+void ak_sources_api_list(ak_admin_call_t *c, const ak_admin_path_t *path) {
   ak_instance_t *inst = c->inst;
-  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
+  if (!inst->sources) {
+    ak_admin_error(c, 404, "not_found");
+    return;
+  }
   ak_source_t **v = NULL;
   size_t n = ak_sources_list(inst->sources, path->tenant, &v);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) json_array_append_new(arr, view(inst, v[i]));
   ak_sources_list_free(v, n);
-  return ak_admin_json(c, 200, json_pack("{s:s,s:o}", "tenant", path->tenant, "entries", arr));
+  ak_admin_json(c, 200, json_pack("{s:s,s:o}", "tenant", path->tenant, "entries", arr));
 }
 
 /* POST /v1/tenants/{tenant}/sources: create only, the name in the body */
-enum MHD_Result ak_sources_api_create(ak_admin_call_t *c, const ak_admin_path_t *path) {
+void ak_sources_api_create(ak_admin_call_t *c, const ak_admin_path_t *path) {
   ak_instance_t *inst = c->inst;
-  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
-  if (!ak_source_store_persistent(inst->cfg)) return read_only(c, NULL);
-  return write_source(inst, c, c->who, path->tenant, NULL, true, c->body, c->body_len);
+  if (!inst->sources) {
+    ak_admin_error(c, 404, "not_found");
+    return;
+  }
+  if (!ak_source_store_persistent(inst->cfg)) {
+    read_only(c, NULL);
+    return;
+  }
+  write_source(inst, c, c->who, path->tenant, NULL, true, c->body, c->body_len);
 }
 
 /* GET /v1/tenants/{tenant}/sources/{name} */
-enum MHD_Result ak_sources_api_get(ak_admin_call_t *c, const ak_admin_path_t *path) {
+void ak_sources_api_get(ak_admin_call_t *c, const ak_admin_path_t *path) {
   ak_instance_t *inst = c->inst;
-  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
+  if (!inst->sources) {
+    ak_admin_error(c, 404, "not_found");
+    return;
+  }
   ak_source_t *s = ak_sources_get(inst->sources, path->name, strlen(path->name));
   if (!s || strcmp(s->cfg.tenant, path->tenant) != 0) {
     ak_source_release(s);
-    return ak_admin_error(c, 404, "source_not_found");
+    ak_admin_error(c, 404, "source_not_found");
+    return;
   }
-  enum MHD_Result r = ak_admin_json(c, 200, view(inst, s));
+  ak_admin_json(c, 200, view(inst, s));
   ak_source_release(s);
-  return r;
 }
 
 /* PUT /v1/tenants/{tenant}/sources/{name}: create or update */
-enum MHD_Result ak_sources_api_put(ak_admin_call_t *c, const ak_admin_path_t *path) {
+void ak_sources_api_put(ak_admin_call_t *c, const ak_admin_path_t *path) {
   ak_instance_t *inst = c->inst;
-  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
-  if (!ak_source_store_persistent(inst->cfg)) return read_only(c, NULL);
-  return write_source(inst, c, c->who, path->tenant, path->name, false, c->body, c->body_len);
+  if (!inst->sources) {
+    ak_admin_error(c, 404, "not_found");
+    return;
+  }
+  if (!ak_source_store_persistent(inst->cfg)) {
+    read_only(c, NULL);
+    return;
+  }
+  write_source(inst, c, c->who, path->tenant, path->name, false, c->body, c->body_len);
 }
 
 /* DELETE /v1/tenants/{tenant}/sources/{name}[?deliveries=dead_letter] */
-enum MHD_Result ak_sources_api_delete(ak_admin_call_t *c, const ak_admin_path_t *path) {
+void ak_sources_api_delete(ak_admin_call_t *c, const ak_admin_path_t *path) {
   ak_instance_t *inst = c->inst;
-  if (!inst->sources) return ak_admin_error(c, 404, "not_found");
-  if (!ak_source_store_persistent(inst->cfg)) return read_only(c, NULL);
-  return delete_source(inst, c, c->who, path->tenant, path->name);
+  if (!inst->sources) {
+    ak_admin_error(c, 404, "not_found");
+    return;
+  }
+  if (!ak_source_store_persistent(inst->cfg)) {
+    read_only(c, NULL);
+    return;
+  }
+  delete_source(inst, c, c->who, path->tenant, path->name);
 }
 
 /* ------------------------------------------------------------------- the module ---- */

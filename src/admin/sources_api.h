@@ -27,10 +27,10 @@ bool ak_source_store_persistent(const ak_config_t *cfg);
 
 /* Handlers (api.h), after the router checked the scope and the path tenant: {tenant} is
  * a valid tenant id in the caller's scope; {name} the source's name. */
-enum MHD_Result ak_sources_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_sources_api_create(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_sources_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_sources_api_put(ak_admin_call_t *call, const ak_admin_path_t *path);
-enum MHD_Result ak_sources_api_delete(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_sources_api_list(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_sources_api_create(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_sources_api_get(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_sources_api_put(ak_admin_call_t *call, const ak_admin_path_t *path);
+void ak_sources_api_delete(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 #endif

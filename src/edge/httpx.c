@@ -1,59 +1,48 @@
-/* Reply helpers for libmicrohttpd handlers and the probes (httpx.h). Never keeps state. */
+/* Reply helpers for the server layer's handlers and the probes (httpx.h). Never keeps
+ * state. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "edge/httpx.h"
 #include "queue/writer.h"
 
-enum MHD_Result ak_http_reply(struct MHD_Connection *c, unsigned status, const char *ctype,
-                              const char *body, size_t len, int retry_after) {
-  struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-  if (!r) return MHD_NO;
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+void ak_http_json(ak_hreq_t *r, unsigned status, json_t *j, int retry_after) {
+  char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(j);
+  if (!s) {
+    ak_hreq_error(r, 500, "internal", 0);
+    return;
+  }
   if (retry_after > 0) {
     char ra[16];
     snprintf(ra, sizeof ra, "%d", retry_after);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    ak_hreq_add_header(r, "Retry-After", ra);
   }
-  enum MHD_Result ret = MHD_queue_response(c, status, r);
-  MHD_destroy_response(r);
-  return ret;
-}
-
-enum MHD_Result ak_http_json(struct MHD_Connection *c, unsigned status, json_t *j, int retry_after) {
-  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-  json_decref(j);
-  if (!s) return MHD_NO;
-  enum MHD_Result r = ak_http_reply(c, status, "application/json", s, strlen(s), retry_after);
+  ak_hreq_reply(r, status, "application/json", s, strlen(s));
   free(s);
-  return r;
 }
 
-enum MHD_Result ak_http_error(struct MHD_Connection *c, unsigned status, const char *code, int retry_after) {
-  char b[160];
-  int n = snprintf(b, sizeof b, "{\"error\":\"%s\"}", code);
-  return ak_http_reply(c, status, "application/json", b, (size_t)n, retry_after);
-}
-
-enum MHD_Result ak_http_ready(ak_instance_t *inst, struct MHD_Connection *c, unsigned *status_out) {
+void ak_http_ready(ak_instance_t *inst, ak_hreq_t *r, unsigned *status_out) {
   if (atomic_load(&inst->draining)) {
     *status_out = 503;
     json_t *j = json_pack("{s:s,s:s}", "status", "draining", "instance", inst->name);
-    return ak_http_json(c, 503, j, 1);
+    ak_http_json(r, 503, j, 1);
+    return;
   }
   const char *reason = "ok";
   bool ok = inst->writer && ak_writer_ready(inst->writer, &reason);
   *status_out = ok ? 200 : 503;
   if (ok) {
     json_t *j = json_pack("{s:s,s:s,s:s}", "status", "ready", "instance", inst->name, "store", "ok");
-    return ak_http_json(c, 200, j, 0);
+    ak_http_json(r, 200, j, 0);
+    return;
   }
   json_t *j = json_pack("{s:s,s:s,s:s,s:{s:s}}", "status", "not_ready", "instance", inst->name, "store",
                         "write_failed", "reasons", "store", reason);
-  return ak_http_json(c, 503, j, 1);
+  ak_http_json(r, 503, j, 1);
 }
 
-enum MHD_Result ak_http_health(ak_instance_t *inst, struct MHD_Connection *c) {
+void ak_http_health(ak_instance_t *inst, ak_hreq_t *r) {
   json_t *roles = json_array();
   if (inst->roles & AK_ROLE_EDGE) json_array_append_new(roles, json_string("edge"));
   if (inst->roles & AK_ROLE_DISPATCH) json_array_append_new(roles, json_string("dispatch"));
@@ -61,7 +50,7 @@ enum MHD_Result ak_http_health(ak_instance_t *inst, struct MHD_Connection *c) {
   if (inst->roles & AK_ROLE_CLAIM_CHECK) json_array_append_new(roles, json_string("claim_check"));
   json_t *j = json_pack("{s:s,s:s,s:s,s:o}", "status", "ok", "instance", inst->name, "version", AK_VERSION,
                         "roles", roles);
-  return ak_http_json(c, 200, j, 0);
+  ak_http_json(r, 200, j, 0);
 }
 
 size_t ak_json_quote(char *out, size_t cap, const char *s, size_t len) {

@@ -806,24 +806,9 @@ int ak_edge_start(ak_edge_t *e, char **err) {
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(e->d, MHD_DAEMON_INFO_BIND_PORT);
   e->port = di ? di->port : (int)cfg->port;
   if (cfg->tls.enabled) {
-    struct MHD_OptionItem tls[AK_TLS_MHD_OPTIONS_MAX];
-    if (ak_tls_mhd_options(&cfg->tls, tls, AK_TLS_MHD_OPTIONS_MAX) == 0) {
-      *err = strdup("http.tls: the TLS listener's certificate options could not be built");
-      return -1;
-    }
-    e->tls_d = MHD_start_daemon(flags | MHD_USE_TLS, (uint16_t)cfg->tls.port, accept_policy, e, handler, e,
-                                MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_ARRAY, common,
-                                MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
-    if (!e->tls_d) {
-      char b[160];
-      snprintf(b, sizeof b, "cannot listen on http.tls.port %d (in use, no permission, or TLS refused the "
-               "certificate)", (int)cfg->tls.port);
-      *err = strdup(b);
-      return -1;
-    }
-    di = MHD_get_daemon_info(e->tls_d, MHD_DAEMON_INFO_BIND_PORT);
-    e->tls_port = di ? di->port : (int)cfg->tls.port;
-    e->peer_cert = ak_tls_peer_cert_sha256;
+    /* the TLS listener moves to the server layer (http/server.h, http/tls.h) */
+    *err = strdup("http.tls: the TLS listener is not available in this build");
+    return -1;
   }
   return 0;
 }

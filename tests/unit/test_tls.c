@@ -728,6 +728,16 @@ static void echo(int version, size_t chunk) {
   int e;
   cr_assert_eq(cli_read(&k, buf, sizeof buf, &e), 11, "%s: ssl error %d", vname(version), e);
   cr_expect_arr_eq(buf, "early world", 11);
+  if (version == TLS1_3_VERSION) {
+    /* a key update the client asks to be answered: the server's answer comes out of a read */
+    cr_assert_eq(SSL_key_update(k.c, SSL_KEY_UPDATE_REQUESTED), 1);
+    cli_write(&k, "new keys", 8);
+    cr_assert_eq(srv_read(&k, buf, sizeof buf), 8);
+    cr_expect_arr_eq(buf, "new keys", 8);
+    cr_assert_eq(ak_htls_write(k.s, (const uint8_t *)"ok", 2), AK_HTLS_OK);
+    cr_assert_eq(cli_read(&k, buf, sizeof buf, &e), 2, "ssl error %d", e);
+    cr_expect_arr_eq(buf, "ok", 2);
+  }
 
   enum { BIG = 300000 };
   uint8_t *want = malloc(BIG), *got = malloc(BIG);

@@ -47,7 +47,7 @@ declare -A SRCS=(
 CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -g -O1 -fno-omit-frame-pointer
         -Werror=incompatible-pointer-types -Werror=implicit-function-declaration
         -fsanitize=fuzzer,address,undefined)
-read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto gnutls libmicrohttpd libcurl rocksdb) -lm -pthread"
+read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto libmicrohttpd libcurl rocksdb) -lm -pthread"
 
 OUT=build-fuzz
 mkdir -p "$OUT/artifacts" || exit 2

@@ -7,22 +7,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct ak_htls_ctx; /* http/tls.h */
+
 typedef enum { AK_ROUTING_PATH = 0, AK_ROUTING_TENANT_PATH = 1 } ak_routing_t;
 /* http.tls.client_cert, in the order of its enum row */
 typedef enum {
   AK_TLS_CLIENT_CERT_NONE = 0, AK_TLS_CLIENT_CERT_REQUEST = 1, AK_TLS_CLIENT_CERT_REQUIRE = 2
 } ak_tls_client_cert_t;
 
-/* http.tls: a second ingest listener over TLS. The PEM texts are read once, at load
- * (edge/tls.c); the key text is never printed or logged. */
+/* http.tls: a second ingest listener over TLS. The PEM files are read and checked once,
+ * at load (edge/tls.c), into the server layer's TLS context (http/tls.h); the key is never
+ * printed or logged. */
 typedef struct ak_http_tls_cfg {
   int64_t port;
   const char *cert, *key, *client_ca;    /* paths as written */
   ak_tls_client_cert_t client_cert;      /* resolved: none unless client_ca is set */
   bool enabled;                          /* http.tls is a mapping */
-  char *cert_pem;                        /* certificate chain, leaf first */
-  char *key_pem;                         /* private key */
-  char *client_ca_pem;                   /* CA bundle for client certificates, NULL when unset */
+  struct ak_htls_ctx *ctx;               /* built from the files at load; NULL when !enabled */
 } ak_http_tls_cfg_t;
 
 /* The `http` section. */

@@ -5,8 +5,8 @@
  * memory BIOs, so the connection's socket stays the server layer's: ciphertext read
  * from the socket goes in with ak_htls_feed, plaintext comes out of ak_htls_read,
  * plaintext answers go in with ak_htls_write and the ciphertext to send comes out of
- * ak_htls_take_out. Never logs, prints or copies a byte of the private key: an error
- * names the dotted config key and the path only.
+ * ak_htls_peek_out (ak_htls_consume_out once sent). Never logs, prints or copies a byte
+ * of the private key: an error names the dotted config key and the path only.
  *
  * Client certificates (client_cert mode):
  *   none     no certificate is asked for;
@@ -66,15 +66,18 @@ typedef enum {
 
 /* Ciphertext from the socket. Drives the handshake. */
 ak_htls_status_t ak_htls_feed(ak_htls_t *t, const uint8_t *p, size_t n);
-/* Plaintext available after feed: up to cap bytes into out; *got = 0 when none yet. */
+/* Plaintext available after feed: up to cap bytes into out; *got = 0 when none yet.
+ * A read may also produce ciphertext (TLS 1.3 key update): check peek_out after it. */
 ak_htls_status_t ak_htls_read(ak_htls_t *t, uint8_t *out, size_t cap, size_t *got);
 /* Encrypts plaintext (all of it, once the handshake is done; before, it is buffered). */
 ak_htls_status_t ak_htls_write(ak_htls_t *t, const uint8_t *p, size_t n);
 /* Ciphertext to send: pointer to up to *n bytes, consumed with ak_htls_consume_out.
- * *n = 0 when there is none. */
+ * *n = 0 (and NULL) when there is none. The pointer is valid until the next call on t
+ * other than consume_out. */
 const uint8_t *ak_htls_peek_out(ak_htls_t *t, size_t *n);
 void ak_htls_consume_out(ak_htls_t *t, size_t n);
-/* Queues a close_notify (the ciphertext comes out of peek_out). */
+/* Queues a close_notify (the ciphertext comes out of peek_out); before the handshake
+ * completed there is nothing to close and nothing is queued. Writes fail after it. */
 void ak_htls_shutdown(ak_htls_t *t);
 /* true once the handshake completed. */
 bool ak_htls_established(const ak_htls_t *t);

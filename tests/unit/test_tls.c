@@ -1,42 +1,29 @@
-/* TLS ingest listener and the client_cert verifier: pin parsing and matching through the
- * vtable, the http.tls config (files read at load, errors naming key and path), the MHD
- * options, and real handshakes against an MHD TLS daemon built from those options (a
- * GnuTLS client) for what ak_tls_peer_cert_sha256 reports in request and require mode.
+/* TLS for the server layer and the client_cert verifier: pin parsing and matching through
+ * the vtable, the http.tls config (files read at load into an ak_htls context, errors
+ * naming key and path), and the engine itself (http/tls.h) driven by a real OpenSSL client
+ * through memory, both directions pumped by hand: handshakes on TLS 1.2 and 1.3, the
+ * client certificate modes and what ak_htls_peer_sha256 reports, reload and refcounts.
  * Certificates are made here with libcrypto, in a temp dir. */
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <ftw.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
-#include <gnutls/gnutls.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include "core/config.h"
-#include "edge/tls.h"
-#include "verify/verifier.h"
-#include "modules.h"
-#include "core/node.h"
 #include "core/sources.h"
 #include "edge/edge.h"
-#include "admin/admin.h"
-#include "store/audit.h"
-#include "queue/writer.h"
-#include "queue/dedupe.h"
-#include "queue/quarantine.h"
-#include "dispatch/dispatch.h"
-#include "sinks/egress.h"
-#include "edge/headers.h"
-#include "admin/sources_api.h"
-#include "core/log.h"
+#include "edge/tls.h"
+#include "http/tls.h"
+#include "verify/verifier.h"
+#include "modules.h"
 
 extern const ak_verifier_vtable_t ak_verifier_client_cert;
 
@@ -250,10 +237,9 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ft
   return remove(p);
 }
 
-static ident_t ca, srv, cli, cli_server_eku, self_signed, other_ca;
+static ident_t ca, srv, cli, cli_server_eku, self_signed, other_ca, inter, srv_inter, cli_inter;
 
 static void certs_setup(void) {
-  signal(SIGPIPE, SIG_IGN); /* a server that refused the client closes while it writes */
   strcpy(tmpdir, "/tmp/ak_test_tls_XXXXXX");
   cr_assert(mkdtemp(tmpdir));
   ca = make_ident("ankusa test CA", NULL, true, EKU_NONE);
@@ -262,20 +248,244 @@ static void certs_setup(void) {
   cli = make_ident("pinned client", &ca, false, EKU_CLIENT);
   cli_server_eku = make_ident("server-only client", &ca, false, EKU_SERVER);
   self_signed = make_ident("self-signed client", NULL, false, EKU_CLIENT);
+  inter = make_ident("ankusa intermediate CA", &ca, true, EKU_NONE);
+  srv_inter = make_ident("127.0.0.1", &inter, false, EKU_SERVER);
+  cli_inter = make_ident("client of the intermediate", &inter, false, EKU_CLIENT);
   write_file("ca.pem", ca.cert_pem);
+  write_file("inter.pem", inter.cert_pem);
   write_file("srv.pem", srv.cert_pem);
   write_file("srv.key", srv.key_pem);
   write_file("cli.key", cli.key_pem);
   write_file("garbage.pem", "-----BEGIN CERTIFICATE-----\nnot base64 at all !!\n-----END CERTIFICATE-----\n");
   write_file("secretish.key", "-----BEGIN PRIVATE KEY-----\nSECRETBYTESxyz\n-----END PRIVATE KEY-----\n");
   write_file("empty.pem", "");
+  char both[8192];
+  snprintf(both, sizeof both, "%s%s", srv.cert_pem, srv.key_pem);
+  write_file("combined.pem", both);
+  snprintf(both, sizeof both, "%s%s", srv_inter.cert_pem, inter.cert_pem);
+  write_file("chain.pem", both);
+  write_file("chain.key", srv_inter.key_pem);
+  /* the server's key, encrypted with a pass phrase */
+  BIO *b = BIO_new(BIO_s_mem());
+  cr_assert(PEM_write_bio_PKCS8PrivateKey(b, srv.key, EVP_aes_256_cbc(), NULL, 0, NULL, (void *)"pass phrase"));
+  char *enc = bio_text(b);
+  write_file("encrypted.key", enc);
+  free(enc);
 }
 
 static void certs_teardown(void) {
-  ident_t *all[] = {&ca, &srv, &cli, &cli_server_eku, &self_signed, &other_ca};
+  ident_t *all[] = {&ca, &srv, &cli, &cli_server_eku, &self_signed, &other_ca, &inter, &srv_inter, &cli_inter};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ident_free(all[i]);
   nftw(tmpdir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
 }
+
+/* ------------------------------------------------------- in-memory client ---- */
+
+/* An OpenSSL client and an ak_htls session, joined by hand: what one writes is moved to
+ * the other by pump(), chunk bytes at a time (0 = all at once). */
+typedef struct {
+  SSL_CTX *cctx;
+  SSL *c;
+  BIO *c_in, *c_out;     /* ciphertext to the client; from the client */
+  ak_htls_t *s;
+  ak_htls_status_t st;   /* the server's first status other than OK */
+  size_t chunk;
+  bool asked;            /* the server asked the client for a certificate */
+  unsigned long c_fail;  /* the client's error when its handshake failed */
+} conn_t;
+
+/* An OpenSSL error that reports an alert received from the peer. */
+static bool is_alert(unsigned long e) {
+  return ERR_GET_LIB(e) == ERR_LIB_SSL && ERR_GET_REASON(e) >= SSL_AD_REASON_OFFSET;
+}
+
+static int note_asked(SSL *ssl, void *arg) {
+  (void)ssl;
+  *(bool *)arg = true;
+  return 1;
+}
+
+static SSL_CTX *client_ctx(int version, const ident_t *id) {
+  SSL_CTX *x = SSL_CTX_new(TLS_client_method());
+  cr_assert(x);
+  cr_assert(SSL_CTX_set_min_proto_version(x, version));
+  cr_assert(SSL_CTX_set_max_proto_version(x, version));
+  if (version < TLS1_2_VERSION) { /* OpenSSL 3 allows TLS 1.1 only at security level 0 */
+    SSL_CTX_set_security_level(x, 0);
+    cr_assert(SSL_CTX_set_cipher_list(x, "DEFAULT:@SECLEVEL=0"));
+  }
+  /* the client checks the server's chain against the test CA */
+  cr_assert(X509_STORE_add_cert(SSL_CTX_get_cert_store(x), ca.crt));
+  SSL_CTX_set_verify(x, SSL_VERIFY_PEER, NULL);
+  if (id) {
+    cr_assert(SSL_CTX_use_certificate(x, id->crt));
+    cr_assert(SSL_CTX_use_PrivateKey(x, id->key));
+  }
+  return x;
+}
+
+static void conn_open(conn_t *k, ak_htls_ctx_t *ctx, int version, const ident_t *id) {
+  memset(k, 0, sizeof *k);
+  k->cctx = client_ctx(version, id);
+  SSL_CTX_set_cert_cb(k->cctx, note_asked, &k->asked);
+  k->c = SSL_new(k->cctx);
+  k->c_in = BIO_new(BIO_s_mem());
+  k->c_out = BIO_new(BIO_s_mem());
+  cr_assert(k->c && k->c_in && k->c_out);
+  BIO_set_mem_eof_return(k->c_in, -1);
+  BIO_set_mem_eof_return(k->c_out, -1);
+  SSL_set_bio(k->c, k->c_in, k->c_out);
+  SSL_set_connect_state(k->c);
+  k->s = ak_htls_new(ctx);
+  cr_assert(k->s);
+  size_t n = 1;
+  cr_assert_null(ak_htls_peek_out(k->s, &n));
+  cr_assert_eq(n, 0);
+}
+
+static void conn_close(conn_t *k) {
+  SSL_free(k->c);
+  SSL_CTX_free(k->cctx);
+  ak_htls_free(k->s);
+}
+
+static void note(conn_t *k, ak_htls_status_t st) {
+  if (st != AK_HTLS_OK && k->st == AK_HTLS_OK) k->st = st;
+}
+
+/* Moves what each side wrote to the other; the bytes moved. */
+static size_t step(conn_t *k) {
+  size_t moved = 0;
+  if (!SSL_is_init_finished(k->c) && !k->c_fail) {
+    ERR_clear_error();
+    int r = SSL_do_handshake(k->c);
+    if (r <= 0 && SSL_get_error(k->c, r) == SSL_ERROR_SSL) k->c_fail = ERR_peek_last_error();
+  }
+  uint8_t buf[65536];
+  size_t cap = k->chunk ? k->chunk : sizeof buf;
+  int n;
+  while ((n = BIO_read(k->c_out, buf, (int)cap)) > 0) {
+    note(k, ak_htls_feed(k->s, buf, (size_t)n));
+    moved += (size_t)n;
+  }
+  size_t avail;
+  const uint8_t *p;
+  while ((p = ak_htls_peek_out(k->s, &avail))) {
+    cr_assert_gt(avail, 0);
+    size_t m = k->chunk && k->chunk < avail ? k->chunk : avail;
+    cr_assert_eq(BIO_write(k->c_in, p, (int)m), (int)m);
+    ak_htls_consume_out(k->s, m);
+    moved += m;
+  }
+  return moved;
+}
+
+static void pump(conn_t *k) {
+  for (int i = 0; i < 1000 && step(k) > 0; i++) {
+  }
+}
+
+/* true when both sides finished the handshake. */
+static bool handshake(conn_t *k) {
+  pump(k);
+  return SSL_is_init_finished(k->c) && ak_htls_established(k->s) && k->st == AK_HTLS_OK;
+}
+
+/* Plaintext the server has, up to cap bytes. */
+static size_t srv_read(conn_t *k, uint8_t *out, size_t cap) {
+  size_t total = 0, got;
+  pump(k);
+  while (total < cap) {
+    ak_htls_status_t st = ak_htls_read(k->s, out + total, cap - total > 1000 ? 1000 : cap - total, &got);
+    note(k, st);
+    if (st != AK_HTLS_OK || got == 0) break;
+    total += got;
+    pump(k); /* a read may have written (TLS 1.3 key update answers) */
+  }
+  return total;
+}
+
+/* Plaintext the client has, up to cap bytes; -1 when its connection failed (an alert). */
+static long cli_read(conn_t *k, uint8_t *out, size_t cap, int *ssl_err) {
+  size_t total = 0, got = 0;
+  *ssl_err = SSL_ERROR_NONE;
+  pump(k);
+  while (total < cap) {
+    ERR_clear_error();
+    int r = SSL_read_ex(k->c, out + total, cap - total, &got);
+    if (r != 1) {
+      *ssl_err = SSL_get_error(k->c, r);
+      if (*ssl_err == SSL_ERROR_WANT_READ) *ssl_err = SSL_ERROR_NONE;
+      break;
+    }
+    total += got;
+    pump(k);
+  }
+  return *ssl_err == SSL_ERROR_NONE || *ssl_err == SSL_ERROR_ZERO_RETURN ? (long)total : -1;
+}
+
+static void cli_write(conn_t *k, const void *p, size_t n) {
+  size_t w = 0;
+  cr_assert_eq(SSL_write_ex(k->c, p, n, &w), 1);
+  cr_assert_eq(w, n);
+  pump(k);
+}
+
+static ak_htls_ctx_t *server_ctx(const char *cert, const char *key, const char *client_ca, ak_htls_client_t mode) {
+  char c[256], kp[256], ca_p[256];
+  snprintf(c, sizeof c, "%s/%s", tmpdir, cert);
+  snprintf(kp, sizeof kp, "%s/%s", tmpdir, key);
+  if (client_ca) snprintf(ca_p, sizeof ca_p, "%s/%s", tmpdir, client_ca);
+  ak_htls_files_t f = {.cert = c, .key = kp, .client_ca = client_ca ? ca_p : NULL, .client_cert = mode,
+                       .key_prefix = "http.tls"};
+  char *err = NULL;
+  ak_htls_ctx_t *x = ak_htls_ctx_new(&f, &err);
+  cr_assert(x, "%s", err);
+  cr_assert_null(err);
+  return x;
+}
+
+/* What a server in mode `mode` reports for a client presenting id (NULL = none):
+ * 1 = handshake done and a fingerprint (into fp), 0 = done and none, -1 = refused. */
+static int outcome(ak_htls_ctx_t *ctx, int version, const ident_t *id, uint8_t fp[32], bool *asked) {
+  conn_t k;
+  conn_open(&k, ctx, version, id);
+  int r = -1;
+  if (handshake(&k)) {
+    /* a request and an answer prove the session works both ways */
+    cli_write(&k, "ping", 4);
+    uint8_t buf[16];
+    size_t n = srv_read(&k, buf, sizeof buf);
+    if (n == 4 && !memcmp(buf, "ping", 4) && ak_htls_write(k.s, (const uint8_t *)"pong", 4) == AK_HTLS_OK) {
+      int e;
+      long got = cli_read(&k, buf, sizeof buf, &e);
+      if (got == 4 && !memcmp(buf, "pong", 4)) r = ak_htls_peer_sha256(k.s, fp) ? 1 : 0;
+    }
+  } else {
+    cr_expect_eq(k.st, AK_HTLS_ERROR, "a refused handshake is AK_HTLS_ERROR");
+  }
+  /* on TLS 1.3 the client finishes before the server checks its certificate: it learns of
+   * the refusal from the alert on its first read */
+  if (r == -1 && k.st == AK_HTLS_ERROR) {
+    uint8_t buf[16];
+    if (SSL_is_init_finished(k.c)) {
+      int e;
+      cr_expect_eq(cli_read(&k, buf, sizeof buf, &e), -1);
+      cr_expect_eq(e, SSL_ERROR_SSL);
+      cr_expect(is_alert(ERR_peek_last_error()), "the client read the server's alert");
+    } else {
+      cr_expect(is_alert(k.c_fail), "the client's handshake ended on the server's alert (%lu)", k.c_fail);
+    }
+    cr_expect_eq(ak_htls_read(k.s, buf, sizeof buf, &(size_t){0}), AK_HTLS_ERROR);
+    cr_expect_eq(ak_htls_write(k.s, buf, 1), AK_HTLS_ERROR);
+  }
+  if (asked) *asked = k.asked;
+  conn_close(&k);
+  return r;
+}
+
+static const int versions[] = {TLS1_2_VERSION, TLS1_3_VERSION};
+static const char *vname(int v) { return v == TLS1_3_VERSION ? "TLS 1.3" : "TLS 1.2"; }
 
 /* -------------------------------------------------------------- config ---- */
 
@@ -302,14 +512,12 @@ Test(tls_config, absent_or_null_means_off) {
   char *err = NULL;
   cr_assert_eq(load(NULL, &cfg, &err, "log: {level: info}\n"), 0, "%s", err);
   cr_expect_not(ak_http_cfg(cfg)->tls.enabled);
-  cr_expect_null(ak_http_cfg(cfg)->tls.cert_pem);
+  cr_expect_null(ak_http_cfg(cfg)->tls.ctx);
   cr_expect_null(json_object_get(json_object_get(cfg->effective, "http"), "tls"), "left out of print-config");
-  struct MHD_OptionItem o[AK_TLS_MHD_OPTIONS_MAX];
-  cr_expect_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 0);
-  cr_expect_eq(o[0].option, MHD_OPTION_END);
   ak_config_free(cfg);
   cr_assert_eq(load(NULL, &cfg, &err, "http:\n  tls: null\n"), 0, "%s", err);
   cr_expect_not(ak_http_cfg(cfg)->tls.enabled);
+  cr_expect_null(ak_http_cfg(cfg)->tls.ctx);
   ak_config_free(cfg);
   /* the port override does not switch TLS on by itself */
   const char *env[] = {"ANKUSA_HTTP_TLS_PORT=9443", NULL};
@@ -325,9 +533,10 @@ Test(tls_config, files_are_loaded_once) {
                "%s", err);
   cr_expect(ak_http_cfg(cfg)->tls.enabled);
   cr_expect_eq(ak_http_cfg(cfg)->tls.port, 4443);
-  cr_expect_str_eq(ak_http_cfg(cfg)->tls.cert_pem, srv.cert_pem);
-  cr_expect_str_eq(ak_http_cfg(cfg)->tls.key_pem, srv.key_pem);
-  cr_expect_str_eq(ak_http_cfg(cfg)->tls.client_ca_pem, ca.cert_pem);
+  cr_assert(ak_http_cfg(cfg)->tls.ctx);
+  uint8_t fp[32];
+  ak_htls_ctx_cert_sha256(ak_http_cfg(cfg)->tls.ctx, fp);
+  cr_expect_arr_eq(fp, srv.fp, 32, "the context serves http.tls.cert");
   cr_expect_eq(ak_http_cfg(cfg)->tls.client_cert, AK_TLS_CLIENT_CERT_REQUEST, "request when client_ca is set");
   json_t *tls = json_object_get(json_object_get(cfg->effective, "http"), "tls");
   cr_expect_str_eq(json_string_value(json_object_get(tls, "client_cert")), "request");
@@ -339,29 +548,25 @@ Test(tls_config, files_are_loaded_once) {
   free(dump);
   json_decref(red);
 
-  struct MHD_OptionItem o[AK_TLS_MHD_OPTIONS_MAX];
-  cr_expect_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, 3), 0, "too small an array is refused");
-  cr_assert_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 3);
-  cr_expect_eq(o[0].option, MHD_OPTION_HTTPS_MEM_CERT);
-  cr_expect_eq(o[0].ptr_value, ak_http_cfg(cfg)->tls.cert_pem);
-  cr_expect_eq(o[1].option, MHD_OPTION_HTTPS_MEM_KEY);
-  cr_expect_eq(o[2].option, MHD_OPTION_HTTPS_MEM_TRUST);
-  cr_expect_eq(o[2].ptr_value, ak_http_cfg(cfg)->tls.client_ca_pem);
-  cr_expect_eq(o[3].option, MHD_OPTION_END);
+  bool asked = false;
+  cr_expect_eq(outcome(ak_http_cfg(cfg)->tls.ctx, TLS1_3_VERSION, &cli, fp, &asked), 1);
+  cr_expect_arr_eq(fp, cli.fp, 32);
+  cr_expect(asked, "request asks for a certificate");
+  cr_expect_eq(outcome(ak_http_cfg(cfg)->tls.ctx, TLS1_3_VERSION, NULL, fp, NULL), 0, "and goes on without one");
   ak_config_free(cfg);
 
-  /* require adds the connection callback; none asks for nothing */
+  /* require refuses a client without a certificate; none asks for nothing */
   cr_assert_eq(load(NULL, &cfg, &err, TLS_YAML("    client_ca: %s/ca.pem\n    client_cert: require\n    port: 0\n"),
                     tmpdir, tmpdir, tmpdir), 0, "%s", err);
   cr_expect_eq(ak_http_cfg(cfg)->tls.client_cert, AK_TLS_CLIENT_CERT_REQUIRE);
   cr_expect_eq(ak_http_cfg(cfg)->tls.port, 0);
-  cr_assert_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 4);
-  cr_expect_eq(o[3].option, MHD_OPTION_NOTIFY_CONNECTION);
-  cr_expect_eq(o[3].value, (intptr_t)ak_tls_notify_connection);
+  cr_expect_eq(outcome(ak_http_cfg(cfg)->tls.ctx, TLS1_3_VERSION, NULL, fp, NULL), -1);
+  cr_expect_eq(outcome(ak_http_cfg(cfg)->tls.ctx, TLS1_2_VERSION, &cli, fp, NULL), 1);
   ak_config_free(cfg);
   cr_assert_eq(load(NULL, &cfg, &err, TLS_YAML("    client_ca: %s/ca.pem\n    client_cert: none\n"), tmpdir,
                     tmpdir, tmpdir), 0, "%s", err);
-  cr_assert_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 2);
+  cr_expect_eq(outcome(ak_http_cfg(cfg)->tls.ctx, TLS1_3_VERSION, &cli, fp, &asked), 0);
+  cr_expect_not(asked, "none asks for no certificate");
   ak_config_free(cfg);
 
   /* no client_ca: no client certificates */
@@ -369,8 +574,8 @@ Test(tls_config, files_are_loaded_once) {
   cr_assert_eq(load(env, &cfg, &err, TLS_YAML(""), tmpdir, tmpdir), 0, "%s", err);
   cr_expect_eq(ak_http_cfg(cfg)->tls.port, 9443, "ANKUSA_HTTP_TLS_PORT");
   cr_expect_eq(ak_http_cfg(cfg)->tls.client_cert, AK_TLS_CLIENT_CERT_NONE);
-  cr_expect_null(ak_http_cfg(cfg)->tls.client_ca_pem);
-  cr_expect_eq(ak_tls_mhd_options(&ak_http_cfg(cfg)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 2);
+  cr_expect_eq(outcome(ak_http_cfg(cfg)->tls.ctx, TLS1_3_VERSION, &cli, fp, &asked), 0);
+  cr_expect_not(asked);
   ak_config_free(cfg);
 }
 
@@ -416,6 +621,10 @@ Test(tls_config, errors_name_key_and_path) {
   snprintf(yaml, sizeof yaml, "http:\n  tls:\n    cert: %s/srv.pem\n    key: %s/secretish.key\n", tmpdir, tmpdir);
   snprintf(w1, sizeof w1, "http.tls.key: %s/secretish.key holds no usable PEM private key", tmpdir);
   expect_error(yaml, (const char *[]){w1, NULL}, "SECRETBYTES");
+  snprintf(yaml, sizeof yaml, "http:\n  tls:\n    cert: %s/srv.pem\n    key: %s/encrypted.key\n", tmpdir, tmpdir);
+  snprintf(w1, sizeof w1, "http.tls.key: %s/encrypted.key holds no usable PEM private key (encrypted keys are not "
+           "supported)", tmpdir);
+  expect_error(yaml, (const char *[]){w1, NULL}, "ENCRYPTED");
 
   /* a key that is not the certificate's */
   snprintf(yaml, sizeof yaml, "http:\n  tls:\n    cert: %s/srv.pem\n    key: %s/cli.key\n", tmpdir, tmpdir);
@@ -486,148 +695,333 @@ Test(tls_config, client_cert_sources) {
                NULL);
 }
 
-/* ------------------------------------------------------------ handshakes ---- */
+/* ---------------------------------------------------- the engine (http/tls.h) ---- */
 
-static enum MHD_Result fp_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **pp) {
-  (void)cls, (void)url, (void)method, (void)version, (void)upload;
-  static int first;
-  if (!*pp) {
-    *pp = &first;
-    return MHD_YES;
-  }
-  *upload_size = 0;
+TestSuite(htls, .init = certs_setup, .fini = certs_teardown);
+
+static void fill(uint8_t *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 31u + seed + (i >> 9));
+}
+
+/* Handshake, plaintext both ways (small, then larger than many records), then close_notify
+ * both ways. chunk: bytes moved per step (0 = all). */
+static void echo(int version, size_t chunk) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", NULL, AK_HTLS_CLIENT_NONE);
+  conn_t k;
+  conn_open(&k, ctx, version, NULL);
+  k.chunk = chunk;
+  ak_htls_ctx_unref(ctx);
+  /* written before the handshake: held, then sent first */
+  cr_assert_eq(ak_htls_write(k.s, (const uint8_t *)"early ", 6), AK_HTLS_OK);
+  size_t n = 1;
+  cr_expect_null(ak_htls_peek_out(k.s, &n), "nothing to send before the client says hello");
+  cr_assert(handshake(&k), "%s: handshake (server status %d)", vname(version), k.st);
+  cr_expect_eq(SSL_version(k.c), version);
   uint8_t fp[32];
-  char out[80] = "none";
-  if (ak_tls_peer_cert_sha256(c, fp))
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", fp[i]);
-  struct MHD_Response *r = MHD_create_response_from_buffer(strlen(out), out, MHD_RESPMEM_MUST_COPY);
-  enum MHD_Result ret = MHD_queue_response(c, 200, r);
-  MHD_destroy_response(r);
-  return ret;
+  cr_expect_not(ak_htls_peer_sha256(k.s, fp), "no certificate was asked for");
+
+  cli_write(&k, "hello", 5);
+  uint8_t buf[16];
+  cr_assert_eq(srv_read(&k, buf, sizeof buf), 5);
+  cr_expect_arr_eq(buf, "hello", 5);
+  cr_assert_eq(ak_htls_write(k.s, (const uint8_t *)"world", 5), AK_HTLS_OK);
+  int e;
+  cr_assert_eq(cli_read(&k, buf, sizeof buf, &e), 11, "%s: ssl error %d", vname(version), e);
+  cr_expect_arr_eq(buf, "early world", 11);
+  if (version == TLS1_3_VERSION) {
+    /* a key update the client asks to be answered: the server's answer comes out of a read */
+    cr_assert_eq(SSL_key_update(k.c, SSL_KEY_UPDATE_REQUESTED), 1);
+    cli_write(&k, "new keys", 8);
+    cr_assert_eq(srv_read(&k, buf, sizeof buf), 8);
+    cr_expect_arr_eq(buf, "new keys", 8);
+    cr_assert_eq(ak_htls_write(k.s, (const uint8_t *)"ok", 2), AK_HTLS_OK);
+    cr_assert_eq(cli_read(&k, buf, sizeof buf, &e), 2, "ssl error %d", e);
+    cr_expect_arr_eq(buf, "ok", 2);
+  }
+
+  enum { BIG = 300000 };
+  uint8_t *want = malloc(BIG), *got = malloc(BIG);
+  cr_assert(want && got);
+  fill(want, BIG, 7);
+  cli_write(&k, want, BIG);
+  cr_assert_eq(srv_read(&k, got, BIG), BIG);
+  cr_expect_arr_eq(got, want, BIG);
+  fill(want, BIG, 11);
+  /* the server writes in pieces while its earlier ciphertext is only half sent */
+  for (size_t off = 0; off < BIG; off += 70000) {
+    cr_assert_eq(ak_htls_write(k.s, want + off, BIG - off < 70000 ? BIG - off : 70000), AK_HTLS_OK);
+    size_t avail;
+    const uint8_t *p = ak_htls_peek_out(k.s, &avail);
+    cr_assert(p && avail > 1);
+    cr_assert_eq(BIO_write(k.c_in, p, (int)(avail / 2)), (int)(avail / 2));
+    ak_htls_consume_out(k.s, avail / 2);
+  }
+  memset(got, 0, BIG);
+  cr_assert_eq(cli_read(&k, got, BIG, &e), BIG, "ssl error %d", e);
+  cr_expect_arr_eq(got, want, BIG);
+  free(want);
+  free(got);
+
+  /* close_notify from the server, then from the client */
+  ak_htls_shutdown(k.s);
+  cr_expect_eq(cli_read(&k, buf, sizeof buf, &e), 0);
+  cr_expect_eq(e, SSL_ERROR_ZERO_RETURN, "the client saw close_notify");
+  cr_expect_eq(ak_htls_write(k.s, (const uint8_t *)"x", 1), AK_HTLS_ERROR, "no write after shutdown");
+  cr_expect_eq(SSL_shutdown(k.c), 1);
+  pump(&k);
+  size_t g = 1;
+  cr_expect_eq(ak_htls_read(k.s, buf, sizeof buf, &g), AK_HTLS_CLOSED);
+  cr_expect_eq(g, 0);
+  cr_expect_eq(ak_htls_feed(k.s, NULL, 0), AK_HTLS_CLOSED);
+  conn_close(&k);
 }
 
-static struct MHD_Daemon *start_tls(const char *extra_yaml, ak_config_t **cfgp, int *port) {
+Test(htls, handshake_and_echo_tls12) { echo(TLS1_2_VERSION, 0); }
+Test(htls, handshake_and_echo_tls13) { echo(TLS1_3_VERSION, 0); }
+Test(htls, bytes_trickle_in_and_out) {
+  echo(TLS1_3_VERSION, 7);
+  echo(TLS1_2_VERSION, 1);
+}
+
+Test(htls, tls11_client_refused) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", NULL, AK_HTLS_CLIENT_NONE);
+  conn_t k;
+  conn_open(&k, ctx, TLS1_1_VERSION, NULL);
+  cr_expect_not(handshake(&k));
+  cr_expect_eq(k.st, AK_HTLS_ERROR);
+  cr_expect_not(ak_htls_established(k.s));
+  cr_expect_not(SSL_is_init_finished(k.c));
+  cr_expect_eq(ERR_GET_REASON(k.c_fail), SSL_R_TLSV1_ALERT_PROTOCOL_VERSION, "the client read the server's "
+               "protocol_version alert (%lu)", k.c_fail);
+  cr_expect_eq(ak_htls_feed(k.s, (const uint8_t *)"x", 1), AK_HTLS_ERROR, "the session stays failed");
+  conn_close(&k);
+  ak_htls_ctx_unref(ctx);
+}
+
+Test(htls, chain_is_sent) {
+  /* leaf then intermediate in the cert file: a client that trusts only the root verifies */
+  ak_htls_ctx_t *ctx = server_ctx("chain.pem", "chain.key", NULL, AK_HTLS_CLIENT_NONE);
+  uint8_t fp[32];
+  ak_htls_ctx_cert_sha256(ctx, fp);
+  cr_expect_arr_eq(fp, srv_inter.fp, 32, "the leaf is the first certificate of the file");
+  for (size_t v = 0; v < 2; v++) cr_expect_eq(outcome(ctx, versions[v], NULL, fp, NULL), 0, "%s", vname(versions[v]));
+  ak_htls_ctx_unref(ctx);
+  /* a file holding the certificate and the key serves as both */
+  ctx = server_ctx("combined.pem", "combined.pem", NULL, AK_HTLS_CLIENT_NONE);
+  cr_expect_eq(outcome(ctx, TLS1_3_VERSION, NULL, fp, NULL), 0);
+  ak_htls_ctx_unref(ctx);
+}
+
+Test(htls, client_cert_none_asks_for_nothing) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", "ca.pem", AK_HTLS_CLIENT_NONE);
+  for (size_t v = 0; v < 2; v++) {
+    uint8_t fp[32];
+    bool asked = true;
+    cr_expect_eq(outcome(ctx, versions[v], &cli, fp, &asked), 0, "%s", vname(versions[v]));
+    cr_expect_not(asked, "%s: a certificate was asked for", vname(versions[v]));
+  }
+  ak_htls_ctx_unref(ctx);
+}
+
+Test(htls, request_counts_only_ca_issued_client_certificates) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", "ca.pem", AK_HTLS_CLIENT_REQUEST);
+  for (size_t v = 0; v < 2; v++) {
+    const char *vn = vname(versions[v]);
+    uint8_t fp[32] = {0};
+    bool asked = false;
+    cr_expect_eq(outcome(ctx, versions[v], NULL, fp, &asked), 0, "%s: no certificate: handshake, no pin", vn);
+    cr_expect(asked, "%s: request asks", vn);
+    cr_expect_eq(outcome(ctx, versions[v], &cli, fp, NULL), 1, "%s: a CA-issued certificate counts", vn);
+    cr_expect_arr_eq(fp, cli.fp, 32, "%s: SHA-256 of the certificate's DER", vn);
+    cr_expect_eq(outcome(ctx, versions[v], &self_signed, fp, NULL), 0, "%s: self-signed counts as none", vn);
+    cr_expect_eq(outcome(ctx, versions[v], &cli_server_eku, fp, NULL), 0, "%s: serverAuth-only counts as none", vn);
+    cr_expect_eq(outcome(ctx, versions[v], &cli_inter, fp, NULL), 0, "%s: the intermediate is not in client_ca", vn);
+  }
+  ak_htls_ctx_unref(ctx);
+  /* every certificate of client_ca is an anchor: a bundle of the intermediate alone */
+  ctx = server_ctx("srv.pem", "srv.key", "inter.pem", AK_HTLS_CLIENT_REQUEST);
+  uint8_t fp[32];
+  cr_expect_eq(outcome(ctx, TLS1_3_VERSION, &cli_inter, fp, NULL), 1);
+  cr_expect_arr_eq(fp, cli_inter.fp, 32);
+  cr_expect_eq(outcome(ctx, TLS1_3_VERSION, &cli, fp, NULL), 0, "issued by the root, which is not in the bundle");
+  ak_htls_ctx_unref(ctx);
+}
+
+Test(htls, require_refuses_without_a_ca_issued_client_certificate) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", "ca.pem", AK_HTLS_CLIENT_REQUIRE);
+  for (size_t v = 0; v < 2; v++) {
+    const char *vn = vname(versions[v]);
+    uint8_t fp[32] = {0};
+    cr_expect_eq(outcome(ctx, versions[v], &cli, fp, NULL), 1, "%s: a CA-issued certificate", vn);
+    cr_expect_arr_eq(fp, cli.fp, 32, "%s", vn);
+    cr_expect_eq(outcome(ctx, versions[v], NULL, fp, NULL), -1, "%s: no certificate got through", vn);
+    cr_expect_eq(outcome(ctx, versions[v], &self_signed, fp, NULL), -1, "%s: self-signed got through", vn);
+    cr_expect_eq(outcome(ctx, versions[v], &cli_server_eku, fp, NULL), -1, "%s: serverAuth-only got through", vn);
+  }
+  ak_htls_ctx_unref(ctx);
+}
+
+Test(htls, no_certificate_before_the_handshake) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", "ca.pem", AK_HTLS_CLIENT_REQUEST);
+  ak_htls_t *t = ak_htls_new(ctx);
+  ak_htls_ctx_unref(ctx);
+  cr_assert(t);
+  uint8_t fp[32], buf[8];
+  size_t got = 1;
+  cr_expect_not(ak_htls_established(t));
+  cr_expect_not(ak_htls_peer_sha256(t, fp));
+  cr_expect_eq(ak_htls_read(t, buf, sizeof buf, &got), AK_HTLS_OK);
+  cr_expect_eq(got, 0);
+  ak_htls_shutdown(t); /* nothing to close yet: nothing to send */
+  size_t n = 1;
+  cr_expect_null(ak_htls_peek_out(t, &n));
+  /* not TLS at all */
+  cr_expect_eq(ak_htls_feed(t, (const uint8_t *)"GET / HTTP/1.1\r\n\r\n", 18), AK_HTLS_ERROR);
+  ak_htls_free(t);
+}
+
+static void put(const char *name, const char *text) { write_file(name, text); }
+
+Test(htls, reload_picks_up_new_files_and_keeps_the_old_on_error) {
+  put("r.pem", srv.cert_pem);
+  put("r.key", srv.key_pem);
+  ak_htls_ctx_t *old = server_ctx("r.pem", "r.key", "ca.pem", AK_HTLS_CLIENT_REQUIRE);
+  uint8_t fp[32];
+  ak_htls_ctx_cert_sha256(old, fp);
+  cr_expect_arr_eq(fp, srv.fp, 32);
+
+  ident_t srv2 = make_ident("127.0.0.1", &ca, false, EKU_SERVER);
+  put("r.pem", srv2.cert_pem);
+  put("r.key", srv2.key_pem);
   char *err = NULL;
-  cr_assert_eq(load(NULL, cfgp, &err, TLS_YAML("    port: 0\n%s"), tmpdir, tmpdir, extra_yaml), 0, "%s", err);
-  struct MHD_OptionItem o[AK_TLS_MHD_OPTIONS_MAX];
-  cr_assert_gt(ak_tls_mhd_options(&ak_http_cfg(*cfgp)->tls, o, AK_TLS_MHD_OPTIONS_MAX), 0);
-  struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TLS, 0,
-                                          NULL, NULL, fp_handler, NULL, MHD_OPTION_ARRAY, o,
-                                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
-  cr_assert(d, "MHD TLS daemon did not start");
-  *port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
-  return d;
+  ak_htls_ctx_t *now = ak_htls_ctx_reload(old, &err);
+  cr_assert(now, "%s", err);
+  ak_htls_ctx_cert_sha256(now, fp);
+  cr_expect_arr_eq(fp, srv2.fp, 32, "the new certificate is served");
+  /* same paths and mode: still require, still client_ca */
+  cr_expect_eq(outcome(now, TLS1_3_VERSION, NULL, fp, NULL), -1);
+  cr_expect_eq(outcome(now, TLS1_3_VERSION, &cli, fp, NULL), 1);
+  conn_t k;
+  conn_open(&k, now, TLS1_2_VERSION, &cli);
+  cr_assert(handshake(&k));
+  cr_expect_eq(X509_cmp(SSL_get0_peer_certificate(k.c), srv2.crt), 0, "the client got the new certificate");
+  conn_close(&k);
+
+  /* a key that is not the certificate's: refused, named, the serving context untouched */
+  put("r.key", cli.key_pem);
+  cr_expect_null(ak_htls_ctx_reload(now, &err));
+  char want[512];
+  snprintf(want, sizeof want, "http.tls.key: %s/r.key does not match the certificate in %s/r.pem", tmpdir, tmpdir);
+  cr_expect(err && strstr(err, want), "got \"%s\"", err);
+  cr_expect(err && !strstr(err, "PRIVATE"), "%s", err);
+  free(err);
+  put("r.key", "-----BEGIN PRIVATE KEY-----\nSECRETBYTESxyz\n-----END PRIVATE KEY-----\n");
+  cr_expect_null(ak_htls_ctx_reload(now, &err));
+  cr_expect(err && strstr(err, "http.tls.key: ") && strstr(err, "/r.key holds no usable PEM private key"), "%s", err);
+  cr_expect(err && !strstr(err, "SECRETBYTES"), "%s", err);
+  free(err);
+  unlink(strcat(strcpy(want, tmpdir), "/r.pem"));
+  cr_expect_null(ak_htls_ctx_reload(now, &err));
+  cr_expect(err && strstr(err, "http.tls.cert: cannot read ") && strstr(err, "r.pem: No such file or directory"),
+            "%s", err);
+  free(err);
+  cr_expect_eq(outcome(now, TLS1_3_VERSION, &cli, fp, NULL), 1, "the last good context keeps serving");
+  cr_expect_eq(outcome(old, TLS1_3_VERSION, &cli, fp, NULL), 1, "and so does the one before");
+  ak_htls_ctx_unref(old);
+  ak_htls_ctx_unref(now);
+  ident_free(&srv2);
 }
 
-/* GET / over TLS with an optional client certificate. The body (the fingerprint, or
- * "none") into out and 0; -1 when the server refused (in the handshake, or, on TLS 1.3,
- * with an alert on the first read). */
-static int tls_get(int port, const ident_t *client, const char *prio, char *out, size_t outlen) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  struct timeval tv = {.tv_sec = 5};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  gnutls_certificate_credentials_t cred;
-  gnutls_certificate_allocate_credentials(&cred);
-  if (client) {
-    gnutls_datum_t c = {(unsigned char *)client->cert_pem, (unsigned)strlen(client->cert_pem)};
-    gnutls_datum_t k = {(unsigned char *)client->key_pem, (unsigned)strlen(client->key_pem)};
-    cr_assert_geq(gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM), 0);
-  }
-  gnutls_session_t s;
-  gnutls_init(&s, GNUTLS_CLIENT);
-  cr_assert_geq(gnutls_priority_set_direct(s, prio, NULL), 0);
-  gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred);
-  gnutls_transport_set_int(s, fd);
-  gnutls_handshake_set_timeout(s, 5000);
-  int rc;
-  do rc = gnutls_handshake(s);
-  while (rc < 0 && !gnutls_error_is_fatal(rc));
-  int result = -1;
-  if (rc >= 0) {
-    const char req[] = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    gnutls_record_send(s, req, sizeof req - 1);
-    char buf[4096];
-    size_t n = 0;
-    ssize_t got;
-    while (n < sizeof buf - 1 && ((got = gnutls_record_recv(s, buf + n, sizeof buf - 1 - n)) > 0 ||
-                                   got == GNUTLS_E_AGAIN || got == GNUTLS_E_INTERRUPTED))
-      if (got > 0) n += (size_t)got;
-    buf[n] = '\0';
-    char *body = strstr(buf, "\r\n\r\n");
-    if (!strncmp(buf, "HTTP/1.1 200", 12) && body) {
-      snprintf(out, outlen, "%s", body + 4);
-      result = 0;
+Test(htls, a_session_holds_its_context) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", "ca.pem", AK_HTLS_CLIENT_REQUEST);
+  cr_assert_eq(ak_htls_ctx_ref(ctx), ctx);
+  conn_t k, k2;
+  conn_open(&k, ctx, TLS1_3_VERSION, &cli);
+  conn_open(&k2, ctx, TLS1_2_VERSION, NULL);
+  ak_htls_ctx_unref(ctx);
+  ak_htls_ctx_unref(ctx); /* the server's references are gone; the sessions hold theirs */
+  cr_assert(handshake(&k));
+  cr_assert(handshake(&k2));
+  conn_close(&k2);
+  uint8_t fp[32];
+  cr_expect(ak_htls_peer_sha256(k.s, fp));
+  cr_expect_arr_eq(fp, cli.fp, 32);
+  cli_write(&k, "still here", 10);
+  uint8_t buf[16];
+  cr_expect_eq(srv_read(&k, buf, sizeof buf), 10);
+  cr_expect_arr_eq(buf, "still here", 10);
+  conn_close(&k); /* the last reference: the context goes with it (ASan checks) */
+}
+
+Test(htls, errors_use_the_key_prefix) {
+  char c[256], kp[256], ca_p[256], bad[256], enc[256];
+  snprintf(c, sizeof c, "%s/srv.pem", tmpdir);
+  snprintf(kp, sizeof kp, "%s/srv.key", tmpdir);
+  snprintf(ca_p, sizeof ca_p, "%s/empty.pem", tmpdir);
+  snprintf(bad, sizeof bad, "%s/secretish.key", tmpdir);
+  snprintf(enc, sizeof enc, "%s/encrypted.key", tmpdir);
+  char *err = NULL;
+  ak_htls_files_t f = {.cert = c, .key = kp, .client_ca = NULL, .client_cert = AK_HTLS_CLIENT_REQUEST,
+                       .key_prefix = "admin.tls"};
+  cr_expect_null(ak_htls_ctx_new(&f, &err));
+  cr_expect(err && strstr(err, "admin.tls.client_cert: \"request\" needs admin.tls.client_ca"), "%s", err);
+  free(err);
+  f.client_ca = ca_p;
+  f.key = bad;
+  cr_expect_null(ak_htls_ctx_new(&f, &err));
+  char want[1024];
+  snprintf(want, sizeof want, "admin.tls.key: %s holds no usable PEM private key\n"
+                              "admin.tls.client_ca: %s holds no PEM certificate (none found)", bad, ca_p);
+  cr_expect_str_eq(err, want);
+  cr_expect(err && !strstr(err, "SECRETBYTES"), "%s", err);
+  cr_expect_eq(err ? (int)(strchr(err, '\n') != NULL) : 0, 1, "one line per problem: %s", err);
+  free(err);
+  f = (ak_htls_files_t){.cert = c, .key = enc, .key_prefix = "admin.tls"};
+  cr_expect_null(ak_htls_ctx_new(&f, &err), "an encrypted key is never decrypted (no prompt, no pass phrase)");
+  snprintf(want, sizeof want, "admin.tls.key: %s holds no usable PEM private key (encrypted keys are not supported)",
+           enc);
+  cr_expect_str_eq(err, want);
+  free(err);
+  f = (ak_htls_files_t){.cert = NULL, .key = "", .key_prefix = NULL};
+  cr_expect_null(ak_htls_ctx_new(&f, &err));
+  cr_expect_str_eq(err, "tls.cert: not set\ntls.key: not set");
+  free(err);
+}
+
+/* A resumed session (ticket) reports what the full handshake verified, and only that. */
+Test(htls, resumed_sessions_keep_what_was_verified) {
+  ak_htls_ctx_t *ctx = server_ctx("srv.pem", "srv.key", "ca.pem", AK_HTLS_CLIENT_REQUEST);
+  const ident_t *ids[] = {&cli, &self_signed};
+  for (size_t v = 0; v < 2; v++)
+    for (size_t i = 0; i < 2; i++) {
+      const char *vn = vname(versions[v]);
+      conn_t k;
+      conn_open(&k, ctx, versions[v], ids[i]);
+      cr_assert(handshake(&k), "%s", vn);
+      cli_write(&k, "a", 1);
+      uint8_t buf[4];
+      cr_assert_eq(srv_read(&k, buf, sizeof buf), 1);
+      cr_assert_eq(ak_htls_write(k.s, (const uint8_t *)"b", 1), AK_HTLS_OK);
+      int e;
+      cr_assert_eq(cli_read(&k, buf, sizeof buf, &e), 1); /* TLS 1.3: the tickets come with it */
+      SSL_SESSION *sess = SSL_get1_session(k.c);
+      cr_assert(sess && SSL_SESSION_is_resumable(sess), "%s: no ticket", vn);
+      SSL_shutdown(k.c); /* freed without it, the client would mark its session not resumable */
+      conn_close(&k);
+
+      conn_open(&k, ctx, versions[v], ids[i]);
+      cr_assert(SSL_set_session(k.c, sess));
+      SSL_SESSION_free(sess);
+      cr_assert(handshake(&k), "%s: resumption", vn);
+      cr_expect(SSL_session_reused(k.c), "%s: the session was resumed", vn);
+      uint8_t fp[32];
+      if (ids[i] == &cli) {
+        cr_expect(ak_htls_peer_sha256(k.s, fp), "%s: the verified certificate still counts", vn);
+        cr_expect_arr_eq(fp, cli.fp, 32, "%s", vn);
+      } else {
+        cr_expect_not(ak_htls_peer_sha256(k.s, fp), "%s: an unverified one still does not", vn);
+      }
+      conn_close(&k);
     }
-  }
-  gnutls_bye(s, GNUTLS_SHUT_RDWR);
-  gnutls_deinit(s);
-  gnutls_certificate_free_credentials(cred);
-  close(fd);
-  return result;
-}
-
-static void hex(const uint8_t fp[32], char out[65]) {
-  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", fp[i]);
-}
-
-static const char *const protos[] = {"NORMAL:-VERS-ALL:+VERS-TLS1.2", "NORMAL:-VERS-ALL:+VERS-TLS1.3"};
-
-Test(tls_config, request_mode_fingerprints_only_verified_certificates) {
-  ak_config_t *cfg;
-  int port;
-  char ca_yaml[256];
-  snprintf(ca_yaml, sizeof ca_yaml, "    client_ca: %s/ca.pem\n", tmpdir);
-  struct MHD_Daemon *d = start_tls(ca_yaml, &cfg, &port);
-  char want[65], got[128];
-  hex(cli.fp, want);
-  for (size_t p = 0; p < 2; p++) {
-    cr_assert_eq(tls_get(port, &cli, protos[p], got, sizeof got), 0, "%s: CA-issued cert refused", protos[p]);
-    cr_expect_str_eq(got, want, "%s", protos[p]);
-    cr_assert_eq(tls_get(port, NULL, protos[p], got, sizeof got), 0, "%s: request mode must not refuse", protos[p]);
-    cr_expect_str_eq(got, "none", "%s: no certificate", protos[p]);
-    cr_assert_eq(tls_get(port, &self_signed, protos[p], got, sizeof got), 0, "%s", protos[p]);
-    cr_expect_str_eq(got, "none", "%s: a self-signed certificate counts as none", protos[p]);
-    cr_assert_eq(tls_get(port, &cli_server_eku, protos[p], got, sizeof got), 0, "%s", protos[p]);
-    cr_expect_str_eq(got, "none", "%s: a certificate not for client auth counts as none", protos[p]);
-  }
-  MHD_stop_daemon(d);
-  ak_config_free(cfg);
-}
-
-Test(tls_config, require_mode_refuses_in_the_handshake) {
-  ak_config_t *cfg;
-  int port;
-  char ca_yaml[256];
-  snprintf(ca_yaml, sizeof ca_yaml, "    client_ca: %s/ca.pem\n    client_cert: require\n", tmpdir);
-  struct MHD_Daemon *d = start_tls(ca_yaml, &cfg, &port);
-  char want[65], got[128];
-  hex(cli.fp, want);
-  for (size_t p = 0; p < 2; p++) {
-    cr_assert_eq(tls_get(port, &cli, protos[p], got, sizeof got), 0, "%s: CA-issued cert refused", protos[p]);
-    cr_expect_str_eq(got, want, "%s", protos[p]);
-    cr_expect_eq(tls_get(port, NULL, protos[p], got, sizeof got), -1, "%s: no certificate got through", protos[p]);
-    cr_expect_eq(tls_get(port, &self_signed, protos[p], got, sizeof got), -1, "%s: self-signed got through",
-                 protos[p]);
-  }
-  MHD_stop_daemon(d);
-  ak_config_free(cfg);
-}
-
-Test(tls_config, no_client_ca_asks_for_nothing) {
-  ak_config_t *cfg;
-  int port;
-  struct MHD_Daemon *d = start_tls("", &cfg, &port);
-  char got[128];
-  cr_assert_eq(tls_get(port, &cli, protos[1], got, sizeof got), 0);
-  cr_expect_str_eq(got, "none", "a certificate never asked for is never read");
-  MHD_stop_daemon(d);
-  ak_config_free(cfg);
-}
-
-Test(tls_config, plain_connection_has_no_certificate) {
-  cr_expect_not(ak_tls_peer_cert_sha256(NULL, (uint8_t[32]){0}));
+  ak_htls_ctx_unref(ctx);
 }

@@ -430,20 +430,21 @@ def assert_refusal(r_or_ex, status, code, how=None):
     {"error": code, ...} (a 400 also carries a "detail" string), Content-Type
     application/json, Connection: close, then an orderly close (EOF, not a reset).
     Accepts an Exchange (checks the close and that nothing else came back) or a Resp;
-    code may be a set of acceptable codes. Returns the JSON body."""
+    status and code may be sets of acceptable values. Returns the JSON body."""
     if isinstance(r_or_ex, Exchange):
         r = r_or_ex.only()
         assert r_or_ex.how == "eof", (f"{status} answer not followed by an orderly close "
                                       f"(got {r_or_ex.how!r}): {r_or_ex!r}")
     else:
         r = r_or_ex
-    assert r.status == status, f"expected {status} {code}, got {r!r}"
+    statuses = status if isinstance(status, (set, frozenset, tuple, list)) else {status}
+    assert r.status in statuses, f"expected {status} {code}, got {r!r}"
     ct = r.headers.get("content-type", "")
     assert ct.split(";")[0].strip().lower() == "application/json", f"Content-Type {ct!r}: {r!r}"
     j = r.json
     codes = code if isinstance(code, (set, frozenset, tuple, list)) else {code}
     assert isinstance(j, dict) and j.get("error") in codes, f"expected error {code!r}: {j!r}"
-    if status == 400 and j.get("error") == "bad_request":
+    if r.status == 400 and j.get("error") == "bad_request":
         assert isinstance(j.get("detail"), str) and j["detail"], f"400 bad_request without a detail: {j!r}"
     conn = r.headers.get("connection", "").lower()
     assert "close" in [t.strip() for t in conn.split(",")], f"refusal without Connection: close: {r!r}"

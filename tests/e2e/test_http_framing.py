@@ -119,9 +119,9 @@ CASES = [
         505, "http_version_not_supported"),
     RAW("http-3.0", b"POST /webhooks/demo HTTP/3.0\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde",
         505, "http_version_not_supported"),
-    RAW("http-0.9-get", b"GET /health\r\n", 400, VERSION),
-    RAW("http-0.9-post", b"POST /webhooks/demo\r\n", 400, VERSION),
-    RAW("h2-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400, VERSION),
+    RAW("http-0.9-get", b"GET /health\r\n", {400, 505}, VERSION),
+    RAW("http-0.9-post", b"POST /webhooks/demo\r\n", {400, 505}, VERSION),
+    RAW("h2-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", {400, 505}, VERSION),
     # request targets
     RAW("abs-one-slash", b"POST http:/webhooks/demo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde"),
     RAW("abs-bad-scheme", b"POST ht$tp://x/webhooks/demo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde"),

@@ -295,26 +295,41 @@ class Fuzzer:
             sock.close()
 
     def reused(self, ctx):
-        """One valid request on a pooled keep-alive connection (a new one when the pool is
-        short); its answer, when it comes, is 201."""
+        """A request on a pooled keep-alive connection that has seen only valid requests (a
+        new one when the pool is short). Mostly a valid one: its answer, when it comes, is
+        201. Sometimes a generated one: a framing error is refused (never a 2xx) and the
+        connection closed; the connection then leaves the pool."""
         rnd = self.rnd
         if len(self.pool) < 4 or rnd.random() < 0.1:
             self.pool.append(raw_connect(self.node.http_port, timeout=10.0 * SLOW))
         sock = rnd.choice(self.pool)
-        k, data, sha = self.item_valid()
+        kind, data, sha = self.item() if rnd.random() < 0.25 else self.item_valid()
         if not self.send(sock, data):
             self.drop(sock)
             return
-        resps, rest, how = read_responses(sock, 1, timeout=10.0 * SLOW)
-        if not resps:
-            assert how in ("eof", "reset"), f"{ctx}: no answer on a reused connection ({how})"
-            self.bump("reused-closed")
-            self.drop(sock)
+        if kind == "valid":
+            resps, rest, how = read_responses(sock, 1, timeout=10.0 * SLOW)
+            if not resps:
+                assert how in ("eof", "reset"), f"{ctx}: no answer on a reused connection ({how})"
+                self.bump("reused-closed")
+                self.drop(sock)
+                return
+            assert rest == b"", f"{ctx}: bytes after the answer: {rest[:200]!r}"
+            self.check([(kind, data, sha)], resps, ctx)
+            if resps[0].headers.get("connection", "").lower() == "close":
+                self.drop(sock)
             return
-        assert rest == b"", f"{ctx}: bytes after the answer: {rest[:200]!r}"
-        self.check([(k, data, sha)], resps, ctx)
-        if resps[0].headers.get("connection", "").lower() == "close":
-            self.drop(sock)
+        if kind.startswith("invalid:"):
+            got, how = read_until_close(sock, 5.0 * SLOW)
+            resps, rest = parse_responses(got)
+            assert how != "timeout", f"{ctx}: reused connection left open after {kind}: {resps!r}"
+            if resps:
+                self.check([(kind, data, sha)], resps, ctx)
+            else:
+                self.bump("reused-closed")
+        else:
+            read_until_close(sock, 0.05)
+        self.drop(sock)
 
     def item_valid(self):
         r = Req(self.rnd)

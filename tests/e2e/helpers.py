@@ -172,10 +172,11 @@ def admin_json(node, method, path, body=None):
 
 
 class RawConn:
-    """A raw TCP connection that can read HTTP/1.1 responses one at a time (keep-alive)."""
+    """A raw TCP connection that can read HTTP/1.1 responses one at a time (keep-alive).
+    bind: a local (address, port) to connect from (e.g. ("127.0.0.2", 0))."""
 
-    def __init__(self, port, timeout=10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port, timeout=10.0, host="127.0.0.1", bind=None):
+        self.sock = raw_connect(port, host=host, bind=bind, timeout=timeout)
         self.buf = b""
 
     def send(self, data):
@@ -215,6 +216,13 @@ class RawConn:
         except socket.timeout:
             return False
 
+    def read_until_close(self, timeout=5.0):
+        """(bytes not yet consumed + everything until the server closes, how) with how
+        "eof" | "reset" | "timeout" (see read_until_close())."""
+        data, how = read_until_close(self.sock, timeout)
+        data, self.buf = self.buf + data, b""
+        return data, how
+
     def close(self):
         try:
             self.sock.close()
@@ -232,6 +240,242 @@ def raw_request(port, data, timeout=10.0):
     with RawConn(port, timeout) as c:
         c.send(data)
         return c.read_response()
+
+
+# --------------------------------------------------------------------------- raw HTTP/1.1 bytes
+# For the framing, limits, drain and fuzz tests: put exact bytes on the wire, read until the
+# server closes, parse whatever answers came back, and tell a clean close from a reset.
+
+def raw_connect(port, host="127.0.0.1", bind=None, timeout=10.0):
+    """A connected TCP socket (IPv6 when host contains ':'), optionally bound first to
+    bind = (local address, local port)."""
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        if bind is not None:
+            s.bind(bind)
+        s.connect((host, port))
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def read_until_close(sock, timeout=5.0):
+    """Read until the peer closes or `timeout` seconds (in all) have passed. Returns
+    (data, how): how is "eof" (recv returned b'': an orderly close, FIN), "reset" (the
+    connection was reset: ECONNRESET/EPIPE, what a client sees when a server closes with
+    unread bytes and no lingering close) or "timeout" (still open)."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return data, "timeout"
+        sock.settimeout(left)
+        try:
+            d = sock.recv(65536)
+        except socket.timeout:
+            return data, "timeout"
+        except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+            return data, "reset"
+        if not d:
+            return data, "eof"
+        data += d
+
+
+def read_responses(sock, n, timeout=5.0, buf=b""):
+    """Read until n complete responses are parsed (or the peer closes / timeout).
+    Returns (responses, rest, how) with how None when n responses arrived."""
+    deadline = time.monotonic() + timeout
+    data = buf
+    while True:
+        resps, rest = parse_responses(data)
+        if len(resps) >= n:
+            return resps, rest, None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return resps, rest, "timeout"
+        sock.settimeout(left)
+        try:
+            d = sock.recv(65536)
+        except socket.timeout:
+            return resps, rest, "timeout"
+        except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+            return resps, rest, "reset"
+        if not d:
+            return resps, rest, "eof"
+        data += d
+
+
+class RawResp(Resp):
+    """One parsed response: status, headers (lower-case names, last wins), body, plus
+    version ("HTTP/1.1"), reason and header_list [(name, value)] as sent."""
+
+    def __init__(self, version, status, reason, header_list, body):
+        super().__init__(status, {k.lower(): v for k, v in header_list}, body)
+        self.version, self.reason, self.header_list = version, reason, header_list
+
+    def __repr__(self):
+        return f"<RawResp {self.version} {self.status} {self.headers!r} {self.body[:200]!r}>"
+
+
+_STATUS_RE = re.compile(rb"^(HTTP/\d\.\d) (\d{3})(?: (.*))?$")
+
+
+def parse_responses(data, head=False):
+    """Parse as many complete HTTP/1.x responses as `data` holds, in order. Returns
+    (responses, rest): rest is what follows the last complete response (an incomplete
+    one, or bytes that are not a response at all). head=True: the requests were HEAD
+    (no body on any response). 1xx, 204 and 304 have no body; otherwise the body is
+    framed by Content-Length or chunked; a response with neither runs to the end."""
+    out = []
+    while data:
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            break
+        lines = data[:end].split(b"\r\n")
+        m = _STATUS_RE.match(lines[0])
+        if not m:
+            break
+        hl = []
+        for ln in lines[1:]:
+            k, sep, v = ln.partition(b":")
+            if not sep:
+                return out, data
+            hl.append((k.decode("latin-1").strip(), v.decode("latin-1").strip()))
+        r = RawResp(m.group(1).decode(), int(m.group(2)), (m.group(3) or b"").decode("latin-1"), hl, b"")
+        pos = end + 4
+        if head or 100 <= r.status < 200 or r.status in (204, 304):
+            pass
+        elif "chunked" in r.headers.get("transfer-encoding", "").lower():
+            body = b""
+            while True:
+                le = data.find(b"\r\n", pos)
+                if le < 0:
+                    return out, data
+                size = int(data[pos:le].split(b";")[0].strip() or b"0", 16)
+                pos = le + 2
+                if size == 0:
+                    te = data.find(b"\r\n\r\n", pos - 2)
+                    if te < 0:
+                        return out, data
+                    pos = te + 4
+                    break
+                if len(data) < pos + size + 2:
+                    return out, data
+                body += data[pos:pos + size]
+                pos += size + 2
+            r.body = body
+        elif "content-length" in r.headers:
+            n = int(r.headers["content-length"])
+            if len(data) < pos + n:
+                break
+            r.body = data[pos:pos + n]
+            pos += n
+        else:
+            r.body = data[pos:]
+            pos = len(data)
+        out.append(r)
+        data = data[pos:]
+    return out, data
+
+
+class Exchange:
+    """What came back for the bytes sent on one fresh connection (see exchange())."""
+
+    def __init__(self, sent, data, how, elapsed):
+        self.sent, self.data, self.how, self.elapsed = sent, data, how, elapsed
+        self.responses, self.rest = parse_responses(data)
+
+    def only(self):
+        """The one and only response (asserts exactly one came back, nothing after it)."""
+        assert len(self.responses) == 1 and self.rest == b"", (
+            f"expected exactly one answer, got {len(self.responses)}: {self.responses!r} "
+            f"(unparsed after them: {self.rest[:300]!r}; close: {self.how})\nsent: {self.sent[:400]!r}")
+        return self.responses[0]
+
+    def __repr__(self):
+        return f"<Exchange {self.how} after {self.elapsed:.2f}s: {self.responses!r} rest={self.rest[:200]!r}>"
+
+
+def exchange(port, data, timeout=5.0, host="127.0.0.1", bind=None, pause=None):
+    """Open a fresh connection, send `data` (bytes, or a list of bytes sent as separate
+    writes `pause` seconds apart), read until the server closes or `timeout`. Never
+    half-closes: a server that waits for more bytes shows up as how == "timeout"."""
+    parts = data if isinstance(data, list) else [data]
+    sock = raw_connect(port, host=host, bind=bind, timeout=timeout)
+    t0 = time.monotonic()
+    try:
+        early, how = b"", None
+        for i, p in enumerate(parts):
+            if i and pause:
+                time.sleep(pause)
+            try:
+                sock.sendall(p)
+            except (ConnectionResetError, BrokenPipeError):
+                # the server reset the connection before all was written (a clean close
+                # with lingering would have kept reading); what it answered is still read
+                early, how = b"", "reset"
+                break
+        rest, how2 = read_until_close(sock, timeout)
+        return Exchange(b"".join(parts), early + rest, how or how2, time.monotonic() - t0)
+    finally:
+        sock.close()
+
+
+def assert_refusal(r_or_ex, status, code, how=None):
+    """A refusal made by the HTTP layer: exactly one answer with this status, JSON
+    {"error": code, ...} (a 400 also carries a "detail" string), Content-Type
+    application/json, Connection: close, then an orderly close (EOF, not a reset).
+    Accepts an Exchange (checks the close and that nothing else came back) or a Resp;
+    status and code may be sets of acceptable values. Returns the JSON body."""
+    if isinstance(r_or_ex, Exchange):
+        r = r_or_ex.only()
+        assert r_or_ex.how == "eof", (f"{status} answer not followed by an orderly close "
+                                      f"(got {r_or_ex.how!r}): {r_or_ex!r}")
+    else:
+        r = r_or_ex
+    statuses = status if isinstance(status, (set, frozenset, tuple, list)) else {status}
+    assert r.status in statuses, f"expected {status} {code}, got {r!r}"
+    ct = r.headers.get("content-type", "")
+    assert ct.split(";")[0].strip().lower() == "application/json", f"Content-Type {ct!r}: {r!r}"
+    j = r.json
+    codes = code if isinstance(code, (set, frozenset, tuple, list)) else {code}
+    assert isinstance(j, dict) and j.get("error") in codes, f"expected error {code!r}: {j!r}"
+    if r.status == 400 and j.get("error") == "bad_request":
+        assert isinstance(j.get("detail"), str) and j["detail"], f"400 bad_request without a detail: {j!r}"
+    conn = r.headers.get("connection", "").lower()
+    assert "close" in [t.strip() for t in conn.split(",")], f"refusal without Connection: close: {r!r}"
+    if how is not None:
+        assert how == "eof", f"refusal not followed by an orderly close: {how}"
+    return j
+
+
+def check_stopped(server):
+    """SIGTERM a node (if running) and list what is wrong: an exit code other than 0, a
+    sanitizer report in its log (what the ankusa fixture checks at teardown, for nodes a
+    module shares)."""
+    problems = []
+    was_running = server.running()
+    rc = server.stop()
+    if was_running and rc != 0:
+        problems.append(f"{server.name}: exit code {rc!r} after SIGTERM (expected 0)\n{server.log_tail(40)}")
+    if any(m in server.log_text() for m in SANITIZER_MARKERS):
+        problems.append(f"{server.name}: sanitizer report in stderr\n{server.log_tail(120)}")
+    return problems
+
+
+def stored_hooks(node):
+    """How many hooks the node holds (ankusa_store_hooks through the admin /metrics)."""
+    return node.metrics().value("ankusa_store_hooks", instance="default")
+
+
+def post_bytes(path, body, extra=b"", version=b"HTTP/1.1", host=b"x"):
+    """A complete POST with Content-Length (bytes); extra: header lines, each ending CRLF."""
+    return (b"POST " + path.encode() + b" " + version + b"\r\nHost: " + host + b"\r\n" + extra +
+            b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
 
 def chunked(body, size=4096):
@@ -285,6 +529,7 @@ def base_config(data_dir, http_port, admin_port):
         "log": {"level": "info"},
         "http": {"port": http_port, "max_body_bytes": 8000000, "routing": "path", "prefix": "/webhooks"},
         "admin": {"enabled": True, "ip": "127.0.0.1", "port": admin_port},
+        "listener": {"drain_delay_ms": 0},  # SIGTERM in teardown: no load balancer to wait for
         "batcher": {"max_batch": 256, "max_delay_ms": 0, "max_queue": 10000, "max_queue_bytes": 268435456},
         "sources": {
             "demo": {"sinks": [{"type": "log"}]},

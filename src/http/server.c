@@ -504,10 +504,12 @@ static void service(conn_t *c) {
 static void op_resume(ak_hconn_t *h) {
   conn_t *c = (conn_t *)(void *)h;
   loop_t *L = c->L;
+  /* The wake-up is sent under the lock: the loop cannot take this resume, answer it, and
+   * (in a stop) end and be freed while this thread still touches L->async. */
   pthread_mutex_lock(&L->mu);
   if (!ak_list_linked(&c->resume_node)) ak_list_insert_tail(&L->resumes, &c->resume_node);
-  pthread_mutex_unlock(&L->mu);
   uv_async_send(&L->async);
+  pthread_mutex_unlock(&L->mu);
 }
 
 static bool op_peer_sha256(const ak_hconn_t *h, uint8_t out[32]) {

@@ -57,16 +57,15 @@ static unsigned hex_val(uint8_t c) { return c <= '9' ? (unsigned)(c - '0') : (un
 
 static int fail(hp_t *h, const char *why) {
   if (!h->err) h->err = why;
-  http_parser_pause(&h->p, 1);
+  if (HTTP_PARSER_ERRNO(&h->p) == HPE_OK) http_parser_pause(&h->p, 1); /* (it refuses to pause an error) */
   return 0;
 }
 
 /* Checks framing bytes [from, to). false (and err set) on the first wrong byte. */
 static bool check_framing(hp_t *h, const uint8_t *from, const uint8_t *to) {
-  h->run += (size_t)(to - from);
-  if (h->run > h->max_run) return fail(h, "chunk framing too long"), false;
   for (const uint8_t *q = from; q < to; q++) {
     uint8_t c = *q;
+    if (++h->run > h->max_run) return fail(h, "chunk framing too long"), false; /* per byte: split-proof */
     switch (h->cs) {
     case C_SIZE0:
       if (!is_hex(c)) return fail(h, "bad chunk size"), false;
@@ -289,6 +288,11 @@ size_t ak_hparse_feed(ak_hparse_t *hp, const uint8_t *data, size_t n) {
   enum http_errno e = HTTP_PARSER_ERRNO(&h->p);
   if (h->err) return got;
   if (e != HPE_OK && e != HPE_PAUSED) {
+    /* The library (built lenient) may stop bytes after the first wrong one, or at it;
+     * the checker reads up to and including the byte it stopped at, so the reason names
+     * the first wrong byte whatever the cuts between feeds. */
+    const uint8_t *upto = data + (got < n ? got + 1 : got);
+    if (h->chunked && !head_feed && h->scan <= upto && !check_framing(h, h->scan, upto)) return got;
     h->err = reason(h, e);
     h->err_method = e == HPE_INVALID_METHOD;
     return got;

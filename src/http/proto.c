@@ -347,6 +347,7 @@ static int head_partial(ak_hconn_t *c, const uint8_t *p, size_t len) {
 
 /* Scans what arrived of the head. 0 more needed, 1 complete (hs_len bytes), -1 refused. */
 static int scan_head(ak_hconn_t *c) {
+  if (!c->in) return 0;
   const uint8_t *b = c->in + c->in_off;
   size_t n = c->in_len - c->in_off;
   if (!c->hs_started) {
@@ -732,7 +733,7 @@ void ak_hconn_eof(ak_hconn_t *c) {
 
 const uint8_t *ak_hconn_out(const ak_hconn_t *c, size_t *n) {
   *n = c->out.len - c->out_off;
-  return (const uint8_t *)c->out.p + c->out_off;
+  return *n ? (const uint8_t *)c->out.p + c->out_off : NULL;
 }
 
 void ak_hconn_out_done(ak_hconn_t *c, size_t n) {

@@ -119,6 +119,7 @@ struct ak_hserver {
   pthread_mutex_t pc_mu;
   pc_entry_t **pc;
   atomic_bool close_requested;
+  atomic_bool lclosed; /* loop 0 closed the listening socket: no handoff will come any more */
   bool started, stopped;
 };
 
@@ -534,6 +535,12 @@ static void evict_oldest_idle(loop_t *L) {
 static void conn_open(loop_t *L, const handoff_t *ho) {
   srv_t *s = L->s;
   bool refuse = ho->refuse, counted = ho->counted;
+  if (L->stopping) { /* accepted just before loop 0 heard of the stop */
+    close(ho->fd);
+    if (counted) atomic_fetch_sub(&s->nconns, 1);
+    if (ho->pc) pc_give(s, &ho->peer);
+    return;
+  }
   if (ho->evict && !refuse) {
     if (atomic_load(&L->nidle) > 0) {
       evict_oldest_idle(L);
@@ -696,6 +703,10 @@ static void listener_close(srv_t *s, bool graceful) {
     uv_poll_stop(&s->lpoll);
     uv_close((uv_handle_t *)&s->lpoll, on_lpoll_closed);
   }
+  /* the other loops may end now (a stopping loop waits for this: a handoff could still
+   * come); each looks again */
+  atomic_store(&s->lclosed, true);
+  for (unsigned i = 1; i < s->nloops; i++) uv_async_send(&s->loops[i]->async);
 }
 
 /* ---- a loop ----------------------------------------------------------------------------- */
@@ -728,6 +739,7 @@ static void loop_stop(loop_t *L) {
 
 static void maybe_finish(loop_t *L) {
   if (!L->stopping || L->finished || L->nconns) return;
+  if (L->idx != 0 && !atomic_load(&L->s->lclosed)) return;
   L->finished = true;
   uv_close((uv_handle_t *)&L->async, NULL);
   uv_close((uv_handle_t *)&L->sweep, NULL);
@@ -776,6 +788,7 @@ static void on_async(uv_async_t *a) {
   }
   if (drain && !L->draining) loop_drain(L);
   if (stop && !L->stopping) loop_stop(L);
+  else maybe_finish(L);
 }
 
 static void on_sweep(uv_timer_t *t) {

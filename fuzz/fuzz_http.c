@@ -44,7 +44,8 @@ typedef struct run {
 } run_t;
 
 static bool tchar(uint8_t ch) {
-  return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z') || (ch && strchr("!#$%&'*+-.^_`|~", ch));
+  if ((ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z')) return true;
+  return ch && strchr("!#$%&'*+-.^_`|~", ch);
 }
 
 /* The framing rules, restated, on what the handler is given. */

@@ -875,6 +875,22 @@ static void loop_free(loop_t *L) {
 
 /* ---- the listener socket -------------------------------------------------------------- */
 
+/* A bound, listening, non-blocking socket for ss; -1 with errno. */
+static int listen_on(const struct sockaddr_storage *ss, socklen_t sl, bool dual) {
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1, zero = 0;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (dual) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (bind(fd, (const struct sockaddr *)ss, sl) < 0 || listen(fd, SOMAXCONN) < 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
 static int open_listener(srv_t *s, char **err) {
   bool any = !s->ip || !*s->ip;
   struct sockaddr_storage ss;
@@ -901,8 +917,8 @@ static int open_listener(srv_t *s, char **err) {
     seterr(err, "%s listener %s:%d: not an IP address", s->name, s->ip, s->port);
     return -1;
   }
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0 && any && (errno == EAFNOSUPPORT || errno == EPROTONOSUPPORT)) {
+  int fd = listen_on(&ss, sl, any);
+  if (fd < 0 && any && (errno == EAFNOSUPPORT || errno == EPROTONOSUPPORT || errno == EADDRNOTAVAIL)) {
     /* no IPv6 on this host: every IPv4 interface */
     memset(&ss, 0, sizeof ss);
     a4->sin_family = AF_INET;
@@ -910,19 +926,10 @@ static int open_listener(srv_t *s, char **err) {
     a4->sin_port = htons((uint16_t)s->port);
     sl = sizeof *a4;
     shown = "0.0.0.0";
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = listen_on(&ss, sl, false);
   }
   if (fd < 0) {
     seterr(err, "%s listener %s:%d: %s", s->name, shown, s->port, strerror(errno));
-    return -1;
-  }
-  int one = 1, zero = 0;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (ss.ss_family == AF_INET6 && any) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-  if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, SOMAXCONN) < 0) {
-    int e = errno;
-    close(fd);
-    seterr(err, "%s listener %s:%d: %s", s->name, shown, s->port, strerror(e));
     return -1;
   }
   struct sockaddr_storage got;

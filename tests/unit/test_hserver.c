@@ -95,6 +95,14 @@ static void h_end(void *ctx, ak_hreq_t *r) {
     return;
   }
   if (path_is(r, "/block")) usleep(700 * 1000);
+  if (path_is(r, "/big")) {
+    size_t n = 8u << 20;
+    char *b = malloc(n);
+    memset(b, 'b', n);
+    ak_hreq_reply(r, 200, "application/octet-stream", b, n);
+    free(b);
+    return;
+  }
   answer(r);
 }
 
@@ -939,6 +947,33 @@ Test(hserver, client_that_never_reads_is_bounded) {
   cr_assert(cli_resp(c, &r, 2000));
   cr_expect_eq(r.status, 201);
   cli_close(c);
+  close(fd);
+  srv_end(s);
+}
+
+Test(hserver, write_timeout_closes) {
+  ak_hlimits_t lim = {.write_timeout_ms = 300};
+  ak_hserver_t *s = srv_start(lim, 1);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ak_hserver_port(s))};
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  const char *req = REQ("/big");
+  cr_assert_eq(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+  cr_expect(wait_for(&T.done_lost, 1, 3000), "an answer not read for write_timeout_ms ends the connection");
+  cr_expect_eq(get(&T.done_ok), 0);
+  /* the socket was closed: reading on finds its end */
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  char buf[65536];
+  bool ended = false;
+  for (int i = 0; i < 2000 && !ended; i++) {
+    ssize_t r = recv(fd, buf, sizeof buf, 0);
+    if (r == 0 || (r < 0 && errno != EAGAIN)) ended = true;
+    else if (r < 0) usleep(1000);
+  }
+  cr_expect(ended);
   close(fd);
   srv_end(s);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config
-#                                              uuid verify token dedupe; "fuzz_verify" = "verify")
+#                                              uuid verify token dedupe http; "fuzz_verify" = "verify")
 # Every run starts from a throwaway copy of fuzz/corpus/<target>/, so the committed seeds
 # never grow. Crash, leak, timeout and UBSan reproducers land in build-fuzz/artifacts/.
 # Prints one line per harness and exits non-zero when any harness fails. Installs nothing
@@ -17,7 +17,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
 fi
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("${@#fuzz_}")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe)
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -41,13 +41,15 @@ declare -A SRCS=(
   [verify]="$VERIFY_SRCS"
   [token]="$VERIFY_SRCS"
   [dedupe]="src/queue/dedupe_record.c src/store/keys.c"
+  # the server layer's request engine, without its sockets (server.c) or TLS
+  [http]="src/http/proto.c src/http/parse.c src/core/buf.c"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=
 CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -g -O1 -fno-omit-frame-pointer
         -Werror=incompatible-pointer-types -Werror=implicit-function-declaration
         -fsanitize=fuzzer,address,undefined)
-read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libcrypto libmicrohttpd libcurl rocksdb) -lm -pthread"
+read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libssl libcrypto libcurl rocksdb libuv) -lhttp_parser -lm -pthread"
 
 OUT=build-fuzz
 mkdir -p "$OUT/artifacts" || exit 2

@@ -22,10 +22,13 @@
  *   on_end     the whole body arrived. The handler answers, or suspends.
  *   on_resume  after ak_hreq_resume: the handler answers (it must).
  *   on_done    last call for this request, exactly once for every request that reached
- *              on_head: answered = true when its answer was handed to the connection,
- *              false when the connection ended first (client gone, timeout, stop). A
- *              suspended request is never ended under the handler: its on_done comes
- *              after its on_resume.
+ *              on_head: answered = true when its answer was handed to the connection
+ *              (the whole of it written to the socket), false when the connection ended
+ *              first (client gone, timeout, stop). A body that stalls (body_timeout_ms,
+ *              body_min_rate) is answered 408 by the layer itself (reported to
+ *              on_refused) and its request's on_done says false: the handler's answer
+ *              never went out. A suspended request is never ended under the handler: its
+ *              on_done comes after its on_resume.
  * Requests that never reach on_head (bad framing, a limit, a timeout before the head
  * completed) are answered by the layer and reported through on_refused only. */
 #ifndef AK_HTTP_SERVER_H
@@ -151,8 +154,10 @@ void ak_hreq_reply(ak_hreq_t *r, unsigned status, const char *ctype, const void 
 /* {"error": code} with status (application/json; code is a fixed token, not escaped). */
 void ak_hreq_error(ak_hreq_t *r, unsigned status, const char *code, int retry_after_s);
 
-/* Holds r without a thread after on_end: no timeout runs and the connection reads
- * nothing more until ak_hreq_resume. Loop thread. */
+/* Holds r without a thread after on_end: no timeout runs and nothing more of the
+ * connection reaches the handler until ak_hreq_resume (the layer keeps reading, at most
+ * 64 KiB, to notice a client that leaves: then the answer is not sent and on_done says
+ * false). Loop thread. */
 void ak_hreq_suspend(ak_hreq_t *r);
 /* Any thread, once per suspend: on_resume(r) runs on r's loop thread soon after. */
 void ak_hreq_resume(ak_hreq_t *r);

@@ -1,11 +1,10 @@
-/* Unit tests: the http sink against a receiver in this process (libmicrohttpd on
+/* Unit tests: the http sink against a receiver in this process (our http/server.h on
  * 127.0.0.1, port 0): request shape, Standard Webhooks signatures checked with an HMAC
  * computed here, status mapping, timeouts, response cap, the egress guard, the per-attempt
  * x-ankusa-* headers and forwarded provider headers with their precedence, and whsec_
  * signatures checked by our own standard_webhooks verifier. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
-#include <microhttpd.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <pthread.h>
@@ -21,6 +20,7 @@
 #include "sinks/egress.h"
 #include "sinks/forward.h"
 #include "core/sources.h"
+#include "http/server.h"
 #include "sinks/sink.h"
 #include "verify/verifier.h"
 
@@ -30,8 +30,15 @@ extern const ak_sink_vtable_t ak_sink_http;
 
 #define MAX_HDRS 64
 
+/* A request held by /sleep/<ms>: the sleeper thread resumes it when due. */
+typedef struct nap {
+  struct nap *next;
+  struct timespec due;
+  ak_hreq_t *r;
+} nap_t;
+
 typedef struct {
-  struct MHD_Daemon *d;
+  ak_hserver_t *srv;
   unsigned short port;
   pthread_mutex_t mu;
   int count;
@@ -41,26 +48,23 @@ typedef struct {
   char *hname[MAX_HDRS], *hval[MAX_HDRS];
   unsigned char *body;
   size_t body_len;
-  int completed_ok, completed_err; /* requests MHD finished sending, or lost mid-way */
+  int completed_ok, completed_err; /* requests whose answer went out whole, or that ended first */
   const char *script[8];           /* /script: the n-th request is answered as script[n % nscript] */
   int nscript;
+  /* the sleeper */
+  pthread_t sleeper;
+  pthread_cond_t nap_cv;
+  nap_t *naps;
+  bool quit;
 } recv_t;
 
+/* One request's state (ak_hreq_data). */
 typedef struct {
   unsigned char *buf;
   size_t len;
+  const char *url; /* what to answer: the path, or the script's entry for /script */
+  char path[256];
 } conn_t;
-
-static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-  (void)kind;
-  recv_t *rv = cls;
-  if (rv->nhdrs < MAX_HDRS) {
-    rv->hname[rv->nhdrs] = strdup(key);
-    rv->hval[rv->nhdrs] = strdup(value ? value : "");
-    rv->nhdrs++;
-  }
-  return MHD_YES;
-}
 
 static void clear_request(recv_t *rv) {
   for (int i = 0; i < rv->nhdrs; i++) {
@@ -73,37 +77,30 @@ static void clear_request(recv_t *rv) {
   rv->body_len = 0;
 }
 
-/* Paths: /status/<code>[/<retry-after>], /sleep/<ms>, /big/<bytes>, /redirect, and /script
- * (one of those, chosen by the request's number: one sink URL, many answers). */
-static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char *url, const char *method,
-                              const char *version, const char *upload, size_t *upload_size, void **state) {
-  (void)version;
-  recv_t *rv = cls;
-  conn_t *c = *state;
-  if (!c) {
-    c = calloc(1, sizeof *c);
-    *state = c;
-    return MHD_YES;
-  }
-  if (*upload_size) {
-    c->buf = realloc(c->buf, c->len + *upload_size);
-    memcpy(c->buf + c->len, upload, *upload_size);
-    c->len += *upload_size;
-    *upload_size = 0;
-    return MHD_YES;
-  }
-  pthread_mutex_lock(&rv->mu);
-  clear_request(rv);
-  rv->count++;
-  snprintf(rv->method, sizeof rv->method, "%s", method);
-  snprintf(rv->url, sizeof rv->url, "%s", url);
-  MHD_get_connection_values(con, MHD_HEADER_KIND, collect_header, rv);
-  rv->body = c->buf;
-  rv->body_len = c->len;
-  c->buf = NULL;
-  if (strcmp(url, "/script") == 0 && rv->nscript) url = rv->script[(rv->count - 1) % rv->nscript];
-  pthread_mutex_unlock(&rv->mu);
+static void rv_head(void *cls, ak_hreq_t *r) {
+  (void)cls;
+  conn_t *c = calloc(1, sizeof *c);
+  size_t n;
+  const char *p = ak_hreq_path(r, &n);
+  snprintf(c->path, sizeof c->path, "%.*s", (int)n, p);
+  ak_hreq_set_data(r, c);
+}
 
+static void rv_body(void *cls, ak_hreq_t *r, const uint8_t *p, size_t n) {
+  (void)cls;
+  conn_t *c = ak_hreq_data(r);
+  c->buf = realloc(c->buf, c->len + n);
+  memcpy(c->buf + c->len, p, n);
+  c->len += n;
+}
+
+/* Paths: /status/<code>[/<retry-after>], /big/<bytes>, /redirect, /sleep/<ms> (answered
+ * 200 that much later) and /script (one of those, chosen by the request's number: one sink
+ * URL, many answers). */
+static void rv_answer(recv_t *rv, ak_hreq_t *r) {
+  (void)rv;
+  conn_t *c = ak_hreq_data(r);
+  const char *url = c->url;
   unsigned code = 200;
   char retry_after[64] = "";
   size_t big = 0;
@@ -116,57 +113,131 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
       for (char *p = retry_after; *p; p++)
         if (*p == '_') *p = ' ';
     }
-  } else if (strncmp(url, "/sleep/", 7) == 0) {
-    usleep((useconds_t)atoi(url + 7) * 1000);
   } else if (strncmp(url, "/big/", 5) == 0) {
     big = (size_t)atol(url + 5);
   } else if (strcmp(url, "/redirect") == 0) {
     code = 302;
     loc = "/status/200";
   }
-  struct MHD_Response *resp;
+  if (*retry_after) ak_hreq_add_header(r, "Retry-After", retry_after);
+  if (loc) ak_hreq_add_header(r, "Location", loc);
   if (big) {
     char *b = malloc(big);
     memset(b, 'x', big);
-    resp = MHD_create_response_from_buffer(big, b, MHD_RESPMEM_MUST_FREE);
+    ak_hreq_reply(r, code, NULL, b, big);
+    free(b);
   } else {
-    resp = MHD_create_response_from_buffer(2, (void *)"ok", MHD_RESPMEM_PERSISTENT);
+    ak_hreq_reply(r, code, NULL, "ok", 2);
   }
-  if (*retry_after) MHD_add_response_header(resp, "Retry-After", retry_after);
-  if (loc) MHD_add_response_header(resp, "Location", loc);
-  enum MHD_Result r = MHD_queue_response(con, code, resp);
-  MHD_destroy_response(resp);
-  return r;
 }
 
-static void completed(void *cls, struct MHD_Connection *con, void **state, enum MHD_RequestTerminationCode t) {
-  (void)con;
+static void rv_end(void *cls, ak_hreq_t *r) {
+  recv_t *rv = cls;
+  conn_t *c = ak_hreq_data(r);
+  pthread_mutex_lock(&rv->mu);
+  clear_request(rv);
+  rv->count++;
+  snprintf(rv->method, sizeof rv->method, "%s", ak_hreq_method(r));
+  snprintf(rv->url, sizeof rv->url, "%s", c->path);
+  const ak_header_t *hs;
+  size_t nh = ak_hreq_headers(r, &hs);
+  for (size_t i = 0; i < nh && rv->nhdrs < MAX_HDRS; i++) {
+    rv->hname[rv->nhdrs] = strndup(hs[i].name, hs[i].name_len);
+    rv->hval[rv->nhdrs] = strndup(hs[i].value, hs[i].value_len);
+    rv->nhdrs++;
+  }
+  rv->body = c->buf;
+  rv->body_len = c->len;
+  c->buf = NULL;
+  c->url = c->path;
+  if (strcmp(c->path, "/script") == 0 && rv->nscript) c->url = rv->script[(rv->count - 1) % rv->nscript];
+  if (strncmp(c->url, "/sleep/", 7) == 0) {
+    /* held without a thread; the sleeper resumes it */
+    nap_t *n = calloc(1, sizeof *n);
+    n->r = r;
+    clock_gettime(CLOCK_MONOTONIC, &n->due);
+    long ms = atol(c->url + 7);
+    n->due.tv_sec += ms / 1000;
+    n->due.tv_nsec += (ms % 1000) * 1000000;
+    if (n->due.tv_nsec >= 1000000000) n->due.tv_sec++, n->due.tv_nsec -= 1000000000;
+    n->next = rv->naps;
+    rv->naps = n;
+    ak_hreq_suspend(r);
+    pthread_cond_broadcast(&rv->nap_cv);
+    pthread_mutex_unlock(&rv->mu);
+    return;
+  }
+  pthread_mutex_unlock(&rv->mu);
+  rv_answer(rv, r);
+}
+
+static void rv_resume(void *cls, ak_hreq_t *r) {
+  (void)cls;
+  ak_hreq_reply(r, 200, NULL, "ok", 2);
+}
+
+static void rv_done(void *cls, ak_hreq_t *r, bool answered) {
   recv_t *rv = cls;
   pthread_mutex_lock(&rv->mu);
-  if (t == MHD_REQUEST_TERMINATED_COMPLETED_OK) rv->completed_ok++;
+  if (answered) rv->completed_ok++;
   else rv->completed_err++;
   pthread_mutex_unlock(&rv->mu);
-  conn_t *c = *state;
+  conn_t *c = ak_hreq_data(r);
   if (c) {
     free(c->buf);
     free(c);
   }
-  *state = NULL;
+}
+
+static const ak_hhandler_t rv_handler = {rv_head, rv_body, rv_end, rv_resume, rv_done, NULL};
+
+static bool due(const struct timespec *t, const struct timespec *now) {
+  return now->tv_sec > t->tv_sec || (now->tv_sec == t->tv_sec && now->tv_nsec >= t->tv_nsec);
+}
+
+static void *sleeper_main(void *arg) {
+  recv_t *rv = arg;
+  pthread_mutex_lock(&rv->mu);
+  while (!rv->quit || rv->naps) {
+    struct timespec now, next = {0, 0};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    bool any = false;
+    for (nap_t **pp = &rv->naps; *pp;) {
+      nap_t *n = *pp;
+      if (due(&n->due, &now)) {
+        *pp = n->next;
+        ak_hreq_resume(n->r);
+        free(n);
+        continue;
+      }
+      if (!any || !due(&n->due, &next)) next = n->due;
+      any = true;
+      pp = &n->next;
+    }
+    if (any) pthread_cond_timedwait(&rv->nap_cv, &rv->mu, &next);
+    else if (!rv->quit) pthread_cond_wait(&rv->nap_cv, &rv->mu);
+  }
+  pthread_mutex_unlock(&rv->mu);
+  return NULL;
 }
 
 /* idle_s > 0: the receiver closes a keep-alive connection idle that long. */
 static recv_t *recv_start_idle(unsigned idle_s) {
   recv_t *rv = calloc(1, sizeof *rv);
   pthread_mutex_init(&rv->mu, NULL);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  rv->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL,
-                           handle, rv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                           MHD_OPTION_NOTIFY_COMPLETED, completed, rv,
-                           MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_END);
-  cr_assert_not_null(rv->d, "receiver did not start");
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(rv->d, MHD_DAEMON_INFO_BIND_PORT);
-  rv->port = info->port;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&rv->nap_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  cr_assert_eq(pthread_create(&rv->sleeper, NULL, sleeper_main, rv), 0);
+  ak_hserver_cfg_t cfg = {.name = "receiver", .ip = "127.0.0.1", .port = 0, .loops = 2,
+                          .limits = {.idle_timeout_ms = idle_s * 1000}, .handler = &rv_handler, .ctx = rv};
+  char *err = NULL;
+  rv->srv = ak_hserver_new(&cfg, &err);
+  cr_assert_not_null(rv->srv, "receiver did not start: %s", err ? err : "");
+  cr_assert_eq(ak_hserver_start(rv->srv, &err), 0, "receiver did not start: %s", err ? err : "");
+  rv->port = (unsigned short)ak_hserver_port(rv->srv);
   cr_assert_neq(rv->port, 0);
   return rv;
 }
@@ -174,8 +245,15 @@ static recv_t *recv_start_idle(unsigned idle_s) {
 static recv_t *recv_start(void) { return recv_start_idle(0); }
 
 static void recv_stop(recv_t *rv) {
-  MHD_stop_daemon(rv->d);
+  ak_hserver_stop(rv->srv); /* returns once the sleeper resumed every held request */
+  ak_hserver_free(rv->srv);
+  pthread_mutex_lock(&rv->mu);
+  rv->quit = true;
+  pthread_cond_broadcast(&rv->nap_cv);
+  pthread_mutex_unlock(&rv->mu);
+  pthread_join(rv->sleeper, NULL);
   clear_request(rv);
+  pthread_cond_destroy(&rv->nap_cv);
   pthread_mutex_destroy(&rv->mu);
   free(rv);
 }

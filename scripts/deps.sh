@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential pkg-config meson ninja-build
-  libmicrohttpd-dev libuv1-dev libhttp-parser-dev librocksdb-dev libssl-dev libjansson-dev libyaml-dev
+  libuv1-dev libhttp-parser-dev librocksdb-dev libssl-dev libjansson-dev libyaml-dev
   libcurl4-openssl-dev
   libcriterion-dev
   python3 python3-pytest python3-yaml curl openssl

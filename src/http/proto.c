@@ -162,6 +162,37 @@ static void refuse(ak_hconn_t *c, unsigned status, const char *code, const char 
 
 static void bad(ak_hconn_t *c, const char *detail) { refuse(c, 400, "bad_request", detail, 0); }
 
+/* A field whose name is not a token or whose value holds a control byte: 400
+ * {"error":"invalid_header","header":<the name as sent, at most 120 bytes, every byte
+ * outside printable ASCII as \u00XX>}, then closed like any refusal. */
+static void bad_header(ak_hconn_t *c, const uint8_t *name, size_t nl) {
+  static const char hex[] = "0123456789abcdef";
+  if (c->st >= AK_HC_CLOSING) return;
+  report_refused(c, 400, "invalid_header");
+  if (c->req.in_flight) end_request(c, false);
+  c->in_off = c->in_len;
+  char body[64 + 120 * 6];
+  size_t o = (size_t)snprintf(body, sizeof body, "{\"error\":\"invalid_header\",\"header\":\"");
+  for (size_t i = 0; i < nl && i < 120; i++) {
+    uint8_t ch = name[i];
+    if (ch == '"' || ch == '\\') {
+      body[o++] = '\\';
+      body[o++] = (char)ch;
+    } else if (ch < 0x20 || ch > 0x7e) {
+      memcpy(body + o, "\\u00", 4);
+      o += 4;
+      body[o++] = hex[ch >> 4];
+      body[o++] = hex[ch & 15];
+    } else {
+      body[o++] = (char)ch;
+    }
+  }
+  body[o++] = '"';
+  body[o++] = '}';
+  emit(c, 400, "application/json", body, o, NULL, true, false, false);
+  c->st = AK_HC_CLOSING;
+}
+
 /* ---- the raw head --------------------------------------------------------------------- */
 
 static bool is_tchar(uint8_t ch) {
@@ -253,11 +284,11 @@ static int field_line(ak_hconn_t *c, const uint8_t *p, size_t len) {
   if (nl == 0) return bad(c, "empty header name"), -1;
   if (ows(p[nl - 1])) return bad(c, "whitespace before colon"), -1;
   for (size_t i = 0; i < nl; i++)
-    if (!is_tchar(p[i])) return bad(c, "bad character in header name"), -1;
+    if (!is_tchar(p[i])) return bad_header(c, p, nl), -1;
   const uint8_t *v = colon + 1;
   size_t vl = len - nl - 1;
   for (size_t i = 0; i < vl; i++)
-    if ((v[i] < 0x20 && v[i] != '\t') || v[i] == 0x7f) return bad(c, "control byte in header value"), -1;
+    if ((v[i] < 0x20 && v[i] != '\t') || v[i] == 0x7f) return bad_header(c, p, nl), -1;
   trim_ows(&v, &vl);
   switch (nl) {
   case 4:

@@ -73,6 +73,9 @@ struct loop {
   ak_list_t conns, idle;
   size_t nconns;
   atomic_uint nidle;
+  /* idle_since of the head of idle (UINT64_MAX when none): loop 0 reads it to find the
+   * oldest idle connection of the whole listener when the cap is reached */
+  _Atomic uint64_t oldest_idle;
   bool draining, stopping, finished;
   uint8_t *scratch;
 };
@@ -90,6 +93,7 @@ struct conn {
   uint8_t *wbuf; /* what uv_write is sending (the part uv_try_write could not) */
   size_t wcap;
   uint64_t write_since, linger_until;
+  uint64_t idle_since; /* loop clock (ms) when it went idle */
   size_t linger_left;
   bool writing, reading, read_done, closing, lingering, shut_sent, shut_done, counted, pc;
 };
@@ -304,10 +308,17 @@ static void on_write(uv_write_t *wr, int status) {
 
 /* ---- closing -------------------------------------------------------------------------- */
 
+static void idle_publish(loop_t *L) {
+  ak_list_t *n = ak_list_first(&L->idle);
+  atomic_store_explicit(&L->oldest_idle, n ? ak_list_entry(n, conn_t, idle_node)->idle_since : UINT64_MAX,
+                        memory_order_relaxed);
+}
+
 static void idle_unlink(conn_t *c) {
   if (!ak_list_linked(&c->idle_node)) return;
   ak_list_remove(&c->idle_node);
   atomic_fetch_sub(&c->L->nidle, 1);
+  idle_publish(c->L);
 }
 
 static void on_closed(uv_handle_t *h) {
@@ -495,8 +506,10 @@ static void service(conn_t *c) {
   }
   bool idle = !c->lingering && ak_hconn_idle(&c->h);
   if (idle && !ak_list_linked(&c->idle_node)) {
+    c->idle_since = c->L->clk.now_ms;
     ak_list_insert_tail(&c->L->idle, &c->idle_node);
     atomic_fetch_add(&c->L->nidle, 1);
+    if (ak_list_first(&c->L->idle) == &c->idle_node) idle_publish(c->L);
   } else if (!idle) {
     idle_unlink(c);
   }
@@ -621,23 +634,35 @@ static void admit(srv_t *s, int fd, const struct sockaddr_storage *ss, socklen_t
   loop_t *L0 = s->loops[0];
   handoff_t ho = {.fd = fd, .plen = sl};
   memcpy(&ho.peer, ss, sizeof ho.peer);
+  const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+  if (ss->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+    /* an IPv4 client of the dual-stack socket is handed on as the IPv4 address it is */
+    struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = a6->sin6_port};
+    memcpy(&v4.sin_addr, a6->sin6_addr.s6_addr + 12, 4);
+    memset(&ho.peer, 0, sizeof ho.peer);
+    memcpy(&ho.peer, &v4, sizeof v4);
+    ho.plen = sizeof v4;
+  }
   loop_t *to = NULL;
   if (s->proto.lim.max_per_client) {
-    if (pc_take(s, ss)) ho.pc = true;
+    if (pc_take(s, &ho.peer)) ho.pc = true;
     else ho.refuse = true;
   }
   if (!ho.refuse) {
     unsigned total = atomic_fetch_add(&s->nconns, 1) + 1;
     ho.counted = true;
     if (total > s->max_conns) {
-      /* the oldest idle keep-alive connection makes room: this loop's, else another's */
+      /* the oldest idle keep-alive connection of the listener makes room: the new one
+       * goes to its loop, which closes it (with none idle, loop 0 refuses the new one) */
       ho.evict = true;
-      if (atomic_load(&L0->nidle) == 0)
-        for (unsigned i = 1; i < s->nloops; i++)
-          if (atomic_load(&s->loops[i]->nidle) > 0) {
-            to = s->loops[i];
-            break;
-          }
+      uint64_t oldest = UINT64_MAX;
+      for (unsigned i = 0; i < s->nloops; i++) {
+        uint64_t t = atomic_load_explicit(&s->loops[i]->oldest_idle, memory_order_relaxed);
+        if (t < oldest && atomic_load(&s->loops[i]->nidle) > 0) {
+          oldest = t;
+          to = s->loops[i];
+        }
+      }
     }
   }
   if (!to) {
@@ -841,6 +866,7 @@ static loop_t *loop_new(srv_t *s, unsigned idx) {
   ak_list_init(&L->resumes);
   ak_list_init(&L->conns);
   ak_list_init(&L->idle);
+  atomic_init(&L->oldest_idle, UINT64_MAX);
   uv_async_init(&L->uv, &L->async, on_async);
   L->async.data = L;
   uv_timer_init(&L->uv, &L->sweep);

@@ -224,8 +224,8 @@ def test_sigterm_drains_in_flight_requests(ankusa):
 def test_sigterm_closes_new_connections_while_in_flight_requests_finish(ankusa):
     """While draining, a new connection is closed as soon as it is accepted (never a 201,
     never stored), the request already waiting on the commit is answered 201, and the
-    node exits 0. The listener used to be taken out with MHD_quiesce_daemon, which could
-    abort the process on libmicrohttpd 0.9.75's epoll race."""
+    node exits 0. (The listener of an earlier HTTP library could abort the process when it
+    was taken out under load.)"""
     s = ankusa(env={"ANKUSA_TEST_COMMIT_DELAY_MS": "1500"})
     first = {}
 

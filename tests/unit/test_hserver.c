@@ -458,6 +458,7 @@ typedef struct {
 } refusal_t;
 
 #define BAD(d) "{\"error\":\"bad_request\",\"detail\":\"" d "\"}"
+#define HDR(n) "{\"error\":\"invalid_header\",\"header\":\"" n "\"}"
 #define POSTH "POST /r HTTP/1.1\r\nHost: t\r\n"
 
 static const refusal_t refusals[] = {
@@ -487,10 +488,10 @@ static const refusal_t refusals[] = {
    false},
   {POSTH "X-Long: a\r\n b\r\n\r\n", 400, BAD("obs-fold"), false},
   {POSTH "Content-Length : 3\r\n\r\nabc", 400, BAD("whitespace before colon"), false},
-  {POSTH "X-A\x01: b\r\n\r\n", 400, BAD("bad character in header name"), false},
-  {POSTH "X(y): b\r\n\r\n", 400, BAD("bad character in header name"), false},
-  {POSTH "X-A: b\x7f\r\n\r\n", 400, BAD("control byte in header value"), false},
-  {"POST /r HTTP/1.1\r\nHost: t\r\nX-N: a\0b\r\n\r\n", 400, BAD("control byte in header value"), false},
+  {POSTH "X-A\x01: b\r\n\r\n", 400, HDR("X-A\\u0001"), false},
+  {POSTH "X(y): b\r\n\r\n", 400, HDR("X(y)"), false},
+  {POSTH "X-A: b\x7f\r\n\r\n", 400, HDR("X-A"), false},
+  {"POST /r HTTP/1.1\r\nHost: t\r\nX-N: a\0b\r\n\r\n", 400, HDR("X-N"), false},
   {POSTH "X-A: a\rb\r\n\r\n", 400, BAD("bare CR"), false},
   {POSTH "X-A: a\n\r\n", 400, BAD("bare LF"), false},
   {"GET /r HTTP/1.1\nHost: t\r\n\r\n", 400, BAD("bare LF"), false},

@@ -239,3 +239,77 @@ def test_bad_tls_files_exit_78(pki, tmp_path):
     assert p.returncode == 78, (p.returncode, p.stdout, p.stderr)
     assert f"http.tls.key: cannot read {tmp_path / 'missing.key'}: No such file or directory" in p.stderr
     assert "PRIVATE KEY" not in p.stderr + p.stdout
+
+
+# --------------------------------------------------------------------------- SIGHUP
+
+def _served_cert_sha256(port):
+    """SHA-256 of the certificate the TLS listener presents to a new connection."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw) as t:
+            return hashlib.sha256(t.getpeercert(binary_form=True)).hexdigest()
+
+
+def test_sighup_reloads_the_certificate_and_keeps_the_old_one_on_a_bad_file(ankusa, pki, tmp_path):
+    """SIGHUP re-reads http.tls's files: new connections get the new certificate, a
+    connection already open keeps its session and is still served, and a replacement that
+    fails the load checks (a key that does not match) is refused, logged, and the
+    certificate in use stays."""
+    import shutil
+    import signal
+
+    d = pki["dir"]
+    _issue(d, "server2", "/CN=127.0.0.1", "ca",
+           "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(d / "server.pem", live / "server.pem")
+    shutil.copy(d / "server.key", live / "server.key")
+    held, tls_port = reserve_port()
+    tls = {"port": tls_port, "cert": str(live / "server.pem"), "key": str(live / "server.key"),
+           "client_ca": str(d / "ca.pem")}
+    try:
+        s = ankusa(config={"http": {"tls": tls}}, sources={"demo": {"sinks": LOG}}, start=False)
+    finally:
+        held.close()
+    s.start()
+    first, second = _fingerprint(d, "server"), _fingerprint(d, "server2")
+    assert _served_cert_sha256(tls_port) == first
+
+    # a keep-alive connection opened before the reload
+    old = http.client.HTTPSConnection("127.0.0.1", tls_port, context=_ctx(pki), timeout=15)
+    old.request("POST", "/webhooks/demo", body=b"{}", headers={"Content-Type": "application/json"})
+    r = old.getresponse()
+    r.read()
+    assert r.status == 201
+
+    shutil.copy(d / "server2.pem", live / "server.pem")
+    shutil.copy(d / "server2.key", live / "server.key")
+    s.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while _served_cert_sha256(tls_port) != second:
+        assert time.monotonic() < deadline, f"the new certificate is not served\n{s.log_tail()}"
+        time.sleep(0.1)
+    assert "TLS certificate reloaded" in s.log_text()
+    assert _post_tls(tls_port, _ctx(pki), path="/webhooks/demo")[0] == 201
+    old.request("POST", "/webhooks/demo", body=b"{}", headers={"Content-Type": "application/json"})
+    r = old.getresponse()
+    r.read()
+    assert r.status == 201, "a connection opened before the reload is still served"
+    old.close()
+
+    # a key that does not match its certificate: refused, the certificate in use stays
+    shutil.copy(d / "server.key", live / "server.key")
+    s.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "TLS certificate not reloaded" not in s.log_text():
+        assert time.monotonic() < deadline, f"no refusal logged\n{s.log_tail()}"
+        time.sleep(0.1)
+    assert "http.tls.key" in s.log_text()
+    assert "BEGIN" not in s.log_text() and "PRIVATE" not in s.log_text(), "no byte of a key in the log"
+    assert _served_cert_sha256(tls_port) == second
+    assert _post_tls(tls_port, _ctx(pki), path="/webhooks/demo")[0] == 201
+    assert s.running()

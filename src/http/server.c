@@ -37,6 +37,7 @@
 #define LINGER_BYTES (1024u * 1024u)   /* and how much of it, at most */
 #define ACCEPT_BATCH 128               /* accepts per readable event */
 #define PC_BUCKETS 1024u
+#define TLS_PENDING_MAX (256u * 1024u) /* ciphertext a TLS connection may hold undecrypted */
 
 typedef struct loop loop_t;
 typedef struct conn conn_t;
@@ -466,7 +467,9 @@ static bool wants_input(conn_t *c) {
   if (c->lingering) return true;
   ak_hc_state_t st = ak_hconn_state(&c->h);
   if (st >= AK_HC_CLOSING || c->h.peer_eof) return false;
-  if (c->tls) return true; /* ciphertext may carry a handshake or an alert; plaintext waits in the session */
+  /* ciphertext may carry a handshake or an alert, so a TLS connection reads while its
+   * plaintext waits in the session, up to a bound (as the plain buffer is bounded) */
+  if (c->tls) return ak_htls_pending_in(c->tls) < TLS_PENDING_MAX;
   size_t cap = 0;
   return ak_hconn_rbuf(&c->h, &cap) != NULL;
 }

@@ -545,6 +545,8 @@ ak_htls_status_t ak_htls_feed(ak_htls_t *t, const uint8_t *p, size_t n) {
   return st;
 }
 
+size_t ak_htls_pending_in(const ak_htls_t *t) { return t->in.len - t->in.off; }
+
 ak_htls_status_t ak_htls_read(ak_htls_t *t, uint8_t *out, size_t cap, size_t *got) {
   *got = 0;
   if (t->failed) return AK_HTLS_ERROR;

@@ -66,6 +66,9 @@ typedef enum {
 
 /* Ciphertext from the socket. Drives the handshake. */
 ak_htls_status_t ak_htls_feed(ak_htls_t *t, const uint8_t *p, size_t n);
+/* Ciphertext fed and not yet decrypted (the driver stops reading the socket past a bound,
+ * so a client that sends without reading its answers cannot grow it without limit). */
+size_t ak_htls_pending_in(const ak_htls_t *t);
 /* Plaintext available after feed: up to cap bytes into out; *got = 0 when none yet.
  * A read may also produce ciphertext (TLS 1.3 key update): check peek_out after it. */
 ak_htls_status_t ak_htls_read(ak_htls_t *t, uint8_t *out, size_t cap, size_t *got);

@@ -793,12 +793,15 @@ static void on_async(uv_async_t *a) {
 
   for (size_t i = 0; i < nin; i++) conn_open(L, &in[i]);
   free(in);
-  for (;;) {
-    pthread_mutex_lock(&L->mu);
-    ak_list_t *n = ak_list_first(&L->resumes);
-    if (n) ak_list_remove(n);
-    pthread_mutex_unlock(&L->mu);
-    if (!n) break;
+  /* every resume posted so far, taken under one lock (a request resumes once per suspend,
+   * so no thread touches a node while it waits on this local list) */
+  ak_list_t todo;
+  ak_list_init(&todo);
+  pthread_mutex_lock(&L->mu);
+  ak_list_move(&L->resumes, &todo);
+  pthread_mutex_unlock(&L->mu);
+  for (ak_list_t *n; (n = ak_list_first(&todo));) {
+    ak_list_remove(n);
     conn_t *c = ak_list_entry(n, conn_t, resume_node);
     ak_hconn_resumed(&c->h);
     service(c);

@@ -268,11 +268,14 @@ ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req) {
   }
   w->held_records++;
   w->held_bytes += req->body_len;
+  bool was_empty = !w->head;
   if (w->tail) w->tail->next = req;
   else w->head = req;
   w->tail = req;
   w->queued++;
-  pthread_cond_signal(&w->cv);
+  /* a writer waits on an empty queue, or lingers (max_delay_ms) for a full batch: the first
+   * record and a full batch wake it, the rest ride along */
+  if (was_empty || (w->max_delay_ms > 0 && (int64_t)w->queued >= w->max_batch)) pthread_cond_signal(&w->cv);
   pthread_mutex_unlock(&w->mu);
   return AK_WR_QUEUED;
 }

@@ -153,7 +153,8 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->max_queue_bytes = c->max_queue_bytes;
   w->max_batch = c->max_batch;
   w->max_delay_ms = c->max_delay_ms;
-  w->tshare = ak_tenantshare_new(c->tenant_max_queue, c->tenant_max_queue_bytes);
+  w->tshare = ak_tenantshare_new_shared(c->tenant_max_queue, c->tenant_max_queue_bytes, c->max_queue,
+                                        c->max_queue_bytes);
   w->write_archive = (inst->roles & AK_ROLE_STORAGE) != 0;
   w->nthreads = c->partitions > 0 ? (int)c->partitions : 1;
   if (w->nthreads > 16) w->nthreads = 16;
@@ -230,15 +231,20 @@ static void finish(ak_writer_t *w, ak_write_req_t *r, ak_wr_status_t st) {
 
 /* A tenant's share counts the hooks its ingest requests queue (the edge's ticket takes it
  * before submit and gives it back when it settles); pen writes (bounded by the pen) and
- * hooks an operator releases from the pen are not charged to it. The node's bound answers
- * first, as submit would: a tenant over its share on a full node is told the node is full. */
+ * hooks an operator releases from the pen are not charged to it. The share is
+ * work-conserving (queue/tenantshare.h): a lone tenant may go past it, never into the
+ * reserve kept for a newcomer. On a full node, a tenant holding its share or more is told
+ * its share is spent (429 tenant_overload: the node is full of its records); one within its
+ * share meets the node's bound (503 overload), as submit would answer. */
 ak_wr_status_t ak_writer_share_take(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes) {
   if (!atomic_load(&w->store_ok)) return AK_WR_STORE_UNAVAILABLE;
   ak_wr_status_t st = AK_WR_QUEUED;
   pthread_mutex_lock(&w->mu);
   if (w->stopping) st = AK_WR_DRAINING;
   else if ((int64_t)w->held_records + 1 > w->max_queue || (int64_t)(w->held_bytes + bytes) > w->max_queue_bytes)
-    st = AK_WR_OVERLOAD;
+    /* a full node: a tenant holding its share or more (alone, it may have gone past it) is
+     * told its share is spent; one within its share meets the node's bound */
+    st = ak_tenantshare_at_share(w->tshare, tenant, tlen) ? AK_WR_TENANT_OVERLOAD : AK_WR_OVERLOAD;
   /* room on the node, but not in this tenant's share: its burst stays its own problem */
   else if (!ak_tenantshare_admit(w->tshare, tenant, tlen, bytes)) st = AK_WR_TENANT_OVERLOAD;
   pthread_mutex_unlock(&w->mu);
@@ -792,7 +798,8 @@ static const ak_opt_t batcher_rows[] = {
   {.key = "max_queue_bytes", .type = AK_OPT_INT, .def = "268435456", .min = 1,
    .flags = AK_OPTF_HAS_MIN, .doc = "the same bound in body bytes", AK_AT(ak_batcher_cfg_t, max_queue_bytes)},
   {.key = "tenant_max_queue", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "records of one tenant buffered plus in flight; beyond it 429 tenant_overload; null = max_queue / 4",
+   .doc = "records of one tenant buffered plus in flight while another tenant holds records; beyond it 429 "
+          "tenant_overload; alone, a tenant may use max_queue less this reserve; null = max_queue / 4",
    AK_AT(ak_batcher_cfg_t, tenant_max_queue)},
   {.key = "tenant_max_queue_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
    .doc = "the same bound in body bytes; null = max_queue_bytes / 4", AK_AT(ak_batcher_cfg_t, tenant_max_queue_bytes)},

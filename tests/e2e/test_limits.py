@@ -295,3 +295,41 @@ def test_one_tenant_saturating_its_queue_share_never_makes_another_see_503(ankus
     assert m.value("ankusa_ingest_refused_total", instance="default", reason="overload") == 0
     assert m.value("ankusa_ingest_refused_total", instance="default", reason="tenant_overload") == len(over)
     assert m.value("ankusa_batcher_queue_records", instance="default") == 0, "the shares were released"
+
+
+def test_a_lone_tenant_uses_the_queue_past_its_share_and_a_newcomer_still_gets_in(ankusa):
+    """The share is work-conserving: alone, tenant A holds past its share of 4, up to the
+    node's 16 less one share kept free (12); a tenant that arrives meanwhile gets in at
+    once (the reserve), A is held to its share again (429 tenant_overload), and nobody
+    meets a 503."""
+    s = ankusa(config={"batcher": {"max_queue": 16, "tenant_max_queue": 4}},
+               env={"ANKUSA_TEST_COMMIT_DELAY_MS": "1500"})
+
+    def post_a(i):
+        return s.post("/webhooks/demo", b"tenant A %d" % i, timeout=30)
+
+    def post_b(i):
+        return s.post("/webhooks/acme_src", b"tenant B %d" % i, timeout=30)
+
+    # alone: 12 at once are all taken (a strict share of 4 would refuse 8 of them)
+    with ThreadPoolExecutor(max_workers=12) as ex:
+        alone = list(ex.map(post_a, range(12)))
+    assert [r.status for r in alone] == [201] * 12, [(r.status, r.json) for r in alone]
+
+    # A fills what it may (16 try: 12 fit), then B arrives while they are held
+    with ThreadPoolExecutor(max_workers=24) as ex:
+        fa = [ex.submit(post_a, 100 + i) for i in range(16)]
+        time.sleep(0.4)
+        fb = [ex.submit(post_b, i) for i in range(4)]
+        a2 = [f.result() for f in fa]
+        b2 = [f.result() for f in fb]
+    assert [r.status for r in b2] == [201] * 4, [(r.status, r.json) for r in b2]
+    a_status = sorted(r.status for r in a2)
+    assert set(a_status) <= {201, 429}, a_status
+    over = [r for r in a2 if r.status == 429]
+    assert over, f"A was never held back: {a_status}"
+    for r in over:
+        assert r.json == {"error": "tenant_overload"}, r.json
+    m = s.metrics()
+    assert m.value("ankusa_ingest_requests_total", instance="default", status="503") == 0
+    assert m.value("ankusa_ingest_refused_total", instance="default", reason="overload") == 0

@@ -493,6 +493,30 @@ Test(tenantshare, each_tenant_bounded_and_released) {
   ak_tenantshare_free(ts);
 }
 
+/* Work-conserving: alone, a tenant holds past its share up to the node's bound less one
+ * share (the reserve for a newcomer); with another tenant holding, each keeps to its share. */
+Test(tenantshare, a_lone_tenant_uses_the_node_less_the_reserve) {
+  ak_tenantshare_t *ts = ak_tenantshare_new_shared(4, 1000, 16, 100000);
+  for (int i = 0; i < 12; i++) cr_assert(ak_tenantshare_admit(ts, "a", 1, 10), "a alone, record %d", i);
+  cr_assert_not(ak_tenantshare_admit(ts, "a", 1, 10), "the last share stays free");
+  for (int i = 0; i < 4; i++) cr_assert(ak_tenantshare_admit(ts, "b", 1, 10), "b gets its share at once");
+  cr_assert_not(ak_tenantshare_admit(ts, "b", 1, 10), "b is not alone: its share");
+  for (int i = 0; i < 12; i++) ak_tenantshare_release(ts, "a", 1, 10);
+  cr_assert(ak_tenantshare_admit(ts, "a", 1, 10), "a within its share");
+  cr_assert_not(ak_tenantshare_admit(ts, "b", 1, 10), "a holds records: b keeps to its share");
+  ak_tenantshare_release(ts, "a", 1, 10);
+  cr_assert(ak_tenantshare_admit(ts, "b", 1, 10), "b alone again goes past its share");
+  for (int i = 0; i < 5; i++) ak_tenantshare_release(ts, "b", 1, 10);
+  cr_expect_eq(ak_tenantshare_tenants(ts), 0);
+  /* bytes: alone up to 100000 - 1000 */
+  cr_assert(ak_tenantshare_admit(ts, "c", 1, 98000));
+  cr_assert(ak_tenantshare_admit(ts, "c", 1, 1000));
+  cr_assert_not(ak_tenantshare_admit(ts, "c", 1, 1), "the reserve's bytes stay free");
+  ak_tenantshare_release(ts, "c", 1, 98000);
+  ak_tenantshare_release(ts, "c", 1, 1000);
+  ak_tenantshare_free(ts);
+}
+
 Test(tenantshare, many_tenants) {
   ak_tenantshare_t *ts = ak_tenantshare_new(1, 100);
   char name[16];

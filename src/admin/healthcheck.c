@@ -88,9 +88,10 @@ static int connect_to(probe_t *p, int64_t deadline, int timeout_ms) {
     socklen_t sl = sizeof soerr;
     if (w == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0) soerr = errno;
     if (w != 1 || soerr != 0) {
+      if (w < 0) soerr = errno;
       close(fd);
       if (w == 0) snprintf(p->why, sizeof p->why, "timeout after %d ms (connecting)", timeout_ms);
-      else fail(p, "%s", soerr == ECONNREFUSED ? "connection refused" : strerror(w < 0 ? errno : soerr));
+      else fail(p, "%s", soerr == ECONNREFUSED ? "connection refused" : strerror(soerr));
       return -1;
     }
   }

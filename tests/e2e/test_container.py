@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from helpers import BIN, REPO, SLOW, free_ports, http_request, run_cli, wait_until
+from helpers import BIN, REPO, SLOW, free_ports, http_request, principal, run_cli, wait_until
 
 DOCKERFILE = REPO / "Dockerfile"
 IMAGE_CONFIG = REPO / "deploy" / "docker" / "ankusa.yml"
@@ -67,6 +67,16 @@ def test_healthcheck_ingest_any_address_probes_loopback(ankusa):
     p, _ = healthcheck("--config", s.config_path)
     assert p.returncode == 0, p.stderr
     assert f"ingest 127.0.0.1:{s.http_port} ready" in p.stdout
+
+
+def test_healthcheck_admin_with_principals_on_any_address(ankusa):
+    """The container way to publish the admin API: 0.0.0.0 with principals. /ready stays
+    open (no token), and the probe goes to loopback."""
+    s = ankusa(config={"admin": {"ip": "0.0.0.0",
+                                 "principals": [principal("prom", "t0ken-prom", ["metrics:read"], "*")]}})
+    p, _ = healthcheck("--config", s.config_path)
+    assert p.returncode == 0, p.stderr
+    assert f"admin 127.0.0.1:{s.admin_port} ready" in p.stdout
 
 
 def test_healthcheck_store_unavailable_is_1_with_the_reason(ankusa):

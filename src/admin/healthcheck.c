@@ -3,7 +3,6 @@
  * and the wording of the verdict. Never sends a token, a body or more than one request per
  * listener, and never reads more than a small bounded answer. */
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <poll.h>

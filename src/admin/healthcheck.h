@@ -1,7 +1,7 @@
 /* `ankusa healthcheck`: the container HEALTHCHECK's probe. GETs /ready on the ingest
  * listener (http.ip/http.port), then on the admin listener (admin.ip/admin.port) when
- * admin.enabled, each within its own short deadline, over a plain blocking-style socket
- * client. Owns the probe and its one-line verdict. Never starts a node, opens the store,
+ * admin.enabled, each within its own short deadline, over a plain socket client (no
+ * libcurl). Owns the probe and its one-line verdict. Never starts a node, opens the store,
  * or follows a redirect. */
 #ifndef AK_ADMIN_HEALTHCHECK_H
 #define AK_ADMIN_HEALTHCHECK_H

@@ -1,4 +1,4 @@
-/* CLI: serve (default), check-config, print-config, version, inspect hooks. The only
+/* CLI: serve (default), check-config, print-config, healthcheck, version, inspect hooks. The only
  * place that calls exit(): every module returns errors here, and here they become exit
  * codes (78 for an invalid configuration). */
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "admin/admin.h"
+#include "admin/healthcheck.h"
 #include "admin/hooks_api.h"
 #include "core/config.h"
 #include "core/envelope.h"
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
           "usage: ankusa [serve] [--config FILE]\n"
           "       ankusa check-config [--config FILE]\n"
           "       ankusa print-config [--config FILE]\n"
+          "       ankusa healthcheck [--config FILE]   (GET /ready on ingest, then admin; exit 0 or 1)\n"
           "       ankusa inspect hooks --data-dir DIR\n"
           "       ankusa options --markdown\n"
           "       ankusa version\n");
@@ -246,6 +248,14 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "serve") == 0 || strcmp(cmd, "start") == 0) return cmd_serve(config);
   if (strcmp(cmd, "check-config") == 0) return cmd_check(config);
   if (strcmp(cmd, "print-config") == 0) return cmd_print(config);
+  if (strcmp(cmd, "healthcheck") == 0) {
+    ak_config_t *cfg;
+    int rc = load_config(config, &cfg);
+    if (rc) return rc;
+    rc = ak_healthcheck(cfg, AK_HEALTHCHECK_TIMEOUT_MS, stdout, stderr);
+    ak_config_free(cfg);
+    return rc;
+  }
   fprintf(stderr, "ankusa: unknown command %s\n", cmd);
   usage(stderr);
   return 64;

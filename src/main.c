@@ -51,13 +51,23 @@ static int load_config(const char *path, ak_config_t **cfg) {
   return 0;
 }
 
+/* The original's success line: `config OK: roles=[:edge, :dispatch, :storage] sources=a,b
+ * wal=disk`, the roles as Elixir prints a list of atoms. Its `storage=<blob module>` field
+ * names an archive store, which this build has not (docs/configuration.md). */
 static int cmd_check(const char *path) {
   ak_config_t *cfg;
   int rc = load_config(path, &cfg);
   if (rc) return rc;
   char roles[128];
   const ak_sources_cfg_t *sc = ak_sources_cfg(cfg);
-  printf("config OK: roles=%s sources=", ak_node_roles_text(ak_node_cfg(cfg)->roles, roles, sizeof roles));
+  ak_node_roles_text(ak_node_cfg(cfg)->roles, roles, sizeof roles);
+  printf("config OK: roles=[");
+  for (char *r = roles, *next; r && *r; r = next) {
+    next = strchr(r, ',');
+    if (next) *next++ = '\0';
+    printf("%s:%s", r == roles ? "" : ", ", r);
+  }
+  printf("] sources=");
   for (size_t i = 0; i < sc->n; i++) printf("%s%s", i ? "," : "", sc->v[i].id);
   printf(" wal=%s\n", ak_wal_type_text(ak_wal_cfg(cfg)->type));
   ak_config_free(cfg);
@@ -223,7 +233,8 @@ int main(int argc, char **argv) {
     i = 2;
   }
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-    printf("ankusa %s\n", AK_VERSION);
+    /* the original's two lines: the server release, then the core library */
+    printf("ankusa_server %s\nankusa %s\n", AK_VERSION, AK_VERSION);
     return 0;
   }
   if (strcmp(cmd, "help") == 0) {

@@ -89,12 +89,15 @@ static json_t *wal_view(ak_instance_t *inst) {
   if (inst->dispatch) {
     ak_dispatch_counts_t dc;
     ak_dispatch_queue_counts(inst->dispatch, &dc);
-    json_object_set_new(w, "deliveries",
+    /* the original's integer: every delivery row the store holds, dead ones included */
+    json_object_set_new(w, "deliveries", json_integer((json_int_t)(dc.pending + dc.scheduled + dc.inflight + dc.dead)));
+    json_object_set_new(w, "delivery_states",
                         json_pack("{s:I,s:I,s:I,s:I}", "pending", (json_int_t)dc.pending, "scheduled",
                                   (json_int_t)dc.scheduled, "inflight", (json_int_t)dc.inflight, "dead",
                                   (json_int_t)dc.dead));
-  } else {
-    json_object_set_new(w, "deliveries", json_null()); /* no dispatch role: nobody counts them */
+  } else { /* no dispatch role: nobody counts them */
+    json_object_set_new(w, "deliveries", json_null());
+    json_object_set_new(w, "delivery_states", json_null());
   }
   int64_t bytes = path ? dir_bytes(path) : -1;
   json_object_set_new(w, "disk_bytes", bytes >= 0 ? json_integer((json_int_t)bytes) : json_null());

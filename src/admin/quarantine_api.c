@@ -64,7 +64,7 @@ void ak_quarantine_api_list(ak_admin_call_t *call, const ak_admin_path_t *path) 
     json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:I,s:s,s:I}", "id", id, "source_id", es[i].source_id,
                                          "tenant_id", es[i].tenant_id, "received_at",
                                          (json_int_t)es[i].received_at_ms, "reason",
-                                         ak_verify_reason_name((ak_verify_reason_t)es[i].reason), "size",
+                                         ak_verify_reason_text((ak_verify_reason_t)es[i].reason), "size",
                                          (json_int_t)es[i].size));
   }
   free(es);

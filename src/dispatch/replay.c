@@ -12,11 +12,13 @@
 #include <string.h>
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/envelope.h"
 #include "core/log.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "store/audit.h"
 #include "store/batch.h"
+#include "store/keys.h"
 #include "store/store.h"
 
 
@@ -810,11 +812,38 @@ void ak_replays_tick(void *ctx, int64_t now_ms) {
 /* ------------------------------------------------------------------ listing ---- */
 
 typedef struct dlq_ctx {
+  ak_store_t *st;
   const char *source_id;
   const ak_tenant_scope_t *scope;
   int64_t since_ms, limit, total;
   json_t *entries;
+  bool failed;
 } dlq_ctx_t;
+
+/* The hook's body size and content type onto a listed entry (a dead row keeps its hook
+ * until it is replayed and delivered): null when the hook is gone or undecodable. One
+ * point read per listed entry, never per match. -1 when the store cannot be read. */
+static int dlq_hook_facts(ak_store_t *st, uint64_t seq, json_t *o) {
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  ak_key_hook(hk, seq);
+  char *rec = NULL;
+  size_t rl = 0;
+  int rc = ak_store_get(st, AK_CF_HOOKS, hk, sizeof hk, &rec, &rl);
+  if (rc < 0) return -1;
+  ak_envelope_t env;
+  if (rc == 0 && ak_envelope_decode((const uint8_t *)rec, rl, &env) == 0) {
+    json_object_set_new(o, "size", json_integer((json_int_t)env.body_len));
+    json_object_set_new(o, "content_type", env.content_type_len
+                                               ? json_stringn_nocheck(env.content_type, env.content_type_len)
+                                               : json_null());
+    ak_envelope_clear(&env);
+  } else {
+    json_object_set_new(o, "size", json_null());
+    json_object_set_new(o, "content_type", json_null());
+  }
+  free(rec);
+  return 0;
+}
 
 static int dlq_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
   dlq_ctx_t *c = ctx;
@@ -842,6 +871,11 @@ static int dlq_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx
   json_object_set_new(o, "attempts", ok ? json_integer(e.attempts) : json_null());
   json_object_set_new(o, "received_at", ok ? json_integer(e.received_at_ms) : json_null());
   json_object_set_new(o, "dead_lettered_at", json_integer(dead_at));
+  if (dlq_hook_facts(c->st, ak_get_u64(key + 9), o) != 0) {
+    json_decref(o);
+    c->failed = true;
+    return 1;
+  }
   json_object_set_new(o, "reason", ok ? json_stringn_nocheck(e.reason, e.reason_len)
                                       : json_string("undecodable delivery row"));
   json_array_append_new(c->entries, o);
@@ -850,9 +884,10 @@ static int dlq_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx
 
 int ak_replays_dlq_list(ak_store_t *st, const char *source_id, const ak_tenant_scope_t *scope, int64_t since_ms,
                         int64_t limit, json_t **out) {
-  dlq_ctx_t c = {.source_id = source_id, .scope = scope, .since_ms = since_ms, .limit = limit, .entries = json_array()};
+  dlq_ctx_t c = {.st = st, .source_id = source_id, .scope = scope, .since_ms = since_ms, .limit = limit,
+                 .entries = json_array()};
   const char prefix = AK_IDX_DEAD;
-  if (ak_store_scan_from(st, AK_CF_INDEX, &prefix, 1, NULL, 0, true, dlq_one, &c) != 0) {
+  if (ak_store_scan_from(st, AK_CF_INDEX, &prefix, 1, NULL, 0, true, dlq_one, &c) != 0 || c.failed) {
     json_decref(c.entries);
     return -1;
   }

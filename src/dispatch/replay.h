@@ -115,8 +115,8 @@ int ak_replays_state_parse(const char *s);
 
 /* GET /v1/dlq: dead-lettered rows with dead_at >= since_ms (since_ms < 0: all), of
  * source_id (NULL: any) and of a tenant in scope (NULL: any), newest first, at most limit
- * entries; total counts every match. 0 with *out = {"total", "entries"}, or -1 when the
- * store cannot be read. */
+ * entries, each with its hook's size and content_type; total counts every match. 0 with
+ * *out = {"total", "entries"}, or -1 when the store cannot be read. */
 int ak_replays_dlq_list(struct ak_store *st, const char *source_id, const ak_tenant_scope_t *scope, int64_t since_ms,
                         int64_t limit, json_t **out);
 

@@ -193,7 +193,7 @@ static void respond(ak_edge_t *e, conn_t *c, const uint8_t first_id[16]) {
       if (c->req.kind == AK_WRITE_QUARANTINE) {
         ak_counter_add(e->m_quarantined, 1);
         n = snprintf(body, sizeof body, "{\"status\":\"quarantined\",\"reason\":\"%s\"}",
-                     ak_verify_reason_name((ak_verify_reason_t)c->req.reason));
+                     ak_verify_reason_text((ak_verify_reason_t)c->req.reason));
         count(e, 202, c->t0_ns);
         reply(mc, 202, body, (size_t)n, 0);
         return;
@@ -303,7 +303,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
       if (c->src->on_verify_failure == AK_OVF_REJECT) {
         char b[128];
         int n = snprintf(b, sizeof b, "{\"error\":\"verification_failed\",\"reason\":\"%s\"}",
-                         ak_verify_reason_name(vr));
+                         ak_verify_reason_text(vr));
         ak_counter_add(e->m_refused[R_VERIFICATION_FAILED], 1);
         count(e, 401, c->t0_ns);
         c->state = ST_ANSWERED;

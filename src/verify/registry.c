@@ -49,6 +49,19 @@ const char *ak_verify_reason_name(ak_verify_reason_t r) {
   return (unsigned)r < AK_VR_COUNT ? reason_names[r] : "unknown";
 }
 
+/* The original writes its reason term as Elixir prints an atom: the name after a colon. */
+static const char *const reason_texts[AK_VR_COUNT] = {
+  [AK_VR_OK] = ":ok",
+  [AK_VR_MISSING_SIGNATURE] = ":missing_signature",
+  [AK_VR_MALFORMED_SIGNATURE] = ":malformed_signature",
+  [AK_VR_NO_MATCH] = ":no_match",
+  [AK_VR_TIMESTAMP_OUT_OF_TOLERANCE] = ":timestamp_out_of_tolerance",
+};
+
+const char *ak_verify_reason_text(ak_verify_reason_t r) {
+  return (unsigned)r < AK_VR_COUNT ? reason_texts[r] : ":unknown";
+}
+
 struct ak_verifier {
   const ak_verifier_vtable_t *vt;
   void *self;

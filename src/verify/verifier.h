@@ -24,6 +24,9 @@ typedef enum {
 
 /* "ok", "missing_signature", "malformed_signature", "no_match", "timestamp_out_of_tolerance" */
 const char *ak_verify_reason_name(ak_verify_reason_t r);
+/* The same reason as the original writes it in a JSON `reason` (401, 202, quarantine
+ * entries): ":no_match" etc. Metric labels keep the bare name. */
+const char *ak_verify_reason_text(ak_verify_reason_t r);
 
 /* What a verifier may read. Header names compare case-insensitively. */
 typedef struct ak_verify_input {

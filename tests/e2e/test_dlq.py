@@ -1,9 +1,13 @@
-"""The dead-letter admin API through the real binary, as far as it goes without a running
-dispatcher: GET /v1/dlq on an empty dead-letter set, the validation of its query and of
-POST /v1/replays kind dlq and PATCH /v1/replays/{id}, and the role checks. Moving rows
-back and the replay job lifecycle are covered by tests/unit/test_replay.c; the path from
-a failing sink to a dead row and back needs the dispatcher."""
-from helpers import LOG, admin_json
+"""The dead-letter admin API through the real binary: GET /v1/dlq on an empty dead-letter
+set, the validation of its query and of POST /v1/replays kind dlq and PATCH
+/v1/replays/{id}, the role checks, and the shape of an entry (the original's fields,
+`size` and `content_type` included) for a row a refusing sink dead-lettered. Moving rows
+back and the replay job lifecycle are covered by tests/unit/test_replay.c and
+tests/e2e/test_delivery.py."""
+import time
+
+from helpers import LOG, LOOPBACK, SLOW, admin_json
+from receiver import Receiver
 
 
 def bad(r, field):
@@ -63,3 +67,34 @@ def test_dlq_routes_need_the_dispatch_role(ankusa):
         assert r.json == want, r
     # a bad request is still a bad request
     bad(s.admin("/v1/dlq?limit=x"), "limit")
+
+
+def test_dlq_entry_has_the_originals_fields_with_size_and_content_type(ankusa):
+    rx = Receiver(behavior=lambda d, n: (410, {}, 0))  # permanent: dead-lettered at once
+    try:
+        s = ankusa(config=dict(LOOPBACK), sources={"s": {"tenant": "acme", "sinks": [{"type": "http", "url": rx.url}]}})
+        body = b'{"event":"gone","n":12345}'
+        r = s.post("/webhooks/s", body, {"Content-Type": "application/json; charset=utf-8"})
+        assert r.status == 201, r
+        hid = r.json["id"]
+        r = s.post("/webhooks/s", b"plain", {})
+        assert r.status == 201, r
+        deadline = time.time() + 20 * SLOW
+        while s.admin("/v1/dlq").json["total"] < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        r = s.admin("/v1/dlq")
+        assert r.status == 200 and r.json["total"] == 2, r
+        by_id = {e["id"]: e for e in r.json["entries"]}
+        e = by_id[hid]
+        # every field of the original's entry, with its type (ours add sink_index, sink, attempts)
+        original = {"id": str, "source_id": str, "tenant_id": str, "seq": int, "received_at": int,
+                    "dead_lettered_at": int, "size": int, "content_type": str, "reason": str}
+        for k, t in original.items():
+            assert type(e[k]) is t, (k, e)
+        assert e["size"] == len(body), e
+        assert e["content_type"] == "application/json; charset=utf-8", e
+        (other,) = [x for x in r.json["entries"] if x["id"] != hid]
+        assert other["size"] == len(b"plain")
+        assert "body" not in e and "body_base64" not in e, "no bodies"
+    finally:
+        rx.close()

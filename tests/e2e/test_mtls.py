@@ -7,7 +7,7 @@ self-signed client certificate. What the design gives for each client:
 
   client_cert: request (the default when client_ca is set)
     pinned CA-issued cert  -> 201
-    unpinned CA-issued     -> 401 {"error":"verification_failed","reason":"no_match"}
+    unpinned CA-issued     -> 401 {"error":"verification_failed","reason":":no_match"}
     no certificate         -> 401 reason missing_signature
     self-signed            -> 401 reason missing_signature: the handshake is let through,
                               but a certificate that does not chain to client_ca is
@@ -169,13 +169,13 @@ def test_request_mode_pins(ankusa, pki, version):
     accepted = {body["id"]}
 
     assert _post_tls(port, _ctx(pki, "unpinned", version)) == \
-        (401, {"error": "verification_failed", "reason": "no_match"})
+        (401, {"error": "verification_failed", "reason": ":no_match"})
     assert _post_tls(port, _ctx(pki, None, version)) == \
-        (401, {"error": "verification_failed", "reason": "missing_signature"})
+        (401, {"error": "verification_failed", "reason": ":missing_signature"})
     # request mode lets a certificate from another issuer complete the handshake, and then
     # treats it as no certificate: its fingerprint is never even compared with the pins
     assert _post_tls(port, _ctx(pki, "selfsigned", version)) == \
-        (401, {"error": "verification_failed", "reason": "missing_signature"})
+        (401, {"error": "verification_failed", "reason": ":missing_signature"})
 
     # the TLS port serves every source; the plain port is unchanged
     status, body = _post_tls(port, _ctx(pki, None, version), path="/webhooks/demo")
@@ -186,7 +186,7 @@ def test_request_mode_pins(ankusa, pki, version):
     accepted.add(r.json["id"])
     # no TLS session on the plain port: a client_cert source has no certificate there
     r = s.post(SRC, b"plain")
-    assert (r.status, r.json) == (401, {"error": "verification_failed", "reason": "missing_signature"})
+    assert (r.status, r.json) == (401, {"error": "verification_failed", "reason": ":missing_signature"})
 
     stored = s.inspect()
     assert {h["id"] for h in stored} == accepted, "a refused request was stored (or an accepted one lost)"
@@ -221,7 +221,7 @@ def test_require_mode_refuses_in_handshake(ankusa, pki, version):
     status, body = _post_tls(port, _ctx(pki, "pinned", version))
     assert status == 201, body
     assert _post_tls(port, _ctx(pki, "unpinned", version)) == \
-        (401, {"error": "verification_failed", "reason": "no_match"})
+        (401, {"error": "verification_failed", "reason": ":no_match"})
     assert s.post("/webhooks/demo", b"plain").status == 201
     assert len(s.inspect()) == 2
 

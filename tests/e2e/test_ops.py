@@ -81,11 +81,14 @@ def test_wal_reports_the_store_and_its_counters(ankusa):
     assert wal["hooks"] == 0
     first = wal["next_seq"]
     assert isinstance(wal["disk_bytes"], int) and wal["disk_bytes"] > 0
-    assert set(wal["deliveries"]) == {"pending", "scheduled", "inflight", "dead"}
+    # the original's shape: `deliveries` an integer; our breakdown by state beside it
+    assert type(wal["deliveries"]) is int and wal["deliveries"] == 0, wal
+    assert set(wal["delivery_states"]) == {"pending", "scheduled", "inflight", "dead"}
     for i in range(5):
         assert node.post("/webhooks/demo", b'{"n":%d}' % i).status == 201
     wal = node.admin("/v1/wal").json["wal"]
     assert wal["next_seq"] == first + 5
+    assert type(wal["deliveries"]) is int and wal["deliveries"] == sum(wal["delivery_states"].values()), wal
     assert wal["hooks"] == 5  # log sinks deliver at once, but the archive obligation keeps hooks
     node.restart()
     wal = node.admin("/v1/wal").json["wal"]
@@ -97,7 +100,7 @@ def test_wal_reports_the_store_and_its_counters(ankusa):
 def test_wal_without_dispatch_has_no_delivery_counts(ankusa):
     node = ankusa(config={"node": {"roles": ["edge", "storage"]}})
     wal = node.admin("/v1/wal").json["wal"]
-    assert wal["deliveries"] is None
+    assert wal["deliveries"] is None and wal["delivery_states"] is None
     assert wal["ready"] is True
 
 

@@ -49,14 +49,14 @@ def test_held_listed_survives_kill9_skipped_then_purged(ankusa):
     body = b'{"action":"forged","n":1}'
     r = send(s, body, "not-the-secret")
     assert r.status == 202, r
-    assert r.json == {"status": "quarantined", "reason": "no_match"}
+    assert r.json == {"status": "quarantined", "reason": ":no_match"}
 
     entries = listed(s)
     assert len(entries) == 1
     e = entries[0]
     assert is_uuid7(e["id"])
     assert e["source_id"] == "q_src" and e["tenant_id"] == "default"
-    assert e["reason"] == "no_match" and e["size"] == len(body)
+    assert e["reason"] == ":no_match" and e["size"] == len(body)
     assert isinstance(e["received_at"], int) and e["received_at"] > 0
     assert set(e) == {"id", "source_id", "tenant_id", "received_at", "reason", "size"}, "no bodies in the list"
     m = s.metrics()
@@ -94,7 +94,7 @@ def test_release_after_rotation_keeps_the_original_id(ankusa):
     s = ankusa(sources=q_source("secret-A"))
     body = b'{"action":"opened","number":7}'
     r = send(s, body, "secret-B")  # the provider already signs with the new secret
-    assert r.status == 202 and r.json["reason"] == "no_match", r
+    assert r.status == 202 and r.json["reason"] == ":no_match", r
     [held] = listed(s)
 
     restart_with(s, sources=q_source(["secret-B"]))

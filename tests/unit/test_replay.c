@@ -11,11 +11,13 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/clock.h"
+#include "core/envelope.h"
 #include "core/log.h"
 #include "core/node.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "store/batch.h"
+#include "store/keys.h"
 #include "store/store.h"
 
 /* The node's module table up to the store, in its order: the whole table (src/modules.c)
@@ -827,6 +829,18 @@ Test(replay, dlq_list_newest_first_with_total_and_filters) {
   uint8_t xk[AK_DEAD_KEY_LEN];
   ak_key_dead(xk, base + 40, 4, 0);
   put_raw(&n, AK_CF_INDEX, xk, sizeof xk, "junk", 4);
+  /* seq 2's hook is kept (a dead row keeps its hook): its size and content type are listed */
+  ak_envelope_t env = {.seq = 2, .received_at_ms = base + 20 - 5000, .source = "src_b", .source_len = 5,
+                       .tenant = "beta", .tenant_len = 4, .content_type = "application/json",
+                       .content_type_len = 16, .body = (const uint8_t *)"{\"n\":2}", .body_len = 7};
+  hook_id(2, env.id);
+  size_t rl = 0;
+  uint8_t *rec = ak_envelope_encode(&env, &rl);
+  cr_assert_not_null(rec);
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  ak_key_hook(hk, 2);
+  put_raw(&n, AK_CF_HOOKS, hk, sizeof hk, rec, rl);
+  free(rec);
   json_t *o = NULL;
   cr_assert_eq(ak_replays_dlq_list(n.inst->store, NULL, NULL, -1, 100, &o), 0);
   cr_expect_eq(jint(o, "total"), 4);
@@ -845,6 +859,10 @@ Test(replay, dlq_list_newest_first_with_total_and_filters) {
   cr_expect_eq(jint(e, "dead_lettered_at"), base + 20);
   cr_expect_eq(jint(e, "received_at"), base + 20 - 5000);
   cr_expect_str_eq(json_string_value(json_object_get(e, "reason")), "{sink, http, status 500}");
+  cr_expect_eq(jint(e, "size"), 7);
+  cr_expect_str_eq(json_string_value(json_object_get(e, "content_type")), "application/json");
+  json_t *gone = json_array_get(es, 1); /* seq 3: no hook to read */
+  cr_expect(json_is_null(json_object_get(gone, "size")) && json_is_null(json_object_get(gone, "content_type")));
   char idt[AK_UUID_STR_LEN];
   uint8_t hid[16];
   hook_id(2, hid);

@@ -753,6 +753,15 @@ Test(verify, none_and_registry) {
   cr_expect_str_eq(ak_verify_reason_name(AK_VR_MALFORMED_SIGNATURE), "malformed_signature");
   cr_expect_str_eq(ak_verify_reason_name(AK_VR_NO_MATCH), "no_match");
   cr_expect_str_eq(ak_verify_reason_name(AK_VR_TIMESTAMP_OUT_OF_TOLERANCE), "timestamp_out_of_tolerance");
+  /* the JSON `reason` as the original writes it: the atom as Elixir prints it */
+  cr_expect_str_eq(ak_verify_reason_text(AK_VR_MISSING_SIGNATURE), ":missing_signature");
+  cr_expect_str_eq(ak_verify_reason_text(AK_VR_MALFORMED_SIGNATURE), ":malformed_signature");
+  cr_expect_str_eq(ak_verify_reason_text(AK_VR_NO_MATCH), ":no_match");
+  cr_expect_str_eq(ak_verify_reason_text(AK_VR_TIMESTAMP_OUT_OF_TOLERANCE), ":timestamp_out_of_tolerance");
+  for (int r = AK_VR_OK; r < AK_VR_COUNT; r++) {
+    const char *t = ak_verify_reason_text((ak_verify_reason_t)r);
+    cr_expect(t[0] == ':' && strcmp(t + 1, ak_verify_reason_name((ak_verify_reason_t)r)) == 0, "%s", t);
+  }
   const char *types[] = {"none", "stripe", "github", "standard_webhooks", "shopify", "slack", "hmac",
                          "standard_webhooks_v1a", "asymmetric", "token", "client_cert"};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

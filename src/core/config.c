@@ -1231,9 +1231,12 @@ static bool rows_read_env(const ak_opt_t *rows, const char *name, size_t len) {
 }
 
 /* The names this build reads: every row's .env (modules and plug-ins), ANKUSA_CONFIG, and
- * the ANKUSA_TEST_* hooks the test suites set. */
+ * in a test build the ANKUSA_TEST_* hooks the test suites set (a release build reads none). */
 static bool schema_reads_env(const ak_schema_t *s, const char *name, size_t len) {
-  if (env_in_list("ANKUSA_CONFIG", name, len) || (len > 12 && !memcmp(name, "ANKUSA_TEST_", 12))) return true;
+  if (env_in_list("ANKUSA_CONFIG", name, len)) return true;
+#ifdef AK_TEST_HOOKS
+  if (len > 12 && !memcmp(name, "ANKUSA_TEST_", 12)) return true;
+#endif
   for (size_t i = 0; i < s->nmodules; i++)
     if (rows_read_env(s->modules[i]->options, name, len)) return true;
   for (size_t k = 0; k < s->nkinds; k++)

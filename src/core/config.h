@@ -45,8 +45,8 @@ int ak_config_load(const ak_schema_t *s, const char *cli_path, const char *const
 void ak_config_free(ak_config_t *cfg);
 
 /* The ANKUSA_* variables of env (NULL: the process environment) that no row of s reads
- * (rows' .env, plug-ins' included; ANKUSA_CONFIG and the ANKUSA_TEST_* hooks are read
- * too): one line per variable naming it, joined by "\n" (malloc'd), or NULL when none. */
+ * (rows' .env, plug-ins' included; ANKUSA_CONFIG too, and in a test build the test hooks'
+ * names): one line per variable naming it, joined by "\n" (malloc'd), or NULL when none. */
 char *ak_config_unknown_env(const ak_schema_t *s, const char *const *env);
 
 /* The typed struct module m's rows were bound into (NULL when m has none or is not in

@@ -2,9 +2,11 @@
  * of every value against the option rows of the schema's modules and plug-ins, with
  * dotted-key messages, the module check hooks, the binding of every bound row into its
  * module's typed struct, the effective tree and its redacted copy, and the lookup of the
- * file. Owns no section: each belongs to the module that declares it (core/module.h).
- * Must never exit, log, or keep state between calls: every result and every error goes
- * back to the caller, and no secret value is ever copied into an error message. */
+ * file, and the names of ANKUSA_* variables that match no row. Owns no section: each
+ * belongs to the module that declares it (core/module.h). Must never exit or keep state
+ * between calls, and writes nothing except ak_config_load's warnings (one stderr line per
+ * unknown ANKUSA_* variable: every command loads through it): every result and every
+ * error goes back to the caller, and no secret value is ever copied into an error message. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
@@ -726,6 +728,12 @@ static json_t *check_value(vctx_t *c, const ak_opt_t *row, json_t *v, const char
     else if (json_is_string(v) && !strcasecmp(json_string_value(v), "true")) out = json_true();
     else if (json_is_string(v) && !strcasecmp(json_string_value(v), "false")) out = json_false();
     else type_error(c, label, "a boolean", v, secret);
+    /* a switch whose "true" is known to Ankusa but not built (routes.enabled) */
+    if (out && json_is_true(out) && list_index(row->enum_unsupported, "true") >= 0) {
+      verr(c, "%s: true is not supported yet; set it to false or remove it", label);
+      json_decref(out);
+      out = NULL;
+    }
     break;
   case AK_OPT_ENUM:
     if (!(text = as_text(v))) type_error(c, label, "a string", v, secret);
@@ -1189,10 +1197,70 @@ int ak_config_load(const ak_schema_t *s, const char *cli_path, const char *const
                    char **err) {
   char *path = NULL;
   *out = NULL;
+  char *warn = ak_config_unknown_env(s, env);
+  for (char *line = warn, *next; line && *line; line = next) {
+    if ((next = strchr(line, '\n'))) *next++ = '\0';
+    fprintf(stderr, "ankusa: warning: %s\n", line);
+  }
+  free(warn);
   if (ak_config_find(cli_path, env, &path, err) < 0) return -1;
   int rc = path ? ak_config_load_file(s, path, env, out, err) : load_text(s, "", 0, NULL, env, out, err);
   free(path);
   return rc;
+}
+
+/* ------------------------------------------------------ unknown ANKUSA_* names ---- */
+
+extern char **environ;
+
+/* name (len bytes) is one of "A|B". */
+static bool env_in_list(const char *names, const char *name, size_t len) {
+  for (const char *p = names; p && *p;) {
+    const char *bar = strchr(p, '|');
+    size_t l = bar ? (size_t)(bar - p) : strlen(p);
+    if (l == len && !memcmp(p, name, len)) return true;
+    p = bar ? bar + 1 : p + l;
+  }
+  return false;
+}
+
+static bool rows_read_env(const ak_opt_t *rows, const char *name, size_t len) {
+  for (size_t i = 0; rows && rows[i].key; i++)
+    if (env_in_list(rows[i].env, name, len) || rows_read_env(rows[i].children, name, len)) return true;
+  return false;
+}
+
+/* The names this build reads: every row's .env (modules and plug-ins), ANKUSA_CONFIG, and
+ * in a test build the ANKUSA_TEST_* hooks the test suites set (a release build reads none). */
+static bool schema_reads_env(const ak_schema_t *s, const char *name, size_t len) {
+  if (env_in_list("ANKUSA_CONFIG", name, len)) return true;
+#ifdef AK_TEST_HOOKS
+  if (len > 12 && !memcmp(name, "ANKUSA_TEST_", 12)) return true;
+#endif
+  for (size_t i = 0; i < s->nmodules; i++)
+    if (rows_read_env(s->modules[i]->options, name, len)) return true;
+  for (size_t k = 0; k < s->nkinds; k++)
+    for (size_t i = 0; i < s->kinds[k]->count; i++)
+      if (rows_read_env(s->kinds[k]->all[i]->options, name, len)) return true;
+  return false;
+}
+
+char *ak_config_unknown_env(const ak_schema_t *s, const char *const *env) {
+  const char *const *e = env ? env : (const char *const *)environ;
+  ak_buf_t b = AK_BUF_INIT;
+  for (size_t i = 0; e && e[i]; i++) {
+    if (strncmp(e[i], "ANKUSA_", 7)) continue;
+    const char *eq = strchr(e[i], '=');
+    size_t len = eq ? (size_t)(eq - e[i]) : strlen(e[i]);
+    if (schema_reads_env(s, e[i], len)) continue;
+    if (b.len) ak_buf_append(&b, "\n", 1);
+    char *line = xasprintf("%.*s is set but matches no setting of this build; ignored", (int)len, e[i]);
+    if (line) ak_buf_append(&b, line, strlen(line));
+    free(line);
+  }
+  if (b.len) return ak_buf_take(&b, NULL);
+  ak_buf_free(&b);
+  return NULL;
 }
 
 /* --------------------------------------------------------------------- redaction ---- */

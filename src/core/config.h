@@ -3,7 +3,8 @@
  * modules and plug-ins declare (core/module.h), dotted-key messages, the rules across
  * keys each module checks, the effective tree and its redacted copy, and the binding of
  * every row into its module's typed struct. Owns no section: every section belongs to
- * the module that declares it. Never exits or logs: errors come back as text. */
+ * the module that declares it. Never exits; errors come back as text, and only
+ * ak_config_load writes (a warning per unknown ANKUSA_* variable, on stderr). */
 #ifndef AK_CORE_CONFIG_H
 #define AK_CORE_CONFIG_H
 
@@ -36,11 +37,17 @@ int ak_config_load_string(const ak_schema_t *s, const char *yaml, size_t len, co
                           ak_config_t **out, char **err);
 int ak_config_load_file(const ak_schema_t *s, const char *path, const char *const *env, ak_config_t **out,
                         char **err);
-/* find + load; no file at all = defaults, no sources. */
+/* find + load; no file at all = defaults, no sources. Writes one "ankusa: warning: ..."
+ * line on stderr per ak_config_unknown_env line, loaded or not. */
 int ak_config_load(const ak_schema_t *s, const char *cli_path, const char *const *env, ak_config_t **out,
                    char **err);
 
 void ak_config_free(ak_config_t *cfg);
+
+/* The ANKUSA_* variables of env (NULL: the process environment) that no row of s reads
+ * (rows' .env, plug-ins' included; ANKUSA_CONFIG too, and in a test build the test hooks'
+ * names): one line per variable naming it, joined by "\n" (malloc'd), or NULL when none. */
+char *ak_config_unknown_env(const ak_schema_t *s, const char *const *env);
 
 /* The typed struct module m's rows were bound into (NULL when m has none or is not in
  * the config's schema). */

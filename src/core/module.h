@@ -35,7 +35,8 @@ typedef struct ak_module {
   /* ---- configuration (all optional) ---- */
   const char *section;          /* the root key it owns, NULL = none */
   const char *doc;              /* one line on the section */
-  unsigned section_flags;       /* AK_OPTF_UNSUPPORTED: a known Ankusa section not built yet */
+  unsigned section_flags;       /* AK_OPTF_UNSUPPORTED: a known Ankusa section refused unless
+                                   empty; AK_OPTF_NULLABLE: absent or null is off (left out) */
   bool section_map_of;          /* the section maps ids to entries of .options (sources); its
                                    rows are not bound: finish builds the typed form */
   const ak_opt_t *options;      /* the section's rows; rows with AK_AT() bind into the typed struct */

@@ -58,7 +58,8 @@ typedef struct ak_opt {
   const char *doc;              /* one line for docs and print-config --docs */
   const struct ak_opt *children; /* for MAP: rows, terminated by a row with key == NULL */
   const char *enum_unsupported; /* subset of enum_vals known to Ankusa but refused by this
-                                   build with "not supported yet" ("a|b"), or NULL */
+                                   build with "not supported yet" ("a|b"), or NULL; on a
+                                   BOOL, "true" refuses true (a feature switch) */
   const char *kind;             /* PLUGIN, PLUGIN_LIST: the plug-in kind ("sink", "verify") */
   /* Binding (AK_AT): the value is stored at .off in the owning module's typed struct,
    * as the row's type says: STRING, IP, URL_PREFIX -> const char * (NULL when null);

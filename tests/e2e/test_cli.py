@@ -230,3 +230,122 @@ def test_ankusa_config_env_serves(ankusa):
     s.env = {"ANKUSA_CONFIG": str(s.config_path)}
     s.start()
     assert s.post("/webhooks/demo", b"y").status == 201
+
+
+# ------------------------------------------- sections of features not built yet ----
+
+# Each restates a default or turns its feature off: it loads (the original's files do this).
+LATER_LOADS = [
+    pytest.param("storage: {type: local}\n", id="storage-local"),
+    pytest.param("routes: {enabled: false}\n", id="routes-disabled"),
+    pytest.param("backup: {enabled: false, interval_ms: 60000, keep: 3}\n", id="backup-disabled"),
+    pytest.param("claim_check: {}\n", id="claim-check-empty"),
+    pytest.param("claim_check: {port: 4001, ip: 127.0.0.1, pack_max_bytes: 16777216, retention_days: null}\n",
+                 id="claim-check-defaults"),
+    pytest.param("lifecycle:\n", id="lifecycle-null"),
+    pytest.param("wal: {type: disk}\n", id="wal-disk"),
+]
+
+
+@pytest.mark.parametrize("section", LATER_LOADS)
+def test_later_section_restating_defaults_loads(tmp_path, section):
+    cfg = write(tmp_path, MINIMAL + section)
+    p = run_cli("check-config", "--config", cfg)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("config OK: roles=edge,dispatch,storage sources=demo wal=disk"), p.stdout
+
+
+# Each asks for a feature not built yet: exit 78, the key named, "not supported yet".
+LATER_REFUSED = [
+    pytest.param("routes: {enabled: true}\n", {},
+                 "  routes.enabled: true is not supported yet; set it to false or remove it", id="routes-enabled"),
+    pytest.param("storage: {type: s3, s3: {bucket: b, region: r}}\n", {},
+                 '  storage.type: "s3" is not supported yet', id="storage-s3"),
+    pytest.param("backup: {enabled: true}\n", {},
+                 "  backup.enabled: true is not supported yet; set it to false or remove it", id="backup-enabled"),
+    pytest.param("lifecycle:\n  sinks: [{type: log}]\n", {},
+                 "  lifecycle: not supported yet (lifecycle events); remove the section", id="lifecycle-sinks"),
+    pytest.param("lifecycle: {}\n", {}, '  lifecycle: missing required key "sinks"', id="lifecycle-without-sinks"),
+    pytest.param("wal: {type: dual}\n", {}, '  wal.type: "dual" is not supported yet', id="wal-dual"),
+    pytest.param("node: {roles: [edge, claim_check]}\n", {},
+                 '  node.roles[1]: "claim_check" is not supported yet', id="claim-check-role"),
+    pytest.param("", {"ANKUSA_ROLES": "claim_check"},
+                 '  node.roles (from ANKUSA_ROLES): "claim_check" is not supported yet', id="claim-check-role-env"),
+    pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true"},
+                 "  routes.enabled (from ANKUSA_ROUTES_ENABLED): true is not supported yet; set it to false or "
+                 "remove it", id="routes-enabled-env"),
+    pytest.param("", {"ANKUSA_BACKUP_ENABLED": "TRUE"},
+                 "  backup.enabled (from ANKUSA_BACKUP_ENABLED): true is not supported yet; set it to false or "
+                 "remove it", id="backup-enabled-env"),
+    pytest.param("", {"ANKUSA_STORAGE_TYPE": "gcs"},
+                 '  storage.type (from ANKUSA_STORAGE_TYPE): "gcs" is not supported yet', id="storage-gcs-env"),
+]
+
+
+@pytest.mark.parametrize("section,env,line", LATER_REFUSED)
+def test_later_feature_refused_naming_the_key(tmp_path, section, env, line):
+    cfg = write(tmp_path, MINIMAL + section)
+    for cmd in ("check-config", "serve"):
+        p = run_cli(cmd, "--config", cfg, env=env)
+        assert p.returncode == 78, f"{cmd}: exit {p.returncode}\n{p.stderr}"
+        assert p.stderr.splitlines() == ["ankusa: invalid configuration", line], p.stderr
+
+
+def test_later_sections_env_overrides_read_and_validated(tmp_path):
+    cfg = write(tmp_path, MINIMAL + "storage: {s3: {bucket: from-file}}\n")
+    env = {"ANKUSA_CLAIM_CHECK_PORT": "5001", "ANKUSA_CLAIM_CHECK_IP": "::1", "ANKUSA_ROUTES_ENABLED": "false",
+           "ANKUSA_ROUTES_STORE_URL": "redis://:pw@cache:6379", "ANKUSA_STORAGE_TYPE": "local",
+           "ANKUSA_S3_BUCKET": "bkt", "ANKUSA_S3_REGION": "eu-west-1", "ANKUSA_S3_ENDPOINT": "https://s3.example",
+           "ANKUSA_GCS_BUCKET": "gbkt", "ANKUSA_STORAGE_KEY_PREFIX": "node-a/", "ANKUSA_BACKUP_ENABLED": "false"}
+    p = run_cli("print-config", "--config", cfg, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == "", p.stderr  # every one of them is read: none is warned about
+    c = json.loads(p.stdout)
+    assert (c["claim_check"]["port"], c["claim_check"]["ip"]) == (5001, "::1")
+    assert c["routes"]["enabled"] is False
+    assert c["routes"]["store"]["type"] == "redis"  # a url without a type means redis
+    assert c["routes"]["store"]["url"] != "redis://:pw@cache:6379"  # redacted
+    assert c["storage"]["type"] == "local" and c["storage"]["key_prefix"] == "node-a/"
+    assert (c["storage"]["s3"]["bucket"], c["storage"]["s3"]["region"]) == ("bkt", "eu-west-1")
+    assert c["storage"]["s3"]["endpoint"] == "https://s3.example"
+    assert c["storage"]["gcs"]["bucket"] == "gbkt"
+    assert c["backup"]["enabled"] is False
+    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_CLAIM_CHECK_PORT": "99999"})
+    assert_invalid(p, "claim_check.port", "(from ANKUSA_CLAIM_CHECK_PORT) must be between 0 and 65535, got 99999")
+    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_STORAGE_KEY_PREFIX": "no-slash"})
+    assert_invalid(p, "storage.key_prefix", 'invalid prefix "no-slash"')
+
+
+# -------------------------------------------------- unknown ANKUSA_* variables ----
+
+def test_unknown_ankusa_variable_warned_by_name_never_fatal(tmp_path):
+    cfg = write(tmp_path, MINIMAL)
+    env = {"ANKUSA_HTTP_PORTT": "5000", "ANKUSA_ROUTES_ENABLD": "true", "ANKUSA_LOG_LEVEL": "info",
+           "NOT_ANKUSA_X": "1"}
+    p = run_cli("check-config", "--config", cfg, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("config OK: "), p.stdout
+    warned = sorted(p.stderr.splitlines())
+    assert warned == [
+        "ankusa: warning: ANKUSA_HTTP_PORTT is set but matches no setting of this build; ignored",
+        "ankusa: warning: ANKUSA_ROUTES_ENABLD is set but matches no setting of this build; ignored",
+    ], p.stderr
+    # the value is never shown (it may be a secret put under a mistyped name)
+    p = run_cli("print-config", "--config", cfg, env={"ANKUSA_S3_SECRET": "hunter2"})
+    assert p.returncode == 0, p.stderr
+    assert "ANKUSA_S3_SECRET" in p.stderr and "hunter2" not in p.stderr, p.stderr
+    # an invalid config still names the stray variable, then fails as before
+    bad = write(tmp_path, "http: {port: 70000}\n", name="bad.yml")
+    p = run_cli("check-config", "--config", bad, env={"ANKUSA_NOPE": "1"})
+    assert p.returncode == 78, p.stderr
+    assert p.stderr.splitlines()[0] == ("ankusa: warning: ANKUSA_NOPE is set but matches no setting of this build; "
+                                        "ignored"), p.stderr
+    assert p.stderr.splitlines()[1] == "ankusa: invalid configuration", p.stderr
+
+
+def test_unknown_ankusa_variable_warned_at_start(ankusa):
+    s = ankusa(start=False, env={"ANKUSA_ADMIN_PROT": "4999"})
+    s.start()
+    assert ("ankusa: warning: ANKUSA_ADMIN_PROT is set but matches no setting of this build; ignored"
+            in s.log_text()), s.log_tail()
+    assert s.post("/webhooks/demo", b"z").status == 201

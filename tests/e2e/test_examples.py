@@ -1,0 +1,137 @@
+"""The original Ankusa's example configs (../shared/reference/ankusa-examples/*.yml) load with
+`check-config`, with the variables each one reads set to valid values.
+
+A file loads unless it uses a feature not built yet or meets a deliberate departure; then its
+complaints must be exactly the lines listed below, so that a feature's issue removes its
+lines when it lands (and the test fails if a complaint disappears without its line going)."""
+import re
+
+import pytest
+
+from helpers import REPO, run_cli
+
+EXAMPLES = REPO.parent / "shared" / "reference" / "ankusa-examples"
+WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+# A valid value for every ${VAR} the examples read (outside comments), by its meaning.
+VALUES = {
+    "STRIPE_WHSEC": WHSEC,
+    "STANDARD_WEBHOOKS_SECRET": WHSEC,
+    "SINK_WHSEC": WHSEC,
+    "GITHUB_WEBHOOK_SECRET": "gh-webhook-secret",
+    "SINK_URL": "https://sink.example.com/hooks",
+    "RABBITMQ_URL": "amqp://user:pass@rabbitmq:5672/%2F",
+    "RABBITMQ_EXCHANGE": "ankusa.hooks",
+    "KAFKA_BROKERS": "kafka-1:9092,kafka-2:9092",
+    "KAFKA_TOPIC": "ankusa.hooks",
+    "KAFKA_USERNAME": "ankusa",
+    "KAFKA_SASL_PASSWORD": "kafka-password",
+    "NATS_SERVERS": "nats-1:4222,nats-2:4222",
+    "NATS_SUBJECT": "ankusa.hooks",
+    "NATS_USERNAME": "ankusa",
+    "NATS_PASSWORD": "nats-password",
+    "REDIS_SINK_URL": "redis://:pass@redis:6379/0",
+    "SQS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/ankusa-hooks",
+    "GCP_TOKEN": "ya29.token",
+    "S3_BUCKET": "ankusa-segments",
+    "S3_REGION": "us-east-1",
+    "S3_ENDPOINT": "https://s3.us-east-1.amazonaws.com",
+    "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret",
+    "GCS_BUCKET": "ankusa-segments",
+}
+
+ADMIN_OPEN = ("admin.ip: 0.0.0.0 is not a loopback address; without admin.principals the admin API has no "
+              "authentication and listens on loopback only (127.0.0.1, ::1): add admin.principals or bind 127.0.0.1")
+CLAIMS_OPEN = ("claim_check.ip: 0.0.0.0 is not a loopback address; the claim gateway has no authentication, so "
+               "without admin.principals it listens on loopback only: bind 127.0.0.1")
+ROLE = 'node.roles[3]: "claim_check" is not supported yet'
+
+
+def sink(path, kind):
+    return f'{path}.type: sink type "{kind}" is not supported yet'
+
+
+# (a) Features not built yet: the claim check (role), the broker sinks, wal: none, lifecycle
+# events. Each later issue deletes the lines of its feature.
+NOT_BUILT = {
+    "direct.yml": ['wal.type: "none" is not supported yet', sink("sources.stripe.sinks[0]", "rabbitmq")],
+    "kafka-fanout.yml": [ROLE, sink("sources.stripe.sinks[0]", "kafka")],
+    "nats-consumer.yml": [ROLE, sink("sources.demo.sinks[0]", "nats")],
+    "nats-fanout.yml": [ROLE, sink("sources.stripe.sinks[0]", "nats")],
+    "rabbitmq-fanout.yml": [ROLE, sink("sources.shopify.sinks[0]", "rabbitmq")],
+    "reference.yml": [
+        # once kafka sinks are built: "lifecycle: not supported yet (lifecycle events); remove the section"
+        sink("lifecycle.sinks[0]", "kafka"),
+        sink("sources.stripe.sinks[2]", "rabbitmq"),
+        sink("sources.stripe.sinks[3]", "kafka"),
+        sink("sources.stripe.sinks[4]", "nats"),
+        sink("sources.stripe.sinks[5]", "redis"),
+        sink("sources.stripe.sinks[6]", "sqs"),
+        sink("sources.stripe.sinks[7]", "google_pubsub"),
+    ],
+}
+
+# (b) Deliberate departures (docs/migrating.md): an unauthenticated listener on 0.0.0.0 is
+# refused, the admin API's and the claim gateway's alike.
+DEPARTURES = {
+    "nats-consumer.yml": [ADMIN_OPEN, CLAIMS_OPEN],
+    "kafka-fanout.yml": [CLAIMS_OPEN],
+    "nats-fanout.yml": [CLAIMS_OPEN],
+}
+
+# Expected to load once the egress change lands (a sink written in the config file may use
+# http://, as the original's quickstart does): until then its one complaint is the refusal.
+# Delete this entry at that merge.
+EGRESS_PENDING = {
+    "quickstart-orig.yml": ["sources.demo.sinks[0].url: http:// is refused; use https:// or set "
+                            "egress.allow_http: true"],
+}
+
+
+def example_files():
+    return sorted(p.name for p in EXAMPLES.glob("*.yml")) if EXAMPLES.is_dir() else []
+
+
+def expected(name):
+    return sorted(NOT_BUILT.get(name, []) + DEPARTURES.get(name, []) + EGRESS_PENDING.get(name, []))
+
+
+def read_vars(text):
+    """The ${VAR} names a file reads outside comments, and whether each has a default."""
+    names = {}
+    for line in text.splitlines():
+        code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+        for m in re.finditer(r"\$\{([A-Z0-9_]+)(:-[^}]*)?\}", code):
+            names[m.group(1)] = names.get(m.group(1), False) or m.group(2) is None
+    return names
+
+
+def test_the_examples_are_there():
+    if not EXAMPLES.is_dir():
+        pytest.fail(f"the example configs are not at {EXAMPLES}", pytrace=False)
+    names = example_files()
+    assert len(names) >= 10, names
+    listed = set(NOT_BUILT) | set(DEPARTURES) | set(EGRESS_PENDING)
+    assert listed <= set(names), f"exceptions for files that are gone: {sorted(listed - set(names))}"
+
+
+@pytest.mark.parametrize("name", example_files())
+def test_example_loads(name):
+    path = EXAMPLES / name
+    reads = read_vars(path.read_text())
+    missing = [v for v, required in reads.items() if required and v not in VALUES]
+    assert not missing, f"{name} reads {missing}: give them a valid value in VALUES"
+    env = {v: VALUES[v] for v in reads if v in VALUES}
+    p = run_cli("check-config", "--config", path, env=env)
+    want = expected(name)
+    if not want:
+        assert p.returncode == 0, f"{name} did not load:\n{p.stderr}"
+        assert p.stdout.startswith("config OK: "), p.stdout
+        assert p.stderr == "", p.stderr
+        return
+    assert p.returncode == 78, f"{name}: exit {p.returncode}\n{p.stdout}{p.stderr}"
+    lines = p.stderr.splitlines()
+    assert lines[0] == "ankusa: invalid configuration", p.stderr
+    assert all(ln.startswith("  ") for ln in lines[1:]), p.stderr
+    assert sorted(ln[2:] for ln in lines[1:]) == want, f"{name}: complaints differ:\n{p.stderr}"

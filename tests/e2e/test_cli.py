@@ -252,7 +252,7 @@ def test_later_section_restating_defaults_loads(tmp_path, section):
     cfg = write(tmp_path, MINIMAL + section)
     p = run_cli("check-config", "--config", cfg)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("config OK: roles=edge,dispatch,storage sources=demo wal=disk"), p.stdout
+    assert p.stdout.startswith("config OK: roles=[:edge, :dispatch, :storage] sources=demo wal=disk"), p.stdout
 
 
 # Each asks for a feature not built yet: exit 78, the key named, "not supported yet".

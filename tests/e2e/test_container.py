@@ -332,7 +332,7 @@ def test_compose_config_passes_check_config():
         if detail and all("http:// is refused" in ln for ln in detail):
             raise HttpSinkRefused(p.stderr)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "config OK: roles=edge,dispatch,storage sources=demo wal=disk"
+    assert p.stdout.strip() == "config OK: roles=[:edge, :dispatch, :storage] sources=demo wal=disk"
 
 
 def test_compose_admin_on_any_address_without_principals_is_refused(tmp_path):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import LOOPBACK, SLOW, admin_json, run_cli, uuid7_ms
+from helpers import LOOPBACK, REPO, SLOW, admin_json, run_cli, uuid7_ms
 from receiver import Receiver, sw_signature
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -243,6 +243,16 @@ def test_quickstart_topology_delivers_to_a_private_http_sink_by_default(ankusa, 
     assert d.id == hid and d.path == "/hooks" and d.body == b'{"hello":"worker"}'
     m = wait_metric(node, settled, what="settled")
     assert m.value("ankusa_queue_dead", instance="default") == 0
+
+
+def test_the_originals_quickstart_config_loads():
+    # its sink is http://worker:8080/hooks (a name on the compose network), with no egress
+    # section: the operator's sinks are trusted
+    path = REPO.parent / "shared" / "reference" / "ankusa-examples" / "quickstart-orig.yml"
+    if not path.exists():
+        pytest.skip(f"{path} is not on this machine")
+    p = run_cli("check-config", "--config", str(path))
+    assert p.returncode == 0, p.stderr
 
 
 def test_egress_refuses_a_name_that_resolves_to_loopback(ankusa, rx):

@@ -1,11 +1,11 @@
 /* The `http` sink: POST/PUT/PATCH of the raw hook body to one URL. Owns its option rows,
  * Standard Webhooks delivery signing, the headers of a delivery and their precedence, the
- * status -> outcome mapping (Retry-After included) and the egress policy of every address
- * it connects to when it is guarded. The transport is the node's shared HTTP client (net/httpc.h: its
- * threads, connection caches and bound are described there). Never follows a redirect,
- * never retries on its own (dispatch owns retries), never reads more than
- * max_response_bytes of a response, never puts a secret, a header value or the URL into
- * an outcome reason, and never touches the store.
+ * status -> outcome mapping (Retry-After included) and, when it is guarded, the egress
+ * policy of every address it connects to. The transport is the node's shared HTTP client
+ * (net/httpc.h: its threads, connection caches and bound are described there). Never
+ * follows a redirect, never retries on its own (dispatch owns retries), never reads more
+ * than max_response_bytes of a response, never puts a secret, a header value or the URL
+ * into an outcome reason, and never touches the store.
  *
  * Registered as ak_sink_http (registry.c). The egress guard and the HTTP client come in
  * ak_sink_ctx_t; both are borrowed and must outlive the sink. A NULL guard means the
@@ -409,6 +409,12 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
     done(ctx, &out);
     return;
   }
+  if (!s->egress && strncasecmp(s->url, "https://", 8) != 0 && strncasecmp(s->url, "http://", 7) != 0) {
+    out.result = AK_SINK_PERMANENT; /* trusted, but still only http(s) */
+    snprintf(out.reason, sizeof out.reason, "only http:// and https:// urls");
+    done(ctx, &out);
+    return;
+  }
   char id[AK_UUID_STR_LEN];
   ak_uuid_format(env->id, id);
   /* The identity values (NULL = header not sent), measured first so that the header lines
@@ -654,7 +660,7 @@ fail:
 
 /* A guarded http sink whose URL the guard can never let through refuses the boot (or the
  * admin API's change), so the mistake shows in check-config instead of as dead letters;
- * guarded NULL (a trusted sink) only checks that the URL is http(s). The URL is never
+ * a trusted sink (guarded false) only checks that the URL is http(s). The URL is never
  * echoed: it may carry credentials. Names are not resolved here: what a name points at
  * can change, and the sink judges the address it connects to. */
 static void check_http_url(ak_check_t *c, const char *label, const char *url, bool guarded, const ak_egress_t *g) {

@@ -1333,6 +1333,11 @@ Test(http_sink, trusted_sink_delivers_http_to_loopback_guarded_one_is_refused) {
   cr_expect_eq(out.result, AK_SINK_PERMANENT);
   cr_expect(strncmp(out.reason, "egress: ", 8) == 0 && strstr(out.reason, "is not a public address"), "%s",
             out.reason);
+  s = sink_trusted(NULL, true, "{\"url\":\"file:///etc/passwd%d\"}", 0); /* trusted is still http(s) only */
+  out = deliver(s, &env);
+  ak_sink_http.destroy(s);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect_str_eq(out.reason, "only http:// and https:// urls");
   cr_expect_eq(recv_count(rv), 2, "the guarded sinks sent nothing");
   ak_egress_free(http_only);
   ak_egress_free(def);

@@ -489,6 +489,26 @@ static void sources_check(ak_check_t *c, json_t *section, json_t *root) {
   json_object_foreach(section, sid, s) check_source(c, sid, s, root, NULL);
 }
 
+/* root as the check of an API-managed source's sinks sees it: egress.guard_static_sources
+ * true, so that every sink's check guards it as sinks/egress.h says an API source's sinks
+ * are (whatever the config file says for its own). New reference (shallow: it shares
+ * root's values), or NULL (out of memory). */
+static json_t *guarded_view(const json_t *root) {
+  json_t *view = json_is_object(root) ? json_copy((json_t *)root) : json_object();
+  const json_t *eg = json_object_get(root, "egress");
+  json_t *eg2 = json_is_object(eg) ? json_copy((json_t *)eg) : json_object();
+  if (!view || !eg2 || json_object_set_new(eg2, "guard_static_sources", json_true()) != 0) {
+    json_decref(view);
+    json_decref(eg2);
+    return NULL;
+  }
+  if (json_object_set_new(view, "egress", eg2) != 0) { /* eg2 is taken even on failure */
+    json_decref(view);
+    return NULL;
+  }
+  return view;
+}
+
 int ak_sources_check_spec(const ak_config_t *cfg, const char *id, const json_t *spec, unsigned flags,
                           json_t **checked, char **warning, char **err) {
   *checked = NULL;
@@ -515,8 +535,11 @@ int ak_sources_check_spec(const ak_config_t *cfg, const char *id, const json_t *
     char path[96];
     snprintf(path, sizeof path, "sources.%s", id);
     out = ak_check_map(c, source_rows, json_is_null(spec) ? NULL : spec, path);
-    if (out && !ak_check_count(c))
-      check_source(c, id, out, cfg->effective, (flags & AK_SOURCE_CHECK_STORED) ? &warn : NULL);
+    /* an API-managed source: its sinks are guarded whatever egress.guard_static_sources says */
+    json_t *guarded = out && !ak_check_count(c) ? guarded_view(cfg->effective) : NULL;
+    if (out && !ak_check_count(c) && !guarded) ak_check_error(c, "sources.%s: out of memory", id);
+    if (guarded) check_source(c, id, out, guarded, (flags & AK_SOURCE_CHECK_STORED) ? &warn : NULL);
+    json_decref(guarded);
   }
   if (ak_check_count(c) || !out) {
     *err = ak_check_join(c);

@@ -1490,7 +1490,9 @@ static void sinks_free(void *state) {
 }
 
 /* The sink instances of a source version (a sink that can never work, e.g. refused by
- * the egress guard, refuses the version with err naming sources.<id>.sinks[i]). */
+ * the egress guard, refuses the version with err naming sources.<id>.sinks[i]). The
+ * sinks of an API-managed source are guarded; the config file's are trusted unless
+ * egress.guard_static_sources (sinks/egress.h). */
 static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t errlen) {
   ak_dispatch_t *d = ctx;
   const ak_source_cfg_t *s = &src->cfg;
@@ -1507,7 +1509,9 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
       goto fail;
     }
     char serr[256] = "";
-    ak_sink_ctx_t sctx = {.source_id = s->id, .egress = d->inst->egress, .httpc = d->inst->httpc};
+    ak_sink_ctx_t sctx = {.source_id = s->id, .egress = d->inst->egress, .httpc = d->inst->httpc,
+                          .trusted = !ak_egress_guards(ak_config_of(d->inst->cfg, &ak_mod_egress),
+                                                       src->origin == AK_SOURCE_API)};
     si->self = si->vt->create(s->sinks[j].opts, &sctx, serr, sizeof serr);
     ds->n = j + 1;
     if (!si->self) {

@@ -1,5 +1,7 @@
-/* The egress guard (see egress.h). Owns the table of non-public ranges and the CIDR
- * parser for egress.allow_cidrs. Never resolves names, never logs, holds no global state. */
+/* The egress guard (see egress.h). Owns the table of non-public ranges, the CIDR parser
+ * for egress.allow_cidrs and the rule of which sinks are guarded (API-managed sources'
+ * always, the config file's with egress.guard_static_sources). Never resolves names,
+ * never logs, holds no global state. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -214,10 +216,13 @@ void ak_egress_refusal(const struct sockaddr *sa, char *reason, size_t reasonlen
 
 static const ak_opt_t egress_rows[] = {
   {.key = "allow_cidrs", .type = AK_OPT_STRLIST, .def = "[]",
-   .doc = "non-public destinations sinks may reach anyway (\"10.1.0.0/16\", \"fd00::/8\", a bare address)",
+   .doc = "non-public destinations guarded sinks may reach anyway (\"10.1.0.0/16\", \"fd00::/8\", a bare address)",
    AK_AT(ak_egress_cfg_t, allow_cidrs)},
   {.key = "allow_http", .type = AK_OPT_BOOL, .def = "false",
-   .doc = "allow http:// sink URLs (plain text) besides https://", AK_AT(ak_egress_cfg_t, allow_http)},
+   .doc = "allow http:// URLs (plain text) besides https:// for guarded sinks", AK_AT(ak_egress_cfg_t, allow_http)},
+  {.key = "guard_static_sources", .type = AK_OPT_BOOL, .def = "false",
+   .doc = "guard the config file's sinks too (API-managed sources' sinks always are); false: trusted, as in Ankusa",
+   AK_AT(ak_egress_cfg_t, guard_static_sources)},
   {0},
 };
 
@@ -241,6 +246,12 @@ ak_egress_t *ak_egress_from_tree(const json_t *root) {
   char why[192];
   return guard_of(json_object_get(root, "egress"), why, sizeof why);
 }
+
+bool ak_egress_tree_guards(const json_t *root) {
+  return json_is_true(json_object_get(json_object_get(root, "egress"), "guard_static_sources"));
+}
+
+bool ak_egress_guards(const ak_egress_cfg_t *cfg, bool api) { return api || (cfg && cfg->guard_static_sources); }
 
 static void egress_check(ak_check_t *c, json_t *eg, json_t *root) {
   (void)root;

@@ -1,6 +1,9 @@
 /* The egress guard: decides whether a sink may connect to a destination address or URL.
- * Owns the list of non-public address classes and the operator's allow list
- * (`egress.allow_cidrs`, `egress.allow_http`). Pure: no I/O, no resolving, no globals;
+ * Owns the list of non-public address classes, the operator's allow list
+ * (`egress.allow_cidrs`, `egress.allow_http`) and the rule of which sinks are guarded:
+ * the sinks of API-managed sources always (their URLs come from tenant-scoped
+ * principals), the config file's only with `egress.guard_static_sources` (the operator
+ * wrote those; the original trusts them). Pure: no I/O, no resolving, no globals;
  * callers hand it the sockaddr they are about to connect to. Never resolves a name
  * itself (a check on a name instead of the connected address is what rebinding beats). */
 #ifndef AK_SINKS_EGRESS_H
@@ -36,15 +39,25 @@ bool ak_egress_url_allowed(const ak_egress_t *e, const char *url, char *reason, 
 void ak_egress_refusal(const struct sockaddr *sa, char *reason, size_t reasonlen);
 
 /* The `egress` section (not in Ankusa) and the node's guard (inst->egress), which every
- * sink borrows. */
+ * guarded sink borrows. */
 typedef struct ak_egress_cfg {
   ak_strlist_t allow_cidrs;
   bool allow_http;
+  bool guard_static_sources;  /* the config file's sinks guarded too (default: trusted) */
 } ak_egress_cfg_t;
 extern const ak_module_t ak_mod_egress;
 
 /* The guard the egress section of a checked tree describes (for plug-in check hooks);
  * NULL when the section is broken (its own check reports that). Free it. */
 ak_egress_t *ak_egress_from_tree(const json_t *root);
+
+/* Whether the sinks a check hook is handed (with this root) are guarded: true when the
+ * tree says egress.guard_static_sources. The check of an API-managed source's spec
+ * (core/sources.c) hands its sinks a view of the tree in which that key is true. */
+bool ak_egress_tree_guards(const json_t *root);
+
+/* Whether a sink of a source of this origin is guarded on a node with this config
+ * (api: an API-managed source; the config file's otherwise). cfg NULL = the defaults. */
+bool ak_egress_guards(const ak_egress_cfg_t *cfg, bool api);
 
 #endif

@@ -1,11 +1,11 @@
 /* The `http` sink: POST/PUT/PATCH of the raw hook body to one URL. Owns its option rows,
  * Standard Webhooks delivery signing, the headers of a delivery and their precedence, the
- * status -> outcome mapping (Retry-After included) and the egress policy of every address
- * it connects to. The transport is the node's shared HTTP client (net/httpc.h: its
- * threads, connection caches and bound are described there). Never follows a redirect,
- * never retries on its own (dispatch owns retries), never reads more than
- * max_response_bytes of a response, never puts a secret, a header value or the URL into
- * an outcome reason, and never touches the store.
+ * status -> outcome mapping (Retry-After included) and, when it is guarded, the egress
+ * policy of every address it connects to. The transport is the node's shared HTTP client
+ * (net/httpc.h: its threads, connection caches and bound are described there). Never
+ * follows a redirect, never retries on its own (dispatch owns retries), never reads more
+ * than max_response_bytes of a response, never puts a secret, a header value or the URL
+ * into an outcome reason, and never touches the store.
  *
  * Registered as ak_sink_http (registry.c). The egress guard and the HTTP client come in
  * ak_sink_ctx_t; both are borrowed and must outlive the sink. A NULL guard means the
@@ -20,6 +20,10 @@
  * never sees two answers to one question. With a secret, the three webhook-* signature
  * headers replace forwarded ones of those names. A value holding CR, LF or NUL is never
  * sent: that header is dropped. The signature's timestamp is the time deliver() is called.
+ *
+ * Which sinks are guarded (sinks/egress.h): a trusted sink (ak_sink_ctx_t.trusted: the
+ * operator's config file) goes anywhere by http:// or https://, unchecked; every other one
+ * is checked below, at config check (scheme, address literals) and at delivery.
  *
  * Egress pinning: the client asks the sink's policy (egress_allows) about each address
  * right before the socket for it is created, and again before a delivery goes out on a
@@ -67,7 +71,8 @@ static const char *const methods[] = {NULL /* POST: libcurl's default with a bod
 
 static const ak_opt_t http_opts[] = {
   {.key = "url", .type = AK_OPT_STRING, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN, .min = 1,
-   .doc = "destination URL; https:// (http:// only with egress.allow_http)", AK_AT(http_opts_t, url)},
+   .doc = "destination URL, http(s)://; a guarded sink (egress.*) needs https:// unless egress.allow_http",
+   AK_AT(http_opts_t, url)},
   {.key = "method", .type = AK_OPT_ENUM, .def = "post", .enum_vals = "post|put|patch",
    .doc = "HTTP method of the delivery", AK_AT(http_opts_t, method)},
   {.key = "headers", .type = AK_OPT_ANY_MAP, .flags = AK_OPTF_SECRET,
@@ -98,7 +103,7 @@ typedef struct http_sink {
   size_t keylen[HTTP_MAX_SECRETS];
   size_t nkeys;
   EVP_MAC *mac;
-  const ak_egress_t *egress;
+  const ak_egress_t *egress;  /* NULL: trusted, unguarded */
   ak_egress_t *owned_egress;
   ak_httpc_t *httpc;       /* the node's (borrowed) or owned_httpc */
   ak_httpc_t *owned_httpc;
@@ -399,8 +404,14 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
   http_sink_t *s = self;
   const ak_envelope_t *env = att->env;
   ak_sink_outcome_t out = {.result = AK_SINK_RETRY};
-  if (!ak_egress_url_allowed(s->egress, s->url, out.reason, sizeof out.reason)) {
+  if (s->egress && !ak_egress_url_allowed(s->egress, s->url, out.reason, sizeof out.reason)) {
     out.result = AK_SINK_PERMANENT;
+    done(ctx, &out);
+    return;
+  }
+  if (!s->egress && strncasecmp(s->url, "https://", 8) != 0 && strncasecmp(s->url, "http://", 7) != 0) {
+    out.result = AK_SINK_PERMANENT; /* trusted, but still only http(s) */
+    snprintf(out.reason, sizeof out.reason, "only http:// and https:// urls");
     done(ctx, &out);
     return;
   }
@@ -499,7 +510,7 @@ static void http_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak
     .max_response_bytes = s->max_resp,
     .want_headers = want_retry_after,
     .nwant = 1,
-    .addr_ok = egress_allows,
+    .addr_ok = s->egress ? egress_allows : NULL,
     .addr_ctx = (void *)s->egress,
     .owner = s,
     .user = &(http_cell_t){.done = done, .ctx = ctx},
@@ -624,7 +635,9 @@ static void *http_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *er
   ak_opt_release(http_opts, &o);
   json_decref(checked);
   if (prc != 0) goto fail;
-  if (!egress) {
+  if (sctx && sctx->trusted) {
+    egress = NULL;
+  } else if (!egress) {
     s->owned_egress = ak_egress_new(NULL, 0, false, err, errlen);
     if (!s->owned_egress) goto fail;
     egress = s->owned_egress;
@@ -645,11 +658,12 @@ fail:
 
 /* ---- config rules (check-config reports them; create would refuse the same) ----------- */
 
-/* A static http sink whose URL the guard can never let through refuses the boot, so
- * the mistake shows in check-config instead of as dead letters. The URL is never
+/* A guarded http sink whose URL the guard can never let through refuses the boot (or the
+ * admin API's change), so the mistake shows in check-config instead of as dead letters;
+ * a trusted sink (guarded false) only checks that the URL is http(s). The URL is never
  * echoed: it may carry credentials. Names are not resolved here: what a name points at
  * can change, and the sink judges the address it connects to. */
-static void check_http_url(ak_check_t *c, const char *label, const char *url, const ak_egress_t *g) {
+static void check_http_url(ak_check_t *c, const char *label, const char *url, bool guarded, const ak_egress_t *g) {
   CURLU *h = curl_url();
   char *scheme = NULL, *host = NULL;
   if (!h) {
@@ -661,13 +675,16 @@ static void check_http_url(ak_check_t *c, const char *label, const char *url, co
     ak_check_error(c, "%s: not a valid URL (%s)", label, curl_url_strerror(rc));
     goto done;
   }
-  if (!g) goto done; /* egress.* is broken: its own error says so */
   curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
   char why[128];
   if (!scheme || (strcmp(scheme, "https") && strcmp(scheme, "http"))) {
-    ak_check_error(c, "%s: only https:// (or http:// with egress.allow_http) URLs are allowed", label);
+    if (guarded)
+      ak_check_error(c, "%s: only https:// (or http:// with egress.allow_http) URLs are allowed", label);
+    else
+      ak_check_error(c, "%s: only http:// and https:// URLs are allowed", label);
     goto done;
   }
+  if (!guarded || !g) goto done; /* trusted; or egress.* is broken: its own error says so */
   if (!ak_egress_url_allowed(g, url, why, sizeof why)) {
     if (!strcmp(scheme, "http"))
       ak_check_error(c, "%s: http:// is refused; use https:// or set egress.allow_http: true", label);
@@ -708,7 +725,7 @@ static void http_check(ak_check_t *c, const char *path, json_t *sink, const json
   const char *url = json_string_value(json_object_get(sink, "url"));
   snprintf(label, sizeof label, "%s.url", path);
   ak_egress_t *g = ak_egress_from_tree(root);
-  if (url) check_http_url(c, label, url, g);
+  if (url) check_http_url(c, label, url, ak_egress_tree_guards(root), g);
   ak_egress_free(g);
   char why[160];
   if (headers_problem(json_object_get(sink, "headers"), why, sizeof why) != 0) ak_check_error(c, "%s.%s", path, why);

@@ -37,6 +37,9 @@ typedef struct ak_sink_ctx {
                                       every sink. NULL = the default guard. */
   struct ak_httpc *httpc;          /* the node's HTTP client (net/httpc.h), borrowed; it outlives
                                       every sink. NULL = a sink that needs one makes its own. */
+  bool trusted;                    /* the operator wrote this sink (a config-file source without
+                                      egress.guard_static_sources): no egress guard. false (the
+                                      default of a sink made by hand) = guarded. */
 } ak_sink_ctx_t;
 
 /* One delivery attempt. Everything pointed to stays valid until deliver() returns only:

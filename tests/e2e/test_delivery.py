@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import LOOPBACK, SLOW, admin_json, run_cli, uuid7_ms
+from helpers import LOOPBACK, REPO, SLOW, admin_json, run_cli, uuid7_ms
 from receiver import Receiver, sw_signature
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -229,11 +229,38 @@ def test_attempt_timeout_counts_as_failure(ankusa):
         rx.close()
 
 
+def test_quickstart_topology_delivers_to_a_private_http_sink_by_default(ankusa, rx):
+    # the original's quickstart: a config-file source with an http:// sink on a private
+    # address, and no egress section at all: the operator's sinks are trusted
+    node = ankusa(config={"dispatch": fast_dispatch()},
+                  sources={"demo": {"verify": {"type": "none"}, "on_verify_failure": "accept_flag",
+                                    "sinks": [{"type": "http", "url": f"http://127.0.0.1:{rx.port}/hooks",
+                                               "timeout_ms": 5000}]}})
+    p = run_cli("check-config", "--config", str(node.config_path))
+    assert p.returncode == 0, p.stderr
+    hid = post_ok(node, "demo", b'{"hello":"worker"}')
+    (d,) = rx.wait_for(lambda ds: len(ds) >= 1, what="the quickstart delivery")
+    assert d.id == hid and d.path == "/hooks" and d.body == b'{"hello":"worker"}'
+    m = wait_metric(node, settled, what="settled")
+    assert m.value("ankusa_queue_dead", instance="default") == 0
+
+
+def test_the_originals_quickstart_config_loads():
+    # its sink is http://worker:8080/hooks (a name on the compose network), with no egress
+    # section: the operator's sinks are trusted
+    path = REPO.parent / "shared" / "reference" / "ankusa-examples" / "quickstart-orig.yml"
+    if not path.exists():
+        pytest.skip(f"{path} is not on this machine")
+    p = run_cli("check-config", "--config", str(path))
+    assert p.returncode == 0, p.stderr
+
+
 def test_egress_refuses_a_name_that_resolves_to_loopback(ankusa, rx):
-    # http:// is allowed, loopback is not: the name passes the load-time check (names
-    # are not resolved there) and the address is refused at connect time, permanently
+    # static sinks guarded on opt-in, http:// allowed, loopback not: the name passes the
+    # load-time check (names are not resolved there) and the address is refused at connect
+    # time, permanently (the API-managed source's variant: test_sources_api.py)
     port = rx.port
-    node = ankusa(config={"egress": {"allow_http": True}, "dispatch": fast_dispatch()},
+    node = ankusa(config={"egress": {"allow_http": True, "guard_static_sources": True}, "dispatch": fast_dispatch()},
                   sources={"s": {"sinks": [{"type": "http", "url": f"http://localhost:{port}/hook"}]}})
     hid = post_ok(node, "s", b"ssrf")
     m = wait_metric(node, lambda m: m.value("ankusa_queue_dead", instance="default") == 1, what="dead row")
@@ -242,24 +269,34 @@ def test_egress_refuses_a_name_that_resolves_to_loopback(ankusa, rx):
     assert "egress" in node.log_text() and hid in node.log_text()
 
 
-@pytest.mark.parametrize("url,allow", [
+EGRESS_REFUSED = [
     ("https://127.0.0.1:9/hook", {}),
     ("https://[::1]:9/hook", {}),
     ("https://10.1.2.3/hook", {}),
     ("https://169.254.169.254/latest", {}),
     ("http://example.com/hook", {}),
-])
-def test_egress_refuses_static_sinks_at_boot(ankusa, url, allow):
-    node = ankusa(config={"egress": allow}, sources={"s": {"sinks": [{"type": "http", "url": url}]}},
-                  start=False)
+]
+
+
+@pytest.mark.parametrize("url,allow", EGRESS_REFUSED)
+def test_egress_refuses_guarded_static_sinks_at_boot(ankusa, url, allow):
+    node = ankusa(config={"egress": dict(allow, guard_static_sources=True)},
+                  sources={"s": {"sinks": [{"type": "http", "url": url}]}}, start=False)
     p = run_cli("check-config", "--config", str(node.config_path))
     assert p.returncode == 78, p.stderr
     assert "sources.s.sinks[0].url" in p.stderr
     assert url not in p.stderr, "the URL is never echoed (it may carry credentials)"
 
 
+@pytest.mark.parametrize("url,allow", EGRESS_REFUSED)
+def test_static_sinks_are_trusted_by_default(ankusa, url, allow):
+    node = ankusa(config={"egress": allow}, sources={"s": {"sinks": [{"type": "http", "url": url}]}}, start=False)
+    p = run_cli("check-config", "--config", str(node.config_path))
+    assert p.returncode == 0, p.stderr
+
+
 def test_egress_allow_list_opens_private_targets(ankusa):
-    node = ankusa(config={"egress": {"allow_cidrs": ["10.0.0.0/8"]}},
+    node = ankusa(config={"egress": {"allow_cidrs": ["10.0.0.0/8"], "guard_static_sources": True}},
                   sources={"s": {"sinks": [{"type": "http", "url": "https://10.1.2.3/hook"}]}}, start=False)
     p = run_cli("check-config", "--config", str(node.config_path))
     assert p.returncode == 0, p.stderr

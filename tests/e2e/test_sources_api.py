@@ -185,6 +185,55 @@ def test_invalid_specs_are_refused_naming_the_field(ankusa):
     assert m.value("ankusa_sources_api", instance="default") == 0
 
 
+def test_api_sinks_are_guarded_with_the_default_egress(ankusa, rx):
+    # the quickstart's sink is trusted in the config file, refused over the API: its URL
+    # comes from a tenant-scoped principal (default egress: no allow_http, no allow list)
+    url = f"http://127.0.0.1:{rx.port}/hooks"
+    node = ankusa(config={"source_store": {"type": "persistent"}, "dispatch": FAST},
+                  sources={"demo": {"tenant": "acme", "sinks": [{"type": "http", "url": url}]}})
+    sinks = [{"type": "http", "url": url}]
+    for method, path, body in (("POST", "/v1/tenants/acme/sources", {"name": "x", "sinks": sinks}),
+                               ("PUT", "/v1/tenants/acme/sources/x", {"sinks": sinks})):
+        r = admin_json(node, method, path, body)
+        assert r.status == 400 and r.json["error"] == "invalid_source", r
+        assert r.json["message"] == ("sources.x.sinks[0].url: http:// is refused; use https:// or set "
+                                     "egress.allow_http: true"), r
+    r = admin_json(node, "PUT", "/v1/tenants/acme/sources/x",
+                   {"sinks": [{"type": "http", "url": "https://10.9.8.7/h"}]})
+    assert r.status == 400, r
+    assert "sources.x.sinks[0].url: egress: 10.9.8.7 is not a public address" in r.json["message"], r
+    assert admin_json(node, "GET", "/v1/tenants/acme/sources/x").status == 404, "nothing was made"
+    # an update of an API source is checked the same way
+    r = admin_json(node, "PUT", "/v1/tenants/acme/sources/y", {"sinks": [{"type": "log"}]})
+    assert r.status in (200, 201), r
+    r = admin_json(node, "PUT", "/v1/tenants/acme/sources/y", {"sinks": [{"type": "http", "url": url}]})
+    assert r.status == 400 and "egress.allow_http" in r.json["message"], r
+    # the config file's source with the same sink delivers
+    hid = node.post("/webhooks/demo", b"to the worker").json["id"]
+    rx.wait_for(lambda ds: any(d.id == hid for d in ds), what="the static source's delivery")
+
+
+def test_api_sink_whose_name_resolves_to_loopback_is_refused_at_delivery(ankusa, rx):
+    # http:// allowed, no allow list: a name passes the check (it is not resolved then) and
+    # the address connected to is refused, permanently; the static source is not guarded
+    node = ankusa(config={"source_store": {"type": "persistent"}, "dispatch": FAST, "egress": {"allow_http": True}},
+                  sources={"static": {"tenant": "acme",
+                                      "sinks": [{"type": "http", "url": f"http://localhost:{rx.port}/s"}]}})
+    r = admin_json(node, "POST", "/v1/tenants/acme/sources",
+                   {"name": "rebind", "sinks": [{"type": "http", "url": f"http://localhost:{rx.port}/hook"}]})
+    assert r.status == 201, r
+    hid = node.post("/webhooks/rebind", b"ssrf").json["id"]
+
+    def dead():
+        r = node.admin("/v1/dlq?source_id=rebind")
+        return r.json["entries"] if r.json["total"] >= 1 else None
+    (entry,) = wait_until(dead, what="the refused delivery dead-lettered")
+    assert entry["id"] == hid and "egress" in entry["reason"] and "is not a public address" in entry["reason"], entry
+    sid = node.post("/webhooks/static", b"trusted").json["id"]
+    rx.wait_for(lambda ds: any(d.id == sid for d in ds), what="the static source's delivery")
+    assert not [d for d in rx.snapshot() if d.id == hid], "nothing of the API source reached loopback"
+
+
 def test_trust_rule_applies_under_tenant_path(ankusa):
     node = ankusa(config=dict(PERSISTENT, http={"routing": "tenant_path"}),
                   sources={"acme_src": {"tenant": "acme", "sinks": [{"type": "log"}]}})

@@ -120,6 +120,7 @@ Test(config, defaults_from_empty_document) {
   cr_expect_eq(ak_dispatch_cfg(cfg)->tenants.concurrency, 16);
   cr_expect_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.n, 0);
   cr_expect_not(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_http);
+  cr_expect_not(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->guard_static_sources);
   cr_expect_eq(ak_dedupe_cfg(cfg)->max_entries, 10000000);
   cr_expect_eq(ak_dedupe_cfg(cfg)->max_entries_per_tenant, 1000000);
   cr_expect_eq(ak_dedupe_cfg(cfg)->sweep_interval_ms, 10000);
@@ -141,7 +142,7 @@ Test(config, defaults_from_empty_document) {
               "\"admission\":{\"per_ip\":null,\"node\":null,\"source_bytes\":null,\"trusted_proxies\":[],\"max_addresses\":65536},"
               "\"quarantine\":{\"burst\":100,\"rate\":20,\"max_bytes\":1073741824},"
               "\"dedupe\":{\"max_entries\":10000000,\"max_entries_per_tenant\":1000000,\"sweep_interval_ms\":10000},"
-              "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false},"
+              "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false,\"guard_static_sources\":false},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
               "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000,\"principals\":[]},"
               "\"listener\":{\"drain_delay_ms\":5000,\"drain_timeout_ms\":30000,\"loops\":0,\"max_connections\":20000,"
@@ -741,6 +742,7 @@ Test(config, egress_values) {
   cr_expect_str_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.v[1], "fd00::/8");
   cr_expect_str_eq(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_cidrs.v[2], "192.168.1.7");
   cr_expect(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->allow_http);
+  cr_expect_not(((const ak_egress_cfg_t *)ak_config_of(cfg, &ak_mod_egress))->guard_static_sources);
   ak_config_free(cfg);
 }
 
@@ -779,38 +781,60 @@ static void expect_url_ok(const char *url, const char *extra) {
   free(y);
 }
 
-Test(config, http_sink_url_refused_at_load) {
+/* The config file's sinks are trusted by default (as in Ankusa): http:// and private,
+ * loopback or link-local destinations load; only a URL that is not http(s) is refused. */
+Test(config, http_sink_url_of_a_static_source_is_trusted_by_default) {
+  expect_url_ok("http://worker:8080/hooks", ""); /* the original's quickstart */
+  expect_url_ok("http://127.0.0.1:8080/hooks", "");
+  expect_url_ok("http://10.2.3.4/in", "");
+  expect_url_ok("https://169.254.169.254/latest", "");
+  expect_url_ok("https://[::1]:8443/in", "");
+  expect_url_ok("http://10.2.3.4/in", "egress: {guard_static_sources: false}\n");
+  expect_url_err("ftp://files.example.com/x", "", "sources.a.sinks[1].url: only http:// and https:// URLs are allowed");
+  expect_url_err("hooks.example.com/in", "", "sources.a.sinks[1].url: not a valid URL (Bad scheme)");
+  expect_err("egress:\n  guard_static_sources: yes\n",
+             "egress.guard_static_sources: expected a boolean, got \"yes\"");
+}
+
+/* With egress.guard_static_sources the config file's sinks are guarded like an API
+ * source's: the rules the API applies, at load. */
+#define G "egress: {guard_static_sources: true}\n"
+#define GH "egress: {guard_static_sources: true, allow_http: true}\n"
+Test(config, http_sink_url_refused_at_load_when_static_sources_are_guarded) {
   const char *http_refused = "sources.a.sinks[1].url: http:// is refused; use https:// or set egress.allow_http: true";
-  expect_url_err("http://hooks.example.com/in", "", http_refused);
-  expect_url_err("HTTP://user:hunter2@hooks.example.com/in", "", http_refused);
-  expect_url_err("https://127.0.0.1/in", "",
+  expect_url_err("http://hooks.example.com/in", G, http_refused);
+  expect_url_err("HTTP://user:hunter2@hooks.example.com/in", G, http_refused);
+  expect_url_err("https://127.0.0.1/in", G,
                  "sources.a.sinks[1].url: egress: 127.0.0.1 is not a public address (egress.allow_cidrs can allow it)");
-  expect_url_err("https://[::1]:8443/in", "",
+  expect_url_err("https://[::1]:8443/in", G,
                  "sources.a.sinks[1].url: egress: ::1 is not a public address (egress.allow_cidrs can allow it)");
-  expect_url_err("https://10.2.3.4/in", "egress: {allow_http: true}\n",
+  expect_url_err("https://10.2.3.4/in", GH,
                  "sources.a.sinks[1].url: egress: 10.2.3.4 is not a public address (egress.allow_cidrs can allow it)");
   /* curl's normalised forms of an IPv4 literal are judged by the address */
-  expect_url_err("https://2130706433/", "",
+  expect_url_err("https://2130706433/", G,
                  "sources.a.sinks[1].url: egress: 127.0.0.1 is not a public address (egress.allow_cidrs can allow it)");
-  expect_url_err("ftp://files.example.com/x", "",
+  expect_url_err("ftp://files.example.com/x", G,
                  "sources.a.sinks[1].url: only https:// (or http:// with egress.allow_http) URLs are allowed");
-  expect_url_err("https://", "", "sources.a.sinks[1].url: not a valid URL (No host part in the URL)");
-  expect_url_err("hooks.example.com/in", "", "sources.a.sinks[1].url: not a valid URL (Bad scheme)");
+  expect_url_err("https://", G, "sources.a.sinks[1].url: not a valid URL (No host part in the URL)");
+  expect_url_err("hooks.example.com/in", G, "sources.a.sinks[1].url: not a valid URL (Bad scheme)");
   /* the URL (and so any credential in it) never appears in the error */
-  char *y = http_src("https://user:s3cr3tpw@127.0.0.1/in", "");
+  char *y = http_src("https://user:s3cr3tpw@127.0.0.1/in", G);
   char *err = load_err_env(y, NOENV);
   cr_expect(strstr(err, "s3cr3tpw") == NULL && strstr(err, "user") == NULL, "%s", err);
   free(err);
   free(y);
 
-  expect_url_ok("https://hooks.example.com/in", "");
-  expect_url_ok("https://8.8.8.8/in", "");
-  expect_url_ok("https://localhost/in", ""); /* names are judged at connect time */
-  expect_url_ok("http://hooks.example.com/in", "egress: {allow_http: true}\n");
-  expect_url_ok("https://127.0.0.1:8443/in", "egress: {allow_cidrs: [127.0.0.0/8]}\n");
-  expect_url_ok("https://[::1]/in", "egress: {allow_cidrs: [\"::1\"]}\n");
-  expect_url_ok("http://10.2.3.4/in", "egress: {allow_http: true, allow_cidrs: [10.0.0.0/8]}\n");
+  expect_url_ok("https://hooks.example.com/in", G);
+  expect_url_ok("https://8.8.8.8/in", G);
+  expect_url_ok("https://localhost/in", G); /* names are judged at connect time */
+  expect_url_ok("http://hooks.example.com/in", GH);
+  expect_url_ok("https://127.0.0.1:8443/in", "egress: {guard_static_sources: true, allow_cidrs: [127.0.0.0/8]}\n");
+  expect_url_ok("https://[::1]/in", "egress: {guard_static_sources: true, allow_cidrs: [\"::1\"]}\n");
+  expect_url_ok("http://10.2.3.4/in",
+                "egress: {guard_static_sources: true, allow_http: true, allow_cidrs: [10.0.0.0/8]}\n");
 }
+#undef G
+#undef GH
 
 Test(config, http_sink_options) {
   ak_config_t *cfg = load_ok("sources:\n  a:\n    sinks:\n      - type: http\n        url: https://h.example.com/x\n"

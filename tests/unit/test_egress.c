@@ -1,5 +1,6 @@
 /* Unit tests: the egress guard (address classes, v4 and v6, embedded forms, allow list,
- * CIDR parsing, URL schemes). */
+ * CIDR parsing, URL schemes) and which sinks it guards (API sources', static ones on
+ * opt-in). */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -147,4 +148,30 @@ Test(egress, other_families_refused) {
   cr_expect_not(ak_egress_addr_allowed(e, &sa));
   cr_expect_not(ak_egress_addr_allowed(e, NULL));
   ak_egress_free(e);
+}
+
+/* Which sinks are guarded: an API-managed source's always, the config file's only with
+ * egress.guard_static_sources (default false: the operator's sinks are trusted). */
+Test(egress, api_sources_guarded_static_ones_only_on_opt_in) {
+  ak_egress_cfg_t def = {0}, opt_in = {.guard_static_sources = true};
+  cr_expect(ak_egress_guards(&def, true), "an API source is guarded by default");
+  cr_expect_not(ak_egress_guards(&def, false), "a config-file source is trusted by default");
+  cr_expect(ak_egress_guards(&opt_in, true));
+  cr_expect(ak_egress_guards(&opt_in, false), "the opt-in guards the config file's sources");
+  cr_expect(ak_egress_guards(NULL, true));
+  cr_expect_not(ak_egress_guards(NULL, false));
+}
+
+/* The check hooks' question: does this tree guard the sinks it is handed? */
+Test(egress, tree_guards_on_opt_in_only) {
+  json_t *root = json_pack("{s:{s:[s],s:b,s:b}}", "egress", "allow_cidrs", "10.0.0.0/8", "allow_http", 1,
+                           "guard_static_sources", 0);
+  cr_assert_not_null(root);
+  cr_expect_not(ak_egress_tree_guards(root));
+  json_object_set_new(json_object_get(root, "egress"), "guard_static_sources", json_true());
+  cr_expect(ak_egress_tree_guards(root));
+  json_decref(root);
+  json_t *empty = json_object();
+  cr_expect_not(ak_egress_tree_guards(empty), "no egress section: the default, trusted");
+  json_decref(empty);
 }

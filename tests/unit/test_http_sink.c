@@ -1285,6 +1285,65 @@ Test(http_sink, default_egress_refuses_loopback_and_http) {
   recv_stop(rv);
 }
 
+/* A trusted sink (a config-file source, egress.guard_static_sources false) is not
+ * guarded: http:// to loopback is delivered, whatever the node's guard says; the same
+ * sink untrusted (an API-managed source's) is refused at the address. */
+static void *sink_trusted(const ak_egress_t *egress, bool trusted, const char *fmt, unsigned short port) {
+  char buf[512];
+  snprintf(buf, sizeof buf, fmt, port);
+  json_t *opts = json_loads(buf, 0, NULL);
+  cr_assert_not_null(opts);
+  char err[256] = "";
+  void *s = ak_sink_http.create(opts, &(ak_sink_ctx_t){.source_id = "demo", .egress = egress, .trusted = trusted},
+                                err, sizeof err);
+  json_decref(opts);
+  cr_assert_not_null(s, "create: %s", err);
+  return s;
+}
+
+Test(http_sink, trusted_sink_delivers_http_to_loopback_guarded_one_is_refused) {
+  recv_t *rv = recv_start();
+  char err[160];
+  ak_egress_t *def = ak_egress_new(NULL, 0, false, err, sizeof err); /* the default egress.* */
+  cr_assert_not_null(def, "%s", err);
+  ak_envelope_t env = envelope((const uint8_t *)"{}", 2, "application/json");
+
+  void *s = sink_trusted(def, true, "{\"url\":\"http://127.0.0.1:%d/hooks\"}", rv->port);
+  ak_sink_outcome_t out = deliver(s, &env);
+  ak_sink_http.destroy(s);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  cr_expect_eq(recv_count(rv), 1, "the receiver got it");
+
+  s = sink_trusted(NULL, true, "{\"url\":\"http://localhost:%d/hooks\"}", rv->port); /* a name, no guard */
+  out = deliver(s, &env);
+  ak_sink_http.destroy(s);
+  cr_expect_eq(out.result, AK_SINK_OK, "%s", out.reason);
+  cr_expect_eq(recv_count(rv), 2);
+
+  s = sink_trusted(def, false, "{\"url\":\"http://127.0.0.1:%d/hooks\"}", rv->port);
+  out = deliver(s, &env);
+  ak_sink_http.destroy(s);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect_str_eq(out.reason, "egress: http:// is refused (egress.allow_http is false)");
+
+  ak_egress_t *http_only = ak_egress_new(NULL, 0, true, err, sizeof err);
+  s = sink_trusted(http_only, false, "{\"url\":\"http://localhost:%d/hooks\"}", rv->port);
+  out = deliver(s, &env);
+  ak_sink_http.destroy(s);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect(strncmp(out.reason, "egress: ", 8) == 0 && strstr(out.reason, "is not a public address"), "%s",
+            out.reason);
+  s = sink_trusted(NULL, true, "{\"url\":\"file:///etc/passwd%d\"}", 0); /* trusted is still http(s) only */
+  out = deliver(s, &env);
+  ak_sink_http.destroy(s);
+  cr_expect_eq(out.result, AK_SINK_PERMANENT);
+  cr_expect_str_eq(out.reason, "only http:// and https:// urls");
+  cr_expect_eq(recv_count(rv), 2, "the guarded sinks sent nothing");
+  ak_egress_free(http_only);
+  ak_egress_free(def);
+  recv_stop(rv);
+}
+
 Test(http_sink, other_schemes_refused) {
   ak_egress_t *eg = loopback_egress();
   void *s = sink_new(eg, "{\"url\":\"file:///etc/passwd%d\"}", 0);

@@ -365,6 +365,41 @@ Test(source_check, the_config_loaders_rules_with_dotted_keys) {
   ak_config_free(cfg);
 }
 
+/* The egress rule (sinks/egress.h): a config-file source's http sink is trusted (http://,
+ * loopback, private), the same sink sent to the admin API is guarded, whatever
+ * egress.guard_static_sources says; the opt-in guards the config file's too. */
+Test(source_check, api_sinks_are_guarded_config_sinks_trusted) {
+  static const char *quickstart =
+    "sources:\n  demo:\n    sinks: [{type: http, url: \"http://127.0.0.1:8080/hooks\"}]\n";
+  ak_config_t *cfg = load(quickstart);
+  cr_expect_eq(ak_sources_cfg(cfg)->n, 1, "the config file's http:// loopback sink loads");
+  const char *spec = "{\"sinks\":[{\"type\":\"http\",\"url\":\"http://127.0.0.1:8080/hooks\"}]}";
+  expect_err(cfg, "x", spec, "sources.x.sinks[0].url: http:// is refused; use https:// or set egress.allow_http: true");
+  expect_err(cfg, "x", "{\"sinks\":[{\"type\":\"http\",\"url\":\"https://10.1.2.3/hooks\"}]}",
+             "sources.x.sinks[0].url: egress: 10.1.2.3 is not a public address (egress.allow_cidrs can allow it)");
+  json_decref(checked(cfg, "x", "{\"sinks\":[{\"type\":\"http\",\"url\":\"https://hooks.example.com/in\"}]}"));
+  ak_config_free(cfg);
+
+  cfg = load("egress: {guard_static_sources: false, allow_http: true}\nsources: {}\n");
+  expect_err(cfg, "x", spec,
+             "sources.x.sinks[0].url: egress: 127.0.0.1 is not a public address (egress.allow_cidrs can allow it)");
+  ak_config_free(cfg);
+  cfg = load("egress: {allow_http: true, allow_cidrs: [127.0.0.0/8]}\nsources: {}\n");
+  json_decref(checked(cfg, "x", spec)); /* the allow list opens it for the API too */
+  ak_config_free(cfg);
+
+  const char *const env[] = {NULL};
+  char *err = NULL;
+  cfg = NULL;
+  char *y = NULL;
+  cr_assert(asprintf(&y, "egress: {guard_static_sources: true}\n%s", quickstart) > 0);
+  cr_expect_neq(ak_config_load_string(ak_modules(), y, strlen(y), env, &cfg, &err), 0, "the opt-in guards it");
+  cr_expect(err && strstr(err, "sources.demo.sinks[0].url: http:// is refused"), "%s", err ? err : "");
+  free(err);
+  free(y);
+  ak_config_free(cfg);
+}
+
 Test(source_check, literal_defaults_and_the_trust_rule) {
   ak_config_t *cfg = load("http: {routing: tenant_path}\nsources: {}\n");
   /* literal: ${VAR} is the caller's text, never the node's environment */

@@ -80,21 +80,12 @@ DEPARTURES = {
     "nats-fanout.yml": [CLAIMS_OPEN],
 }
 
-# Expected to load once the egress change lands (a sink written in the config file may use
-# http://, as the original's quickstart does): until then its one complaint is the refusal.
-# Delete this entry at that merge.
-EGRESS_PENDING = {
-    "quickstart-orig.yml": ["sources.demo.sinks[0].url: http:// is refused; use https:// or set "
-                            "egress.allow_http: true"],
-}
-
-
 def example_files():
     return sorted(p.name for p in EXAMPLES.glob("*.yml")) if EXAMPLES.is_dir() else []
 
 
 def expected(name):
-    return sorted(NOT_BUILT.get(name, []) + DEPARTURES.get(name, []) + EGRESS_PENDING.get(name, []))
+    return sorted(NOT_BUILT.get(name, []) + DEPARTURES.get(name, []))
 
 
 def read_vars(text):
@@ -112,7 +103,7 @@ def test_the_examples_are_there():
         pytest.fail(f"the example configs are not at {EXAMPLES}", pytrace=False)
     names = example_files()
     assert len(names) >= 10, names
-    listed = set(NOT_BUILT) | set(DEPARTURES) | set(EGRESS_PENDING)
+    listed = set(NOT_BUILT) | set(DEPARTURES)
     assert listed <= set(names), f"exceptions for files that are gone: {sorted(listed - set(names))}"
 
 

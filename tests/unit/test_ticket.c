@@ -13,11 +13,13 @@ static ak_fx_t fx;
 static ak_pen_bucket_t *bucket;
 
 /* 2 hooks of burst per tenant (rate tiny: no refill during a test), a pen of burst 2 and
- * 100 bytes, and a tenant share of 2 records of the queue. */
+ * 100 bytes, and a tenant share of 2 records of a queue of 4: shares are work-conserving
+ * (queue/tenantshare.h), and a tenant alone may hold the queue less one share, i.e. 2, so
+ * the share of 2 is what bounds it here too. */
 static const char yaml[] =
   "rate_limits: {default: {rate: 0.001, burst: 2}}\n"
   "quarantine: {burst: 2, rate: 0.001, max_bytes: 100}\n"
-  "batcher: {max_queue: 100, tenant_max_queue: 2}\n"
+  "batcher: {max_queue: 4, tenant_max_queue: 2}\n"
   "sources: {a: {on_verify_failure: quarantine, sinks: [{type: log}]}}\n";
 
 static void setup(void) {

@@ -105,6 +105,8 @@ struct tenant {
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the bytes window: its size (0: none) */
   size_t queued;
+  bool due_now;                  /* placed with rows due now (ready, or blocked by its window) */
+  bool waiting;                  /* due_now or queued rows: counted in d->nwaiting */
 };
 
 /* An open-addressing map owned by the dispatch thread. */
@@ -189,6 +191,7 @@ struct ak_dispatch {
   ak_list_t run;                 /* rows running, in start (so deadline) order */
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the node's bytes window: its size */
+  size_t nwaiting;               /* tenants waiting (tenant_t.waiting), for the work-conserving windows */
   int64_t pending, scheduled, dead;
   ak_batch_t *wb;
   size_t wb_ops;
@@ -287,17 +290,62 @@ static uint64_t row_id(uint64_t seq, uint16_t sink) { return seq << 16 | sink; }
 
 /* ------------------------------------------------------------------ tenant places ---- */
 
-static int64_t tenant_cap_inflight(const ak_dispatch_t *d) { return d->cfg->tenants.max_inflight; }
+/* Tenant windows are work-conserving (DESIGN.md §9). A tenant is *waiting* while it has
+ * rows due now that it has not claimed (tenant_place found next_due <= now: it is in the
+ * ready ring, or its window kept it out) or claimed rows queued for a slot (it is in the
+ * slot ring). A tenant's window (dispatch.tenants.*) bounds it only while another tenant
+ * is waiting; while no other tenant is, it may claim and run past its window up to the
+ * node's window (dispatch.max_inflight, max_inflight_bytes, concurrency) less one tenant
+ * window, counted over every tenant's rows, so that a tenant that arrives always finds its
+ * own window free. Once another tenant waits, each is held to its window again: one past
+ * it claims nothing and starts nothing until it is back within it (attempts in flight
+ * run to their end). Rows in flight alone do not make a tenant waiting. */
+static void tenant_mark(ak_dispatch_t *d, tenant_t *t) {
+  bool w = t->due_now || t->queued > 0;
+  if (w == t->waiting) return;
+  t->waiting = w;
+  if (w) d->nwaiting++;
+  else d->nwaiting--;
+}
+
+static bool tenant_alone(const ak_dispatch_t *d, const tenant_t *t) {
+  return d->nwaiting <= (t->waiting ? 1u : 0u);
+}
+
+/* The rows t may hold now: its window, or, alone, what the node has outside the reserve. */
+static int64_t tenant_cap_inflight(const ak_dispatch_t *d, const tenant_t *t) {
+  int64_t cap = d->cfg->tenants.max_inflight;
+  if (!tenant_alone(d, t)) return cap;
+  int64_t lone = t->inflight + (d->cfg->max_inflight - cap - d->inflight);
+  return lone > cap ? lone : cap;
+}
+
+/* The same for attempts in flight. */
+static int64_t tenant_cap_running(const ak_dispatch_t *d, const tenant_t *t) {
+  int64_t cap = d->cfg->tenants.concurrency;
+  if (!tenant_alone(d, t)) return cap;
+  int64_t lone = t->running + (d->cfg->concurrency - cap - d->running);
+  return lone > cap ? lone : cap;
+}
+
+/* May t add `bytes` more (its next row, 0 = unknown) past its bytes window: only alone,
+ * and only while the node's claimed bytes stay outside the reserve. */
+static bool tenant_lone_bytes(const ak_dispatch_t *d, const tenant_t *t, int64_t bytes) {
+  if (!tenant_alone(d, t)) return false;
+  int64_t cap = d->cfg->max_inflight_bytes - d->cfg->tenants.max_inflight_bytes;
+  return bytes ? d->inflight_bytes + bytes <= cap : d->inflight_bytes < cap;
+}
 
 /* A window whose next row did not fit its bytes has room again only once that row fits:
  * judged on bytes alone it would look open after every settle, and the dispatcher would
  * scan it without pause, claiming nothing, until enough rows settled (a busy loop while a
  * slow sink holds large hooks). A window holding no row always has room for one. */
 static bool tenant_has_room(const ak_dispatch_t *d, const tenant_t *t) {
-  if (t->inflight >= tenant_cap_inflight(d)) return false;
+  if (t->inflight >= tenant_cap_inflight(d, t)) return false;
   int64_t cap = d->cfg->tenants.max_inflight_bytes;
-  if (t->need_bytes && t->inflight > 0) return t->inflight_bytes + t->need_bytes <= cap;
-  return t->inflight_bytes < cap;
+  if (t->need_bytes && t->inflight > 0)
+    return t->inflight_bytes + t->need_bytes <= cap || tenant_lone_bytes(d, t, t->need_bytes);
+  return t->inflight_bytes < cap || tenant_lone_bytes(d, t, 0);
 }
 
 static bool global_has_room(const ak_dispatch_t *d) {
@@ -320,8 +368,8 @@ static int64_t scan_page(const ak_dispatch_t *d, int64_t cap) {
 
 static bool tenant_wants_claims(const ak_dispatch_t *d, const tenant_t *t) {
   if (!tenant_has_room(d, t)) return false;
-  int64_t cap = tenant_cap_inflight(d);
-  return cap - t->inflight >= scan_page(d, cap) || t->inflight - t->running < d->cfg->tenants.concurrency;
+  int64_t cap = tenant_cap_inflight(d, t);
+  return cap - t->inflight >= scan_page(d, cap) || t->inflight - t->running < tenant_cap_running(d, t);
 }
 
 static bool global_wants_claims(const ak_dispatch_t *d) {
@@ -394,6 +442,8 @@ static void ready_add(ak_dispatch_t *d, tenant_t *t) {
 /* Put a tenant where its due state says: idle, waiting on the timer heap, ready, or
  * blocked by its own window (found again when one of its rows settles). */
 static void tenant_place(ak_dispatch_t *d, tenant_t *t, int64_t now) {
+  t->due_now = t->next_due <= now;
+  tenant_mark(d, t);
   if (t->next_due == INT64_MAX) {
     heap_remove(d, t);
     ready_remove(d, t);
@@ -438,12 +488,14 @@ static void slots_add(ak_dispatch_t *d, tenant_t *t) {
   if (ak_list_linked(&t->slot_link)) return;
   d->nslots++;
   ak_list_insert_tail(&d->slots, &t->slot_link);
+  tenant_mark(d, t);
 }
 
 static void slots_remove(ak_dispatch_t *d, tenant_t *t) {
   if (!ak_list_linked(&t->slot_link)) return;
   d->nslots--;
   ak_list_remove(&t->slot_link);
+  tenant_mark(d, t);
 }
 
 static void key_ring_add(tenant_t *t, skey_t *k) {
@@ -875,10 +927,12 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
     free(rec);
     return CLAIM_SKIP;
   }
-  /* windows: always let a tenant hold one row, however large, or it could never move */
-  if (t->inflight > 0 && (t->inflight_bytes + (int64_t)rl > d->cfg->tenants.max_inflight_bytes ||
-                          d->inflight_bytes + (int64_t)rl > d->cfg->max_inflight_bytes)) {
-    if (t->inflight_bytes + (int64_t)rl > d->cfg->tenants.max_inflight_bytes) t->need_bytes = (int64_t)rl;
+  /* windows: always let a tenant hold one row, however large, or it could never move; past
+   * its bytes window only alone (tenant_has_room) */
+  bool t_fits = t->inflight_bytes + (int64_t)rl <= d->cfg->tenants.max_inflight_bytes ||
+                tenant_lone_bytes(d, t, (int64_t)rl);
+  if (t->inflight > 0 && (!t_fits || d->inflight_bytes + (int64_t)rl > d->cfg->max_inflight_bytes)) {
+    if (!t_fits) t->need_bytes = (int64_t)rl;
     else d->need_bytes = (int64_t)rl;
     free(rec);
     return CLAIM_STOP;
@@ -1066,7 +1120,7 @@ static void scan(ak_dispatch_t *d, int64_t now) {
       tenant_t *t = ak_list_entry(ak_list_first(&d->ready), tenant_t, ready_link);
       ak_list_rotate_after(&d->ready, &t->ready_link); /* served tenants rotate behind the unserved ones */
       size_t want = quantum < (size_t)room ? quantum : (size_t)room;
-      int64_t trow = tenant_cap_inflight(d) - t->inflight;
+      int64_t trow = tenant_cap_inflight(d, t) - t->inflight;
       if ((int64_t)want > trow) want = trow > 0 ? (size_t)trow : 0;
       size_t got = want ? claim_tenant(d, it, t, want, now, &store_err) : 0;
       room -= (int64_t)got;
@@ -1154,16 +1208,16 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
 }
 
 /* Hand free slots round-robin across tenants with queued rows, then across the
- * tenant's sink keys, within every cap. */
+ * tenant's sink keys, within every cap (a tenant's is its window's, or more alone: see
+ * tenant_mark). */
 static void start_attempts(ak_dispatch_t *d, int64_t now) {
   AK_ASSERT_OWNER(&d->owner);
-  int64_t tcap = d->cfg->tenants.concurrency;
   int64_t kcap = d->cfg->sink_concurrency;
   size_t idle = 0;
   while (d->running < d->cfg->concurrency && !ak_list_empty(&d->slots) && idle < d->nslots) {
     tenant_t *t = ak_list_entry(ak_list_first(&d->slots), tenant_t, slot_link);
     ak_list_rotate_after(&d->slots, &t->slot_link);
-    if (t->running >= tcap) {
+    if (t->running >= tenant_cap_running(d, t)) {
       idle++;
       continue;
     }
@@ -1795,13 +1849,16 @@ static const ak_opt_t dispatch_retry_rows[] = {
 /* Each null resolves at load to a share of the node's window (dispatch_check). */
 static const ak_opt_t dispatch_tenant_rows[] = {
   {.key = "max_inflight", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "claimed, unfinished rows of one tenant; null = dispatch.max_inflight / 4",
+   .doc = "claimed, unfinished rows of one tenant while another tenant waits; alone, a tenant may use "
+          "dispatch.max_inflight less this reserve; null = dispatch.max_inflight / 4",
    AK_AT(ak_dispatch_tenant_cfg_t, max_inflight)},
   {.key = "max_inflight_bytes", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "stored bytes of those rows; null = dispatch.max_inflight_bytes / 4",
+   .doc = "stored bytes of those rows, the same way (alone: dispatch.max_inflight_bytes less this); "
+          "null = dispatch.max_inflight_bytes / 4",
    AK_AT(ak_dispatch_tenant_cfg_t, max_inflight_bytes)},
   {.key = "concurrency", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "attempts in flight for one tenant; null = dispatch.concurrency / 2",
+   .doc = "attempts in flight for one tenant while another tenant waits; alone, a tenant may use "
+          "dispatch.concurrency less this reserve; null = dispatch.concurrency / 2",
    AK_AT(ak_dispatch_tenant_cfg_t, concurrency)},
   {0},
 };

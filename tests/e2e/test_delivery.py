@@ -428,6 +428,54 @@ def test_tenant_fairness_light_tenant_lag(ankusa):
         rx.close()
 
 
+def test_lone_tenant_runs_past_its_window_and_a_newcomer_is_served_at_once(ankusa):
+    """Tenant windows are work-conserving: alone, a tenant runs more attempts than
+    tenants.concurrency (up to the node's concurrency less one tenant window); a second
+    tenant's hook is delivered at once from the reserve while the first still has a
+    backlog."""
+    state = {"now": 0, "peak": 0, "total_peak": 0, "total": 0}
+    lock = threading.Lock()
+
+    def behavior(d, n):
+        tenant = d.headers.get("x-ankusa-tenant")
+        with lock:
+            state["total"] += 1
+            state["total_peak"] = max(state["total_peak"], state["total"])
+            if tenant == "big":
+                state["now"] += 1
+                state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.4 if tenant == "big" else 0)
+        with lock:
+            state["total"] -= 1
+            if tenant == "big":
+                state["now"] -= 1
+        return (204, {}, 0)
+
+    rx = Receiver(behavior=behavior)
+    try:
+        node = ankusa(config=cfg(concurrency=8, tenants={"concurrency": 2}),
+                      sources={"big": {"tenant": "big", "sinks": [{"type": "http", "url": rx.url}]},
+                               "new": {"tenant": "new", "sinks": [{"type": "http", "url": rx.url}]}})
+        big = [post_ok(node, "big", b"b%d" % i) for i in range(80)]
+        deadline = time.time() + 10 * SLOW
+        while time.time() < deadline and state["peak"] < 6:
+            time.sleep(0.05)
+        assert state["peak"] == 6, f"alone: the node's 8 slots less one tenant window of 2, saw {state['peak']}"
+        wait_metric(node, lambda m: (m.get("ankusa_dispatch_running", instance="default") or 0) > 2, timeout=5.0,
+                    what="more attempts running than tenants.concurrency on the running gauge")
+        t0 = time.time()
+        hid = post_ok(node, "new", b"newcomer")
+        rx.wait_for(lambda ds: hid in {d.id for d in ds}, timeout=2.0 * SLOW, what="the newcomer's hook")
+        lag = time.time() - t0
+        left = set(big) - set(rx.ids())
+        assert left, "the first tenant still has a backlog"
+        assert lag < 1.0 * SLOW, f"the newcomer waited {lag:.2f} s behind the other tenant's backlog"
+        rx.wait_for(lambda ds: {d.id for d in ds} >= set(big), timeout=30.0, what="the backlog")
+        assert state["total_peak"] <= 8, "the node's concurrency still holds"
+    finally:
+        rx.close()
+
+
 # ----------------------------------------------------------------- DLQ and replay
 
 def wait_job(node, rid, pred, timeout=20.0, what="the replay job"):

@@ -1,9 +1,10 @@
 /* Unit tests: the dispatcher's claim pass over a real store, without its thread. Deficit
  * round-robin shares of a page, leftovers to the others, unreached tenants first on the
- * next pass, per-tenant and global windows, future rows left alone, claims in memory
- * only (a new dispatcher over the same store claims them again), a row due before a
- * tenant's cursor found again without claiming anything twice, and the boot refusal of a
- * sink that cannot be built. */
+ * next pass, per-tenant and global windows (a lone tenant past its own, up to the node's
+ * less a reserve, and held to it once another tenant waits), future rows left alone,
+ * claims in memory only (a new dispatcher over the same store claims them again), a row
+ * due before a tenant's cursor found again without claiming anything twice, and the boot
+ * refusal of a sink that cannot be built. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,7 +227,10 @@ Test(dispatch, a_row_too_big_for_the_bytes_window_waits_without_rescans) {
   fx_t f;
   size_t rl = row_bytes("a");
   char yaml[256];
-  snprintf(yaml, sizeof yaml, "dispatch: {tenants: {max_inflight_bytes: %zu}}", rl + rl / 2);
+  /* alone, the tenant could go past its window up to the node's less one window: the
+   * node's is two and a half rows, so that leaves no more than its own */
+  snprintf(yaml, sizeof yaml, "dispatch: {max_inflight_bytes: %zu, tenants: {max_inflight_bytes: %zu}}", 3 * rl,
+           rl + rl / 2);
   fx_open(&f, yaml);
   add_rows(&f, "a", 10, 1000);
   ak_dispatch_t *d = fx_dispatch(&f);
@@ -336,6 +340,43 @@ Test(dispatch, a_share_larger_than_one_read_is_claimed_in_one_pass_each_row_once
   cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 700);
   cr_expect_eq(ak_dispatch_debug_scan(d, 2000), 0, "none twice, the later ones not yet");
   cr_expect_eq(ak_dispatch_debug_scan(d, 60000), 5, "the later ones once due");
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+/* ---- work-conserving windows: a tenant's window binds only while another waits ---- */
+
+Test(dispatch, a_lone_tenant_claims_past_its_window_up_to_the_node_less_a_reserve) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 1000, max_inflight: 100, tenants: {max_inflight: 20}}");
+  add_rows(&f, "a", 500, 1000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  size_t total = 0;
+  for (int i = 0; i < 3; i++) total += ak_dispatch_debug_scan(d, FAR_FUTURE);
+  cr_expect_eq(total, 80, "the node's window less one tenant window: %zu", total);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 80);
+  /* a tenant that arrives finds its window free at once; the first one stops there */
+  add_rows(&f, "b", 50, 2000);
+  ak_dispatch_note_due(d, "b", 1, 2000, 50, 0);
+  cr_expect_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 20, "the newcomer's whole window in one pass");
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "b"), 20);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 80, "past its window, the first claims nothing more");
+  cr_expect_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 0, "both held to their windows, the node's is full");
+  ak_dispatch_free(d);
+  fx_close(&f);
+}
+
+Test(dispatch, a_tenant_growing_alone_stops_when_another_has_due_rows) {
+  fx_t f;
+  fx_open(&f, "dispatch: {batch: 40, max_inflight: 100, tenants: {max_inflight: 20}}");
+  add_rows(&f, "a", 500, 1000);
+  ak_dispatch_t *d = fx_dispatch(&f);
+  cr_expect_eq(ak_dispatch_debug_scan(d, FAR_FUTURE), 40, "a page, twice its window, while alone");
+  add_rows(&f, "b", 50, 2000);
+  ak_dispatch_note_due(d, "b", 1, 2000, 50, 0);
+  for (int i = 0; i < 3; i++) ak_dispatch_debug_scan(d, FAR_FUTURE);
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "a"), 40, "it stops growing");
+  cr_expect_eq(ak_dispatch_debug_tenant_claimed(d, "b"), 20, "the second gets its window");
   ak_dispatch_free(d);
   fx_close(&f);
 }

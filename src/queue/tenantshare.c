@@ -68,9 +68,9 @@ void ak_tenantshare_release(ak_tenantshare_t *ts, const char *tenant, size_t tle
   if (e->records <= 0) ak_tmap_remove(&ts->tenants, e);
 }
 
-bool ak_tenantshare_at_share(const ak_tenantshare_t *ts, const char *tenant, size_t tlen) {
+bool ak_tenantshare_past_share(const ak_tenantshare_t *ts, const char *tenant, size_t tlen) {
   const share_t *e = ak_tmap_find(&ts->tenants, tenant, tlen);
-  return e && (e->records >= ts->max_records || e->bytes >= ts->max_bytes);
+  return e && (e->records > ts->max_records || e->bytes > ts->max_bytes);
 }
 
 size_t ak_tenantshare_tenants(const ak_tenantshare_t *ts) { return ak_tmap_count(&ts->tenants); }

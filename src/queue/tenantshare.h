@@ -32,9 +32,9 @@ bool ak_tenantshare_admit(ak_tenantshare_t *ts, const char *tenant, size_t tlen,
 /* The record left the queue (committed, failed or reaped). */
 void ak_tenantshare_release(ak_tenantshare_t *ts, const char *tenant, size_t tlen, size_t bytes);
 
-/* True when tenant holds its whole share or more (then a full node is its own doing:
- * the writer answers it 429 tenant_overload, not 503). */
-bool ak_tenantshare_at_share(const ak_tenantshare_t *ts, const char *tenant, size_t tlen);
+/* True when tenant holds more than its share (it went past it alone): a full node is then
+ * its own doing, and the writer answers it 429 tenant_overload rather than 503. */
+bool ak_tenantshare_past_share(const ak_tenantshare_t *ts, const char *tenant, size_t tlen);
 /* Tenants holding records now; a tenant's records and bytes (0 when none). */
 size_t ak_tenantshare_tenants(const ak_tenantshare_t *ts);
 void ak_tenantshare_held(const ak_tenantshare_t *ts, const char *tenant, size_t tlen, int64_t *records,

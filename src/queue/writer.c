@@ -233,18 +233,18 @@ static void finish(ak_writer_t *w, ak_write_req_t *r, ak_wr_status_t st) {
  * before submit and gives it back when it settles); pen writes (bounded by the pen) and
  * hooks an operator releases from the pen are not charged to it. The share is
  * work-conserving (queue/tenantshare.h): a lone tenant may go past it, never into the
- * reserve kept for a newcomer. On a full node, a tenant holding its share or more is told
- * its share is spent (429 tenant_overload: the node is full of its records); one within its
- * share meets the node's bound (503 overload), as submit would answer. */
+ * reserve kept for a newcomer. On a full node, a tenant holding more than its share is told
+ * its share is spent (429 tenant_overload: it went past it alone); one within its share
+ * meets the node's bound (503 overload), as submit would answer. */
 ak_wr_status_t ak_writer_share_take(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes) {
   if (!atomic_load(&w->store_ok)) return AK_WR_STORE_UNAVAILABLE;
   ak_wr_status_t st = AK_WR_QUEUED;
   pthread_mutex_lock(&w->mu);
   if (w->stopping) st = AK_WR_DRAINING;
   else if ((int64_t)w->held_records + 1 > w->max_queue || (int64_t)(w->held_bytes + bytes) > w->max_queue_bytes)
-    /* a full node: a tenant holding its share or more (alone, it may have gone past it) is
-     * told its share is spent; one within its share meets the node's bound */
-    st = ak_tenantshare_at_share(w->tshare, tenant, tlen) ? AK_WR_TENANT_OVERLOAD : AK_WR_OVERLOAD;
+    /* a full node: a tenant holding more than its share (it went past it alone) is told its
+     * share is spent; one within its share meets the node's bound */
+    st = ak_tenantshare_past_share(w->tshare, tenant, tlen) ? AK_WR_TENANT_OVERLOAD : AK_WR_OVERLOAD;
   /* room on the node, but not in this tenant's share: its burst stays its own problem */
   else if (!ak_tenantshare_admit(w->tshare, tenant, tlen, bytes)) st = AK_WR_TENANT_OVERLOAD;
   pthread_mutex_unlock(&w->mu);

@@ -1,4 +1,4 @@
-/* Metrics registry: counters, gauges and histograms with fixed label sets, rendered in
+/* Metrics registry: counters, gauges, histograms and summaries (sum and count only) with fixed label sets, rendered in
  * the Prometheus text format. Owns the series; the hot path only does atomic adds on
  * pointers it looked up once. Never creates a series from unauthenticated input: label
  * values come from code (status codes, reason names), not from requests. */
@@ -9,7 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { AK_METRIC_COUNTER, AK_METRIC_GAUGE, AK_METRIC_HISTOGRAM } ak_metric_type_t;
+/* A summary is rendered as _sum and _count (no quantiles); observe it with ak_histogram_observe. */
+typedef enum { AK_METRIC_COUNTER, AK_METRIC_GAUGE, AK_METRIC_HISTOGRAM, AK_METRIC_SUMMARY } ak_metric_type_t;
 
 #define AK_METRICS_MAX_LABELS 4
 

@@ -29,7 +29,14 @@ struct ak_family {
 struct ak_metrics {
   pthread_mutex_t mu;
   ak_family_t *families, *tail;
+  _Atomic bool per_id; /* metrics.detail: source */
 };
+
+void ak_metrics_set_detail(ak_metrics_t *m, bool per_id) { atomic_store(&m->per_id, per_id); }
+bool ak_metrics_per_id(const ak_metrics_t *m) { return atomic_load((_Atomic bool *)&m->per_id); }
+const char *ak_metrics_id_label(const ak_metrics_t *m, const char *id) {
+  return ak_metrics_per_id(m) && id ? id : AK_METRICS_ALL;
+}
 
 ak_metrics_t *ak_metrics_new(void) {
   ak_metrics_t *m = calloc(1, sizeof *m);

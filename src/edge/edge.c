@@ -83,6 +83,9 @@ struct ak_edge {
   ak_admission_t *adm;  /* pre-read limits */
   bool adm_on;          /* a limit besides the sources' own is on */
   ak_series_t *m_limit[L_COUNT], *m_bodies_read;
+  ak_series_t *m_load_shed;          /* 503 overload: the node shed the request */
+  ak_family_t *f_rl_rejected;        /* the tenant's quota refused it, by tenant_id */
+  ak_series_t *m_rl_rejected_all;    /* ... at metrics.detail tenant */
 };
 
 /* What the edge attaches to each source version (AK_SOURCE_EXT_EDGE): it lives exactly as
@@ -91,6 +94,7 @@ typedef struct edge_src {
   ak_pen_bucket_t *pen;        /* on_verify_failure quarantine only */
   ak_admission_source_t *adm;  /* NULL: the source's bytes are not limited */
   ak_series_t *weak;           /* NULL unless its verifier hashes with SHA-1 */
+  ak_series_t *q_full, *q_rate; /* the pen refused: full, rate limited (source_id at metrics.detail) */
 } edge_src_t;
 
 typedef struct conn {
@@ -134,6 +138,7 @@ static void reply(ak_hreq_t *r, unsigned status, const char *body, size_t len, i
 static void refuse(ak_edge_t *e, ak_hreq_t *r, unsigned status, refuse_t why, const char *code, int retry_after,
                    int64_t t0) {
   ak_counter_add(e->m_refused[why], 1);
+  if (why == R_OVERLOAD || why == R_QUARANTINE_OVERLOAD) ak_counter_add(e->m_load_shed, 1);
   count(e, status, t0);
   ak_hreq_error(r, status, code, retry_after);
 }
@@ -318,6 +323,8 @@ static void submit(ak_edge_t *e, conn_t *c) {
         ak_pen_admit_t pa = ak_ticket_take_pen(&c->ticket, c->es->pen, &retry_ms);
         if (pa != AK_PEN_OK) {
           c->state = ST_ANSWERED;
+          if (pa == AK_PEN_RATE_LIMITED) ak_counter_add(c->es->q_rate, 1);
+          else if (pa == AK_PEN_FULL) ak_counter_add(c->es->q_full, 1);
           if (pa == AK_PEN_RATE_LIMITED)
             refuse(e, r, 429, R_QUARANTINE_RATE_LIMITED, "quarantine_rate_limited",
                    (int)((retry_ms + 999) / 1000 > 0 ? (retry_ms + 999) / 1000 : 1), c->t0_ns);
@@ -362,6 +369,13 @@ static void submit(ak_edge_t *e, conn_t *c) {
       free(dkey);
       settle(c, false);
       c->state = ST_ANSWERED;
+      ak_metrics_t *mm = inst->metrics;
+      if (ak_metrics_per_id(mm)) {
+        const char *tv[] = {inst->name, c->tenant};
+        ak_counter_add(ak_metrics_series(e->f_rl_rejected, tv), 1);
+      } else {
+        ak_counter_add(e->m_rl_rejected_all, 1);
+      }
       refuse_limit(e, r, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
       return;
     }
@@ -711,6 +725,14 @@ static void *edge_src_build(void *ctx, const ak_source_t *s, char *err, size_t e
   if (!es) goto oom;
   if (s->cfg.on_verify_failure == AK_OVF_QUARANTINE) {
     if (!e->inst->pen || !(es->pen = ak_pen_bucket_new(e->inst->pen))) goto oom;
+    ak_metrics_t *m = e->inst->metrics;
+    const char *const ql[] = {"instance", "source_id", NULL};
+    const char *qv[] = {e->inst->name, ak_metrics_id_label(m, s->cfg.id)};
+    /* the families were made by ak_edge_new (same name: the same family) */
+    es->q_full = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_full_total", "", AK_METRIC_COUNTER, ql,
+                                                     NULL, 0), qv);
+    es->q_rate = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_rate_limited_total", "",
+                                                     AK_METRIC_COUNTER, ql, NULL, 0), qv);
   }
   es->adm = ak_admission_source_new(e->adm, s->spec);
   if (s->verifier && ak_verifier_weak_hash(s->verifier)) {
@@ -762,6 +784,26 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   e->m_bodies_read = ak_metrics_instance_series(m, inst->name, "ankusa_ingest_bodies_read_total",
                                                 "Request bodies the edge read to the end (admitted past the "
                                                 "pre-read limits).", AK_METRIC_COUNTER);
+  e->m_load_shed = ak_metrics_instance_series(m, inst->name, "ankusa_load_shed_total",
+                                              "Requests shed with 503 overload (a queue or the node was full).",
+                                              AK_METRIC_COUNTER);
+  const char *const tl[] = {"instance", "tenant_id", NULL};
+  e->f_rl_rejected = ak_metrics_family(m, "ankusa_rate_limit_rejected_total",
+                                       "Verified hooks refused by their tenant's rate limit (429 rate_limited).",
+                                       AK_METRIC_COUNTER, tl, NULL, 0);
+  const char *const ql[] = {"instance", "source_id", NULL};
+  ak_family_t *qff = ak_metrics_family(m, "ankusa_quarantine_full_total",
+                                       "Hooks for the quarantine pen refused because it was full.",
+                                       AK_METRIC_COUNTER, ql, NULL, 0);
+  ak_family_t *qrf = ak_metrics_family(m, "ankusa_quarantine_rate_limited_total",
+                                       "Hooks for the quarantine pen refused by its rate limit.",
+                                       AK_METRIC_COUNTER, ql, NULL, 0);
+  if (!ak_metrics_per_id(m)) { /* the one series each, served from the start */
+    const char *tv[] = {inst->name, AK_METRICS_ALL};
+    e->m_rl_rejected_all = ak_metrics_series(e->f_rl_rejected, tv);
+    ak_metrics_series(qff, tv);
+    ak_metrics_series(qrf, tv);
+  }
   e->adm = ak_admission_new(inst->cfg);
   e->adm_on = ak_admission_enabled(e->adm);
   const char *const il[] = {"instance", NULL};

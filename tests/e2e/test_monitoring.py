@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import LOOPBACK, REPO, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, reserve_port
+from helpers import LOOPBACK, REPO, github_sig, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, reserve_port
 from receiver import Receiver
 
 MON = REPO / "deploy" / "monitoring"
@@ -233,6 +233,10 @@ ORIGINAL = {
     "ankusa_wal_commit_batch_size": ("summary", set()),
     "ankusa_disk_free_bytes": ("gauge", set()),
     "ankusa_disk_total_bytes": ("gauge", set()),
+    "ankusa_load_shed_total": ("counter", set()),
+    "ankusa_quarantine_full_total": ("counter", {"source_id"}),
+    "ankusa_quarantine_rate_limited_total": ("counter", {"source_id"}),
+    "ankusa_rate_limit_rejected_total": ("counter", {"tenant_id"}),
 }
 
 
@@ -260,6 +264,67 @@ def test_wal_commit_and_disk_series_move(served):
     assert m.value("ankusa_wal_commit_duration_seconds_bucket", instance="default", le="+Inf") >= 1
     total = m.value("ankusa_disk_total_bytes", instance="default")
     assert total >= m.value("ankusa_disk_free_bytes", instance="default") > 0
+
+
+def q_send(s, body, secret, src="q_src"):
+    return s.post(f"/webhooks/{src}", body, headers={"X-Hub-Signature-256": github_sig(secret, body),
+                                                     "X-GitHub-Event": "push", "Content-Type": "application/json"})
+
+
+def q_sources(*ids):
+    return {i: {"verify": {"type": "github", "secret": "s3cret"}, "on_verify_failure": "quarantine",
+                "sinks": [{"type": "log"}]} for i in ids}
+
+
+def test_quarantine_refusals_count_per_source_only_at_detail_source(ankusa):
+    """metrics.detail tenant (the default): one series, source_id="_all"; source: one per source."""
+    s = ankusa(sources=q_sources("q_src", "q_two"), config={"quarantine": {"burst": 1, "rate": 0.001}})
+    assert q_send(s, b'{"n":1}', "forged").status == 202
+    assert q_send(s, b'{"n":2}', "forged").status == 429
+    m = s.metrics()
+    assert m.series("ankusa_quarantine_rate_limited_total") == {
+        (("instance", "default"), ("source_id", "_all")): 1}
+    assert m.value("ankusa_quarantine_full_total", instance="default", source_id="_all") == 0
+
+    d = ankusa(sources=q_sources("q_src", "q_two"), name="detail",
+               config={"metrics": {"detail": "source"}, "quarantine": {"burst": 1, "rate": 0.001,
+                                                                         "max_bytes": 1000}})
+    assert q_send(d, b"x" * 600, "forged").status == 202
+    assert q_send(d, b"y" * 600, "forged", src="q_two").status == 503  # full (and not rate limited: own bucket)
+    assert q_send(d, b'{"n":3}', "forged").status == 429
+    m = d.metrics()
+    assert m.value("ankusa_quarantine_full_total", instance="default", source_id="q_two") == 1
+    assert m.value("ankusa_quarantine_full_total", instance="default", source_id="q_src") == 0
+    assert m.value("ankusa_quarantine_rate_limited_total", instance="default", source_id="q_src") == 1
+    assert m.get("ankusa_quarantine_rate_limited_total", instance="default", source_id="_all") is None
+
+
+def test_rate_limit_rejected_total_by_tenant(ankusa):
+    s = ankusa(config={"rate_limits": {"tenants": {"acme": {"rate": 0.001, "burst": 1}}}})
+    assert s.post("/webhooks/acme_src", b"one").status == 201
+    assert s.post("/webhooks/acme_src", b"two").status == 429
+    assert s.metrics().value("ankusa_rate_limit_rejected_total", instance="default", tenant_id="_all") == 1
+    d = ankusa(name="detail", config={"metrics": {"detail": "source"},
+                                      "rate_limits": {"tenants": {"acme": {"rate": 0.001, "burst": 1}}}})
+    assert d.post("/webhooks/acme_src", b"one").status == 201
+    assert d.post("/webhooks/acme_src", b"two").status == 429
+    m = d.metrics()
+    assert m.series("ankusa_rate_limit_rejected_total") == {(("instance", "default"), ("tenant_id", "acme")): 1}
+
+
+def test_load_shed_total_counts_overload_503s(ankusa):
+    # tenants' shares of 2 that together exceed the queue of 4: the node's own bound answers 503
+    tenants = [f"t{i}" for i in range(6)]
+    s = ankusa(config={"batcher": {"max_queue": 4, "tenant_max_queue": 2}},
+               sources={f"{t}_src": {"tenant": t, "sinks": [{"type": "log"}]} for t in tenants},
+               env={"ANKUSA_TEST_COMMIT_DELAY_MS": "500"})
+    with ThreadPoolExecutor(max_workers=24) as ex:
+        answers = list(ex.map(lambda i: s.post(f"/webhooks/{tenants[i % 6]}_src", b"shed %d" % i), range(24)))
+    over = [r for r in answers if r.status == 503 and r.json == {"error": "overload"}]
+    assert over, sorted(r.status for r in answers)
+    m = s.metrics()
+    assert m.value("ankusa_load_shed_total", instance="default") == len(over)
+    assert m.value("ankusa_ingest_refused_total", instance="default", reason="overload") == len(over)
 
 
 # --------------------------------------------------------------------------- SLO rows

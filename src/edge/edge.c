@@ -64,6 +64,11 @@ typedef enum { L_RATE_LIMITED = 0, L_IP, L_NODE, L_SOURCE, L_TENANT_OVERLOAD, L_
 static const char *const limit_names[L_COUNT] = {"rate_limited", "ip_rate_limited", "node_rate_limited",
                                                  "source_rate_limited", "tenant_overload"};
 
+/* outcome of ankusa_ingest_requests_total, from the answer's status */
+typedef enum { O_ACCEPTED = 0, O_DUPLICATE, O_QUARANTINED, O_REJECTED, O_UNAVAILABLE, O_COUNT } outcome_t;
+static const char *const outcome_names[O_COUNT] = {"accepted", "duplicate", "quarantined", "rejected",
+                                                   "unavailable"};
+
 static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 408, 413, 414, 429, 431, 501, 503, 505};
 #define NSTATUS (sizeof status_codes / sizeof status_codes[0])
 
@@ -95,7 +100,13 @@ typedef struct edge_src {
   ak_admission_source_t *adm;  /* NULL: the source's bytes are not limited */
   ak_series_t *weak;           /* NULL unless its verifier hashes with SHA-1 */
   ak_series_t *q_full, *q_rate; /* the pen refused: full, rate limited (source_id at metrics.detail) */
+  /* the original's per-source series (source_id "_all" below metrics.detail source) */
+  ak_series_t *m_outcome[O_COUNT], *m_duration, *m_verify_fail;
 } edge_src_t;
+
+/* The source of the request a handler is serving on this thread (NULL: none bound yet),
+ * set at each handler's entry so that count() can charge the per-source series. */
+static _Thread_local const edge_src_t *tl_es;
 
 typedef struct conn {
   int state;
@@ -122,7 +133,15 @@ static void count(ak_edge_t *e, unsigned status, int64_t t0_ns) {
   for (size_t i = 0; i < NSTATUS; i++)
     if (status_codes[i] == status) s = e->m_status[i];
   ak_counter_add(s, 1);
-  if (t0_ns) ak_histogram_observe(e->m_duration, (double)(ak_mono_ns() - t0_ns) / 1e9);
+  const edge_src_t *es = tl_es;
+  if (es) {
+    outcome_t o = status == 201 ? O_ACCEPTED : status == 200 ? O_DUPLICATE : status == 202 ? O_QUARANTINED
+                  : status < 500 ? O_REJECTED : O_UNAVAILABLE;
+    ak_counter_add(es->m_outcome[o], 1);
+  }
+  /* a request no source was bound to: in the "_all" series below metrics.detail source */
+  ak_series_t *d = es ? es->m_duration : e->m_duration;
+  if (t0_ns && d) ak_histogram_observe(d, (double)(ak_mono_ns() - t0_ns) / 1e9);
 }
 
 /* A JSON answer, with Retry-After when retry_after > 0. */
@@ -305,6 +324,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
     if (c->es->weak) ak_counter_add(c->es->weak, 1);
     if (vr != AK_VR_OK) {
       ak_counter_add(e->m_verify_fail[vr], 1);
+      ak_counter_add(c->es->m_verify_fail, 1);
       if (c->src->on_verify_failure == AK_OVF_REJECT) {
         char b[128];
         int n = snprintf(b, sizeof b, "{\"error\":\"verification_failed\",\"reason\":\"%s\"}",
@@ -479,6 +499,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
 }
 
 static void on_head(void *ctx, ak_hreq_t *r) {
+  tl_es = NULL;
   ak_edge_t *e = ctx;
   ak_instance_t *inst = e->inst;
   int64_t t0 = ak_mono_ns();
@@ -537,6 +558,7 @@ static void on_head(void *ctx, ak_hreq_t *r) {
     refuse(e, r, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, t0);
     return;
   }
+  tl_es = es; /* bound: what is answered from here on is this source's */
 
   /* the layer refused control bytes and non-tokens in names; what is stored must also
    * be printable text (edge/route.h) */
@@ -646,6 +668,7 @@ static void on_body(void *ctx, ak_hreq_t *r, const uint8_t *p, size_t n) {
 static void on_end(void *ctx, ak_hreq_t *r) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
+  tl_es = c ? c->es : NULL;
   if (!c || c->state != ST_READING) return;
   ak_counter_add(e->m_bodies_read, 1);
   if (c->too_large) {
@@ -664,6 +687,7 @@ static void on_end(void *ctx, ak_hreq_t *r) {
 static void on_resume(void *ctx, ak_hreq_t *r) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
+  tl_es = c ? c->es : NULL;
   if (c && c->state == ST_SUBMITTED) answer(e, c);
 }
 
@@ -671,6 +695,7 @@ static void on_resume(void *ctx, ak_hreq_t *r) {
 static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
+  tl_es = c ? c->es : NULL;
   if (!c) return;
   ak_hreq_set_data(r, NULL);
   if (c->state == ST_READING && !answered) {
@@ -692,6 +717,7 @@ static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
 
 /* The layer's own refusals (framing, limits, timeouts): counted like ours. */
 static void on_refused(void *ctx, unsigned status, const char *code) {
+  tl_es = NULL;
   ak_edge_t *e = ctx;
   static const struct { const char *code; refuse_t why; } map[] = {
     {"bad_request", R_BAD_REQUEST}, {"invalid_header", R_INVALID_HEADER}, {"not_implemented", R_NOT_IMPLEMENTED},
@@ -735,6 +761,25 @@ static void *edge_src_build(void *ctx, const ak_source_t *s, char *err, size_t e
                                                      AK_METRIC_COUNTER, ql, NULL, 0), qv);
   }
   es->adm = ak_admission_source_new(e->adm, s->spec);
+  {
+    ak_metrics_t *m = e->inst->metrics;
+    const char *sid = ak_metrics_id_label(m, s->cfg.id);
+    const char *const ol[] = {"instance", "source_id", "outcome", NULL};
+    ak_family_t *of = ak_metrics_family(m, "ankusa_ingest_requests_total", "", AK_METRIC_COUNTER, ol, NULL, 0);
+    for (int i = 0; i < O_COUNT; i++) {
+      const char *v[] = {e->inst->name, sid, outcome_names[i]};
+      es->m_outcome[i] = ak_metrics_series(of, v);
+    }
+    const char *const dl[] = {"instance", "source_id", NULL};
+    const char *dv[] = {e->inst->name, sid};
+    es->m_duration = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_duration_seconds", "",
+                                                         AK_METRIC_HISTOGRAM, dl, ak_latency_bounds,
+                                                         ak_latency_nbounds), dv);
+    const char *const vl[] = {"instance", "source_id", "provider", "scheme", NULL};
+    const char *vv[] = {e->inst->name, sid, ak_verifier_type(s->verifier), ak_verifier_scheme(s->verifier)};
+    es->m_verify_fail = ak_metrics_series(ak_metrics_family(m, "ankusa_verify_failures_total", "",
+                                                            AK_METRIC_COUNTER, vl, NULL, 0), vv);
+  }
   if (s->verifier && ak_verifier_weak_hash(s->verifier)) {
     const char *const wl[] = {"instance", "source_id", "scheme", NULL};
     ak_family_t *wf = ak_metrics_family(e->inst->metrics, "ankusa_verifier_weak_hash_total",
@@ -758,8 +803,19 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   e->lc = ak_listener_cfg(inst->cfg);
   pthread_mutex_init(&e->tls_mu, NULL);
   ak_metrics_t *m = inst->metrics;
+  /* the original's names first (made here so their HELP is set; the per-source series are
+   * made by edge_src_build) */
+  const char *const osl[] = {"instance", "source_id", "outcome", NULL};
+  ak_metrics_family(m, "ankusa_ingest_requests_total",
+                    "Ingest requests bound to a source, by outcome (accepted 201, duplicate 200, quarantined 202, "
+                    "rejected 4xx, unavailable 5xx).", AK_METRIC_COUNTER, osl, NULL, 0);
+  const char *const vsl[] = {"instance", "source_id", "provider", "scheme", NULL};
+  ak_metrics_family(m, "ankusa_verify_failures_total",
+                    "Requests whose verification failed, by source, verifier type (provider) and scheme.",
+                    AK_METRIC_COUNTER, vsl, NULL, 0);
   const char *const sl[] = {"instance", "status", NULL};
-  ak_family_t *sf = ak_metrics_family(m, "ankusa_ingest_requests_total", "Ingest requests by HTTP status.",
+  ak_family_t *sf = ak_metrics_family(m, "ankusa_ingest_responses_total",
+                                      "Answers on the ingest listener by HTTP status (/health and /ready included).",
                                       AK_METRIC_COUNTER, sl, NULL, 0);
   for (size_t i = 0; i < NSTATUS; i++) {
     char code[8];
@@ -806,19 +862,20 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   }
   e->adm = ak_admission_new(inst->cfg);
   e->adm_on = ak_admission_enabled(e->adm);
-  const char *const il[] = {"instance", NULL};
-  const char *iv[] = {inst->name};
-  e->m_duration = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_duration_seconds",
-                                                      "Ack latency: time to answer one ingest request.",
-                                                      AK_METRIC_HISTOGRAM, il, ak_latency_bounds,
-                                                      ak_latency_nbounds), iv);
+  const char *const il[] = {"instance", "source_id", NULL};
+  const char *iv[] = {inst->name, AK_METRICS_ALL};
+  ak_family_t *df = ak_metrics_family(m, "ankusa_ingest_duration_seconds",
+                                      "Ack latency: time to answer one ingest request, by source.",
+                                      AK_METRIC_HISTOGRAM, il, ak_latency_bounds, ak_latency_nbounds);
+  /* requests bound to no source: "_all" below metrics.detail source, not sampled at it */
+  e->m_duration = ak_metrics_per_id(m) ? NULL : ak_metrics_series(df, iv);
   e->hpol = ak_header_policy_new(ak_store_headers_spec(inst->cfg));
 #ifdef AK_TEST_HOOKS
   const char *tn = getenv("ANKUSA_TEST_NOW");
   if (tn) e->test_now_s = atoll(tn);
 #endif
   const char *const vl[] = {"instance", "reason", NULL};
-  ak_family_t *vf = ak_metrics_family(m, "ankusa_verify_failures_total",
+  ak_family_t *vf = ak_metrics_family(m, "ankusa_verify_failure_reasons_total",
                                       "Requests whose verification failed, by reason.", AK_METRIC_COUNTER, vl,
                                       NULL, 0);
   for (int i = 1; i < AK_VR_COUNT; i++) {

@@ -236,6 +236,9 @@ ORIGINAL = {
     "ankusa_wal_commit_batch_size": ("summary", set()),
     "ankusa_disk_free_bytes": ("gauge", set()),
     "ankusa_disk_total_bytes": ("gauge", set()),
+    "ankusa_store_hooks": ("gauge", set()),
+    "ankusa_store_deliveries": ("gauge", set()),
+    "ankusa_store_disk_bytes": ("gauge", set()),
     "ankusa_load_shed_total": ("counter", set()),
     "ankusa_quarantine_full_total": ("counter", {"source_id"}),
     "ankusa_quarantine_rate_limited_total": ("counter", {"source_id"}),
@@ -310,6 +313,22 @@ def test_series_count_stays_bounded_across_api_sources(ankusa):
     # the tenant gauges (top 100) may grow a little; nothing per source does
     assert sample_count(text) - before <= 210, (before, sample_count(text))
     assert sample_count(text) < 10000
+
+
+def test_store_gauges_answer_as_v1_wal(ankusa):
+    node = ankusa(config={"admin": {"gauge_interval_ms": 100}},
+                  sources={"held": {"sinks": [{"type": "http", "url": "http://127.0.0.1:9/h"}]}})
+    for i in range(3):
+        assert node.post("/webhooks/held", b"%d" % i).status == 201
+    deadline = time.time() + 10
+    while True:
+        m = node.metrics()
+        if m.value("ankusa_store_deliveries", instance="default") == 3 or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    wal = node.admin("/v1/wal").json["wal"]
+    assert m.value("ankusa_store_deliveries", instance="default") == wal["deliveries"] == 3
+    assert m.value("ankusa_store_disk_bytes", instance="default") > 0 and wal["disk_bytes"] > 0
 
 
 def test_wal_commit_and_disk_series_move(served):

@@ -237,6 +237,10 @@ ORIGINAL = {
     "ankusa_disk_free_bytes": ("gauge", set()),
     "ankusa_disk_total_bytes": ("gauge", set()),
     "ankusa_store_hooks": ("gauge", set()),
+    "ankusa_dispatch_deliveries_total": ("counter", {"result", "sink"}),
+    "ankusa_dispatch_dead_lettered_total": ("counter", {"source_id", "sink"}),
+    "ankusa_dispatch_claimed": ("gauge", set()),
+    "ankusa_dispatch_claimed_bytes": ("gauge", set()),
     "ankusa_store_deliveries": ("gauge", set()),
     "ankusa_store_disk_bytes": ("gauge", set()),
     "ankusa_load_shed_total": ("counter", set()),
@@ -329,6 +333,30 @@ def test_store_gauges_answer_as_v1_wal(ankusa):
     wal = node.admin("/v1/wal").json["wal"]
     assert m.value("ankusa_store_deliveries", instance="default") == wal["deliveries"] == 3
     assert m.value("ankusa_store_disk_bytes", instance="default") > 0 and wal["disk_bytes"] > 0
+
+
+def test_dispatch_series_of_the_original_move(served, ankusa):
+    m = served.metrics
+    assert m.value("ankusa_dispatch_deliveries_total", instance="default", result="ok", sink="http") == 1
+    assert m.value("ankusa_dispatch_deliveries_total", instance="default", result="dlq", sink="http") == 0
+    assert m.value("ankusa_dispatch_claimed_bytes", instance="default") >= 0
+    rx = Receiver(behavior=lambda d, n: (410, {}, 0))  # permanent: dead-lettered at once
+    try:
+        for detail, sid in (("tenant", "_all"), ("source", "gone")):
+            s = ankusa(name=f"dlq-{detail}", config={**LOOPBACK, "metrics": {"detail": detail}},
+                       sources={"gone": {"sinks": [{"type": "http", "url": rx.url}]}})
+            assert s.post("/webhooks/gone", b"{}").status == 201
+            deadline = time.time() + 20 * SLOW
+            while time.time() < deadline:
+                m = s.metrics()
+                if m.get("ankusa_dispatch_dead_lettered_total", instance="default", source_id=sid, sink="http"):
+                    break
+                time.sleep(0.1)
+            assert m.value("ankusa_dispatch_dead_lettered_total", instance="default", source_id=sid, sink="http") == 1
+            assert m.value("ankusa_dispatch_deliveries_total", instance="default", result="dlq", sink="http") == 1
+            assert m.value("ankusa_dispatch_deliveries_total", instance="default", result="ok", sink="http") == 0
+    finally:
+        rx.close()
 
 
 def test_wal_commit_and_disk_series_move(served):

@@ -1586,7 +1586,8 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   d->g_oldest = ak_metrics_instance_series(m, in, "ankusa_queue_oldest_due_age_seconds", "How long the oldest due, unclaimed row has been due.", AK_METRIC_GAUGE);
   d->g_running = ak_metrics_instance_series(m, in, "ankusa_dispatch_running", "Delivery attempts in flight.", AK_METRIC_GAUGE);
   d->g_claimed = ak_metrics_instance_series(m, in, "ankusa_dispatch_claimed", "Rows claimed (running or queued per sink key).", AK_METRIC_GAUGE);
-  d->g_claimed_bytes = ak_metrics_instance_series(m, in, "ankusa_dispatch_claimed_bytes", "Body bytes of the claimed rows.", AK_METRIC_GAUGE);
+  d->g_claimed_bytes = ak_metrics_instance_series(m, in, "ankusa_dispatch_claimed_bytes",
+                                                  "Body bytes of the claimed rows.", AK_METRIC_GAUGE);
   d->g_runnable = ak_metrics_instance_series(m, in, "ankusa_dispatch_runnable", "Claimed rows waiting for a slot.", AK_METRIC_GAUGE);
   d->g_active = ak_metrics_instance_series(m, in, "ankusa_dispatch_active_tenants", "Tenants with rows waiting or claimed.", AK_METRIC_GAUGE);
   d->g_breakers = ak_metrics_instance_series(m, in, "ankusa_dispatch_breakers_open", "Sink keys whose breaker is open or half-open.", AK_METRIC_GAUGE);

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import LOOPBACK, REPO, admin_json, github_sig, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, reserve_port
+from helpers import (LOOPBACK, REPO, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, admin_json, github_sig,
+                     reserve_port)
 from receiver import Receiver
 
 MON = REPO / "deploy" / "monitoring"
@@ -237,6 +238,8 @@ ORIGINAL = {
     "ankusa_disk_free_bytes": ("gauge", set()),
     "ankusa_disk_total_bytes": ("gauge", set()),
     "ankusa_store_hooks": ("gauge", set()),
+    "ankusa_replay_moved_total": ("counter", {"kind"}),
+    "ankusa_replay_throttled_total": ("counter", {"reason"}),
     "ankusa_dispatch_deliveries_total": ("counter", {"result", "sink"}),
     "ankusa_dispatch_dead_lettered_total": ("counter", {"source_id", "sink"}),
     "ankusa_dispatch_claimed": ("gauge", set()),
@@ -355,6 +358,65 @@ def test_dispatch_series_of_the_original_move(served, ankusa):
             assert m.value("ankusa_dispatch_dead_lettered_total", instance="default", source_id=sid, sink="http") == 1
             assert m.value("ankusa_dispatch_deliveries_total", instance="default", result="dlq", sink="http") == 1
             assert m.value("ankusa_dispatch_deliveries_total", instance="default", result="ok", sink="http") == 0
+    finally:
+        rx.close()
+
+
+def test_replay_moved_and_throttled(ankusa):
+    """A replay job moves a dead row (moved_total{kind="dlq"}); one held back by a
+    dispatcher that is behind counts its ticks on throttled_total."""
+    fixed = {"on": False}
+    rx = Receiver(behavior=lambda d, n: (204, {}, 0) if fixed["on"] else (410, {}, 0))
+    hang, hang_port = reserve_port()
+    hang.listen(64)  # connects, never answers: the dispatcher falls behind
+    try:
+        node = ankusa(config={**LOOPBACK, "dispatch": {"concurrency": 1, "max_inflight": 2,
+                                                       "attempt_timeout_ms": 600000, "breaker_failures": 0}},
+                      sources={"gone": {"sinks": [{"type": "http", "url": rx.url}]},
+                               "slow": {"sinks": [{"type": "http", "url": f"http://127.0.0.1:{hang_port}/h"}]}})
+
+        def wait(pred, what):
+            deadline = time.time() + 20 * SLOW
+            while time.time() < deadline:
+                m = node.metrics()
+                if pred(m):
+                    return m
+                time.sleep(0.1)
+            raise AssertionError(f"timed out waiting for {what}")
+        assert node.post("/webhooks/gone", b"{}").status == 201
+        wait(lambda m: m.value("ankusa_queue_dead", instance="default") == 1, "a dead row")
+        fixed["on"] = True
+        for i in range(6):
+            assert node.post("/webhooks/slow", b"%d" % i).status == 201
+        time.sleep(0.3)
+        r = admin_json(node, "POST", "/v1/replays", {"kind": "dlq", "rate": 100, "max_lag_ms": 100})
+        assert r.status == 202, r
+        m = wait(lambda m: sum(m.series("ankusa_replay_throttled_total").values()) >= 3, "throttled ticks")
+        assert set(dict(l)["reason"] for l in m.series("ankusa_replay_throttled_total")) == \
+            {"dispatch_lag", "dispatch_full"}
+        assert m.value("ankusa_replay_moved_total", instance="default", kind="dlq") == 0
+    finally:
+        hang.close()
+        rx.close()
+    rx = Receiver(behavior=lambda d, n: (204, {}, 0) if fixed["on"] else (410, {}, 0))
+    fixed["on"] = False
+    try:
+        node = ankusa(name="moved", config=dict(LOOPBACK),
+                      sources={"gone": {"sinks": [{"type": "http", "url": rx.url}]}})
+        assert node.post("/webhooks/gone", b"{}").status == 201
+        deadline = time.time() + 20 * SLOW
+        while node.metrics().value("ankusa_queue_dead", instance="default") != 1 and time.time() < deadline:
+            time.sleep(0.1)
+        fixed["on"] = True
+        r = admin_json(node, "POST", "/v1/replays", {"kind": "dlq", "rate": 100})
+        assert r.status == 202, r
+        deadline = time.time() + 20 * SLOW
+        while time.time() < deadline:
+            if node.metrics().value("ankusa_replay_moved_total", instance="default", kind="dlq") == 1:
+                break
+            time.sleep(0.1)
+        assert node.metrics().value("ankusa_replay_moved_total", instance="default", kind="dlq") == 1
+        assert node.admin(f"/v1/replays/{r.json['id']}").json["moved"] == 1
     finally:
         rx.close()
 

@@ -88,6 +88,7 @@ struct skey {
   size_t queued, running;
   ak_breaker_t *breaker;
   bool was_open;
+  char label[32];                /* its sink type: the sink label of the breaker metrics */
 };
 
 /* Lives in d->tenants (its key is the name), never freed before the dispatcher. */
@@ -208,7 +209,7 @@ struct ak_dispatch {
 
   ak_series_t *g_pending, *g_scheduled, *g_inflight, *g_dead, *g_oldest, *g_running, *g_claimed, *g_runnable,
       *g_active, *g_breakers, *c_transitions, *c_write_fail, *g_claimed_bytes;
-  ak_family_t *f_tenant_pending, *f_tenant_inflight;
+  ak_family_t *f_tenant_pending, *f_tenant_inflight, *f_transitions;
   ak_series_t *g_tenants;
   uint64_t transitions_seen;
 };
@@ -942,6 +943,7 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
     return CLAIM_OK;
   }
   r->key = key_get(d, t, r->src->uid, (size_t)sk);
+  if (r->key && !r->key->label[0]) snprintf(r->key->label, sizeof r->key->label, "%s", r->ds->v[sk].label);
   if (!r->key) {
     row_requeue(d, r, now + 1000, dv.attempts, now);
     free(r);
@@ -1335,6 +1337,14 @@ static void sample_breakers(ak_dispatch_t *d) {
     if (!k || !k->breaker) continue;
     if (ak_breaker_state(k->breaker) != AK_BREAKER_CLOSED) open++;
     trans += ak_breaker_transitions(k->breaker);
+    uint64_t by_state[3];
+    ak_breaker_take_transitions(k->breaker, by_state);
+    static const char *const state_names[3] = {"closed", "open", "half_open"};
+    for (int st = 0; st < 3; st++)
+      if (by_state[st])
+        ak_counter_add(ak_metrics_series(d->f_transitions,
+                                         (const char *const[]){d->inst->name, k->label, state_names[st]}),
+                       by_state[st]);
   }
   ak_gauge_set(d->g_breakers, (double)open);
   if (trans > d->transitions_seen) ak_counter_add(d->c_transitions, trans - d->transitions_seen);
@@ -1448,6 +1458,12 @@ static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si, const char *source_i
                                       AK_METRIC_COUNTER, dllbl, NULL, 0);
   si->dead_lettered =
       ak_metrics_series(dl, (const char *const[]){d->inst->name, ak_metrics_id_label(m, source_id), si->label});
+  /* served from the start for each sink type (sample_breakers adds to them) */
+  ak_family_t *bt = ak_metrics_family(m, "ankusa_dispatch_breaker_transitions_total", "", AK_METRIC_COUNTER,
+                                      (const char *const[]){"instance", "sink", "state", NULL}, NULL, 0);
+  for (int st = 0; st < 3; st++)
+    ak_metrics_series(bt, (const char *const[]){d->inst->name, si->label,
+                                                (const char *const[]){"closed", "open", "half_open"}[st]});
   const char *const lbl[] = {"instance", "sink", "result", NULL};
   const char *const lbl2[] = {"instance", "sink", NULL};
   static const double lat_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600};
@@ -1591,7 +1607,12 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   d->g_runnable = ak_metrics_instance_series(m, in, "ankusa_dispatch_runnable", "Claimed rows waiting for a slot.", AK_METRIC_GAUGE);
   d->g_active = ak_metrics_instance_series(m, in, "ankusa_dispatch_active_tenants", "Tenants with rows waiting or claimed.", AK_METRIC_GAUGE);
   d->g_breakers = ak_metrics_instance_series(m, in, "ankusa_dispatch_breakers_open", "Sink keys whose breaker is open or half-open.", AK_METRIC_GAUGE);
-  d->c_transitions = ak_metrics_instance_series(m, in, "ankusa_dispatch_breaker_transitions_total", "Breaker state changes.", AK_METRIC_COUNTER);
+  d->c_transitions = ak_metrics_instance_series(m, in, "ankusa_dispatch_breaker_changes_total",
+                                               "Breaker state changes, all sinks and states.", AK_METRIC_COUNTER);
+  d->f_transitions = ak_metrics_family(m, "ankusa_dispatch_breaker_transitions_total",
+                                       "Breaker state changes by sink type and the state entered (open, half_open, "
+                                       "closed).", AK_METRIC_COUNTER,
+                                       (const char *const[]){"instance", "sink", "state", NULL}, NULL, 0);
   d->g_tenants = ak_metrics_instance_series(m, in, "ankusa_tenants", "Tenants the scheduler keeps queue counters for (seen with delivery rows since start).", AK_METRIC_GAUGE);
   d->c_write_fail = ak_metrics_instance_series(m, in, "ankusa_dispatch_write_failures_total", "Outcome batches the store refused (those rows are delivered again).", AK_METRIC_COUNTER);
   const char *const tl[] = {"instance", "tenant", NULL};

@@ -238,6 +238,18 @@ ORIGINAL = {
     "ankusa_disk_free_bytes": ("gauge", set()),
     "ankusa_disk_total_bytes": ("gauge", set()),
     "ankusa_store_hooks": ("gauge", set()),
+    "ankusa_ingest_refused_total": ("counter", {"reason"}),
+    "ankusa_dispatch_breaker_transitions_total": ("counter", {"sink", "state"}),
+    "ankusa_queue_pending": ("gauge", set()),
+    "ankusa_queue_scheduled": ("gauge", set()),
+    "ankusa_queue_inflight": ("gauge", set()),
+    "ankusa_queue_dead": ("gauge", set()),
+    "ankusa_queue_oldest_due_age_seconds": ("gauge", set()),
+    "ankusa_quarantine_bytes": ("gauge", set()),
+    "ankusa_quarantine_entries": ("gauge", set()),
+    "ankusa_dispatch_running": ("gauge", set()),
+    "ankusa_dispatch_runnable": ("gauge", set()),
+    "ankusa_dispatch_breakers_open": ("gauge", set()),
     "ankusa_replay_moved_total": ("counter", {"kind"}),
     "ankusa_replay_throttled_total": ("counter", {"reason"}),
     "ankusa_dispatch_deliveries_total": ("counter", {"result", "sink"}),
@@ -421,6 +433,30 @@ def test_replay_moved_and_throttled(ankusa):
         rx.close()
 
 
+def test_breaker_transitions_by_sink_and_state(ankusa):
+    rx = Receiver(behavior=lambda d, n: (503, {}, 0))  # transient: the breaker opens after one
+    try:
+        node = ankusa(config={**LOOPBACK, "admin": {"gauge_interval_ms": 100},
+                              "dispatch": {"breaker_failures": 1, "breaker_open_ms": 60000,
+                                           "retry": {"base_ms": 50, "max_ms": 100, "jitter": False}}},
+                      sources={"flaky": {"sinks": [{"type": "http", "url": rx.url}]}})
+        m = node.metrics()
+        assert m.value("ankusa_dispatch_breaker_transitions_total", instance="default", sink="http", state="open") == 0
+        assert node.post("/webhooks/flaky", b"{}").status == 201
+        deadline = time.time() + 20 * SLOW
+        while time.time() < deadline:
+            m = node.metrics()
+            if m.value("ankusa_dispatch_breaker_transitions_total", instance="default", sink="http", state="open"):
+                break
+            time.sleep(0.1)
+        assert m.value("ankusa_dispatch_breaker_transitions_total", instance="default", sink="http", state="open") == 1
+        # ours, all sinks and states in one series
+        assert m.value("ankusa_dispatch_breaker_changes_total", instance="default") >= 1
+        assert "# HELP ankusa_dispatch_breaker_transitions_total Breaker state changes by sink" in m.text
+    finally:
+        rx.close()
+
+
 def test_wal_commit_and_disk_series_move(served):
     m = served.metrics
     # the hook the fixture sent was committed: one sample each at least
@@ -463,6 +499,23 @@ def test_quarantine_refusals_count_per_source_only_at_detail_source(ankusa):
     assert m.value("ankusa_quarantine_full_total", instance="default", source_id="q_src") == 0
     assert m.value("ankusa_quarantine_rate_limited_total", instance="default", source_id="q_src") == 1
     assert m.get("ankusa_quarantine_rate_limited_total", instance="default", source_id="_all") is None
+
+
+def test_quarantine_entries_counts_hooks_held(ankusa):
+    """Hooks in the pen (not writes waiting): up on a 202, down on a purge, the same after a restart."""
+    s = ankusa(sources=q_sources("q_src"))
+    entries = lambda: s.metrics().value("ankusa_quarantine_entries", instance="default")  # noqa: E731
+    assert entries() == 0
+    for i in range(3):
+        assert q_send(s, b'{"n":%d}' % i, "forged").status == 202
+    assert entries() == 3
+    listed = s.admin("/v1/quarantine").json["entries"]
+    r = admin_json(s, "DELETE", f"/v1/quarantine?id={listed[0]['id']}")
+    assert r.status == 200 and r.json["deleted"] == 1, r
+    assert entries() == 2
+    s.kill9()
+    s.start()
+    assert entries() == 2, "counted from the store at open"
 
 
 def test_rate_limit_rejected_total_by_tenant(ankusa):

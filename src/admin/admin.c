@@ -19,6 +19,8 @@
 #include "admin/admin.h"
 #include "admin/api.h"
 #include "admin/auth.h"
+#include "admin/node_api.h"
+#include "core/gauges.h"
 #include "admin/router.h"
 #include "core/clock.h"
 #include "core/config.h"
@@ -39,6 +41,7 @@ struct ak_admin {
   ak_hserver_t *srv;
   bool stopped;
   int port;
+  ak_node_gauges_t *gauges; /* the store gauges (node_api.h) */
 };
 
 /* One admin request, from its head to its on_done (the layer's request data). */
@@ -350,6 +353,7 @@ void ak_admin_free(ak_admin_t *a) {
   ak_admin_stop(a);
   if (a->srv) ak_hserver_free(a->srv);
   ak_auth_free(a->auth);
+  ak_node_gauges_free(a->gauges);
   pthread_mutex_destroy(&a->settings_mu);
   free(a);
 }
@@ -454,7 +458,14 @@ const ak_admin_cfg_t *ak_admin_cfg(const ak_config_t *cfg) { return ak_config_of
 static int admin_open(ak_instance_t *inst, char **err) {
   if (!ak_admin_cfg(inst->cfg)->enabled) return 0;
   inst->admin = ak_admin_new(inst);
-  if (inst->admin) return 0;
+  if (inst->admin) {
+    inst->admin->gauges = ak_node_gauges_new(inst);
+    if (inst->admin->gauges && ak_gauges_add(inst->gauges, ak_node_gauges_sample, inst->admin->gauges) == 0) return 0;
+    ak_admin_free(inst->admin); /* a failed open cleans up after itself */
+    inst->admin = NULL;
+    *err = strdup("cannot add the store gauges");
+    return AK_MODULE_FAILED;
+  }
   *err = strdup("admin.principals: cannot be built");
   return AK_MODULE_BAD_CONFIG;
 }

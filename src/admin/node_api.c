@@ -107,6 +107,37 @@ static json_t *wal_view(ak_instance_t *inst) {
   return json_pack("{s:s,s:o}", "instance", inst->name, "wal", w);
 }
 
+struct ak_node_gauges {
+  ak_instance_t *inst;
+  ak_series_t *deliveries, *disk_bytes;
+};
+
+ak_node_gauges_t *ak_node_gauges_new(ak_instance_t *inst) {
+  ak_node_gauges_t *ng = calloc(1, sizeof *ng);
+  if (!ng) return NULL;
+  ng->inst = inst;
+  ng->deliveries = ak_metrics_instance_series(inst->metrics, inst->name, "ankusa_store_deliveries",
+                                              "Delivery rows the store holds, dead ones included.", AK_METRIC_GAUGE);
+  ng->disk_bytes = ak_metrics_instance_series(inst->metrics, inst->name, "ankusa_store_disk_bytes",
+                                              "Bytes the store's files take on disk.", AK_METRIC_GAUGE);
+  return ng;
+}
+
+void ak_node_gauges_sample(void *arg) {
+  ak_node_gauges_t *ng = arg;
+  ak_instance_t *inst = ng->inst;
+  if (inst->dispatch) {
+    ak_dispatch_counts_t dc;
+    ak_dispatch_queue_counts(inst->dispatch, &dc);
+    ak_gauge_set(ng->deliveries, (double)(dc.pending + dc.scheduled + dc.inflight + dc.dead));
+  }
+  const char *path = inst->store ? ak_store_path(inst->store) : NULL;
+  int64_t bytes = path ? dir_bytes(path) : -1;
+  if (bytes >= 0) ak_gauge_set(ng->disk_bytes, (double)bytes);
+}
+
+void ak_node_gauges_free(ak_node_gauges_t *ng) { free(ng); }
+
 void ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
   ak_admin_json(call, 200, wal_view(call->inst));

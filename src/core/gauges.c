@@ -1,4 +1,4 @@
-/* The gauge sampler (gauges.h). The thread sleeps on a condvar so stop is prompt; a
+/* The gauge sampler and the metrics section (gauges.h). The thread sleeps on a condvar so stop is prompt; a
  * round takes no lock another module holds across I/O. */
 #include <errno.h>
 #include <malloc.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <string.h>
 #include "core/gauges.h"
+#include "core/config.h"
 #include "core/log.h"
 
 #define MAX_SAMPLERS 16
@@ -143,8 +144,23 @@ void ak_gauges_free(ak_gauges_t *g) {
 
 /* ------------------------------------------------------------------- the module ---- */
 
+/* The metrics section: how much per-id detail /metrics carries (the seed's metrics.detail). */
+typedef struct {
+  int detail; /* index in "tenant|source" */
+} metrics_cfg_t;
+
+static const ak_opt_t metrics_rows[] = {
+  {.key = "detail", .type = AK_OPT_ENUM, .def = "tenant", .enum_vals = "tenant|source",
+   .doc = "source: the source_id and tenant_id labels carry the ids; tenant: they carry \"_all\", so the "
+          "series count does not grow with sources and tenants (per-tenant detail stays in the top-100 gauges)",
+   AK_AT(metrics_cfg_t, detail)},
+  {0},
+};
+
 static int gauges_open(ak_instance_t *inst, char **err) {
   (void)err;
+  const metrics_cfg_t *mc = inst->cfg ? ak_config_of(inst->cfg, &ak_mod_gauges) : NULL;
+  ak_metrics_set_detail(inst->metrics, mc && mc->detail == 1);
   inst->gauges = ak_gauges_new(inst, 0);
   return inst->gauges ? 0 : AK_MODULE_FAILED;
 }
@@ -166,6 +182,10 @@ static void gauges_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_gauges = {
   .name = "gauges",
+  .section = "metrics",
+  .doc = "what /metrics carries",
+  .options = metrics_rows,
+  .cfg_size = sizeof(metrics_cfg_t),
   .open = gauges_open,
   .start = gauges_start,
   .stop = gauges_stop,

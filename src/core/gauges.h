@@ -13,7 +13,8 @@
 typedef struct ak_gauges ak_gauges_t;
 typedef void (*ak_gauges_fn)(void *ctx);
 
-/* The sampler's lifecycle (inst->gauges): opened early so other modules' opens can add
+/* The sampler's lifecycle (inst->gauges): it also owns the metrics section (metrics.detail,
+ * set on the registry at open, before any module makes a per-id series). Opened early so other modules' opens can add
  * their samplers, started after them; it stops (joins) before any sampled module is freed. */
 extern const ak_module_t ak_mod_gauges;
 

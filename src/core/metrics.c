@@ -29,7 +29,14 @@ struct ak_family {
 struct ak_metrics {
   pthread_mutex_t mu;
   ak_family_t *families, *tail;
+  _Atomic bool per_id; /* metrics.detail: source */
 };
+
+void ak_metrics_set_detail(ak_metrics_t *m, bool per_id) { atomic_store(&m->per_id, per_id); }
+bool ak_metrics_per_id(const ak_metrics_t *m) { return atomic_load((_Atomic bool *)&m->per_id); }
+const char *ak_metrics_id_label(const ak_metrics_t *m, const char *id) {
+  return ak_metrics_per_id(m) && id ? id : AK_METRICS_ALL;
+}
 
 ak_metrics_t *ak_metrics_new(void) {
   ak_metrics_t *m = calloc(1, sizeof *m);
@@ -131,7 +138,8 @@ ak_series_t *ak_metrics_series(ak_family_t *f, const char *const *values) {
     s = calloc(1, sizeof *s);
     s->labels = strdup(buf);
     s->fam = f;
-    if (f->type == AK_METRIC_HISTOGRAM) s->buckets = calloc(f->nbounds + 1, sizeof(uint64_t));
+    if (f->type == AK_METRIC_HISTOGRAM || f->type == AK_METRIC_SUMMARY)
+      s->buckets = calloc(f->nbounds + 1, sizeof(uint64_t));
     if (last) last->next = s;
     else f->series = s;
   }
@@ -183,7 +191,7 @@ static void fmt_double(char *out, size_t n, double v) {
 char *ak_metrics_render(ak_metrics_t *m, size_t *len) {
   ak_buf_t b = AK_BUF_INIT;
   ak_buf_reserve(&b, 8192);
-  static const char *tn[] = {"counter", "gauge", "histogram"};
+  static const char *tn[] = {"counter", "gauge", "histogram", "summary"};
   pthread_mutex_lock(&m->mu);
   for (ak_family_t *f = m->families; f; f = f->next) {
     ak_buf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, tn[f->type]);
@@ -199,7 +207,7 @@ char *ak_metrics_render(ak_metrics_t *m, size_t *len) {
       } else {
         uint64_t cum = 0;
         const char *sep = s->labels[0] ? "," : "";
-        for (size_t i = 0; i <= f->nbounds; i++) {
+        for (size_t i = 0; f->type == AK_METRIC_HISTOGRAM && i <= f->nbounds; i++) {
           cum += atomic_load(&s->buckets[i]);
           if (i < f->nbounds) fmt_double(num, sizeof num, f->bounds[i]);
           else snprintf(num, sizeof num, "+Inf");

@@ -1,4 +1,4 @@
-/* Metrics registry: counters, gauges and histograms with fixed label sets, rendered in
+/* Metrics registry: counters, gauges, histograms and summaries (sum and count only) with fixed label sets, rendered in
  * the Prometheus text format. Owns the series; the hot path only does atomic adds on
  * pointers it looked up once. Never creates a series from unauthenticated input: label
  * values come from code (status codes, reason names), not from requests. */
@@ -6,10 +6,12 @@
 #define AK_CORE_METRICS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { AK_METRIC_COUNTER, AK_METRIC_GAUGE, AK_METRIC_HISTOGRAM } ak_metric_type_t;
+/* A summary is rendered as _sum and _count (no quantiles); observe it with ak_histogram_observe. */
+typedef enum { AK_METRIC_COUNTER, AK_METRIC_GAUGE, AK_METRIC_HISTOGRAM, AK_METRIC_SUMMARY } ak_metric_type_t;
 
 #define AK_METRICS_MAX_LABELS 4
 
@@ -43,6 +45,15 @@ void ak_metrics_family_clear(ak_family_t *f);
 /* The one series of a family labelled only by instance: most gauges and counters. */
 ak_series_t *ak_metrics_instance_series(ak_metrics_t *m, const char *instance, const char *name, const char *help,
                                        ak_metric_type_t type);
+
+/* metrics.detail (the metrics section, core/gauges.c): at "source" the source_id and
+ * tenant_id labels carry the ids; at "tenant" (the default) they carry AK_METRICS_ALL, so
+ * the series count does not grow with the number of sources and tenants. */
+#define AK_METRICS_ALL "_all"
+void ak_metrics_set_detail(ak_metrics_t *m, bool per_id);
+bool ak_metrics_per_id(const ak_metrics_t *m);
+/* The value of a source_id or tenant_id label for this id at the node's detail. */
+const char *ak_metrics_id_label(const ak_metrics_t *m, const char *id);
 
 void ak_counter_add(ak_series_t *s, uint64_t n);
 void ak_gauge_set(ak_series_t *s, double v);

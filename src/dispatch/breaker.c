@@ -17,6 +17,7 @@ struct ak_breaker {
   int64_t open_until;
   int64_t probe_since;    /* when the outstanding probe was granted */
   uint64_t transitions;
+  uint64_t untaken[3];    /* transitions into each state not yet taken (ak_breaker_take_transitions) */
 };
 
 ak_breaker_config_t ak_breaker_config_default(void) {
@@ -74,6 +75,7 @@ static void open_locked(ak_breaker_t *b, int64_t now_ms) {
   b->open_until = add_sat(now_ms, period_ms(&b->cfg, b->opens));
   b->run = 0;
   b->transitions++;
+  b->untaken[AK_BREAKER_OPEN]++;
 }
 
 ak_breaker_verdict_t ak_breaker_allow(ak_breaker_t *b, int64_t now_ms) {
@@ -90,6 +92,7 @@ ak_breaker_verdict_t ak_breaker_allow(ak_breaker_t *b, int64_t now_ms) {
         b->state = AK_BREAKER_HALF_OPEN;
         b->probe_since = now_ms;
         b->transitions++;
+        b->untaken[AK_BREAKER_HALF_OPEN]++;
         v = AK_BREAKER_PROBE;
       }
       break;
@@ -129,6 +132,7 @@ void ak_breaker_record(ak_breaker_t *b, int64_t now_ms, ak_sink_result_t outcome
         b->opens = 0;
         b->open_until = 0;
         b->transitions++;
+        b->untaken[AK_BREAKER_CLOSED]++;
       }
       break;
     case AK_BREAKER_OPEN:
@@ -160,6 +164,15 @@ int64_t ak_breaker_retry_at(ak_breaker_t *b, int64_t now_ms) {
     t = add_sat(now_ms, b->cfg.open_ms);
   pthread_mutex_unlock(&b->mu);
   return t;
+}
+
+void ak_breaker_take_transitions(ak_breaker_t *b, uint64_t out[3]) {
+  pthread_mutex_lock(&b->mu);
+  for (int i = 0; i < 3; i++) {
+    out[i] = b->untaken[i];
+    b->untaken[i] = 0;
+  }
+  pthread_mutex_unlock(&b->mu);
 }
 
 uint64_t ak_breaker_transitions(ak_breaker_t *b) {

@@ -71,7 +71,10 @@ int64_t ak_breaker_open_until(ak_breaker_t *b);
  * now_ms + open_ms while a probe is out. now_ms when closed. */
 int64_t ak_breaker_retry_at(ak_breaker_t *b, int64_t now_ms);
 /* State changes since creation (closed->open, open->half-open, half-open->closed/open),
- * for ankusa_dispatch_breaker_transitions_total. */
+ * for ankusa_dispatch_breaker_changes_total. */
 uint64_t ak_breaker_transitions(ak_breaker_t *b);
+/* The transitions into each state (indexed by ak_breaker_state_t) since the last take,
+ * for ankusa_dispatch_breaker_transitions_total{sink,state}; resets them. */
+void ak_breaker_take_transitions(ak_breaker_t *b, uint64_t out[3]);
 
 #endif

@@ -88,6 +88,7 @@ struct skey {
   size_t queued, running;
   ak_breaker_t *breaker;
   bool was_open;
+  char label[32];                /* its sink type: the sink label of the breaker metrics */
 };
 
 /* Lives in d->tenants (its key is the name), never freed before the dispatcher. */
@@ -140,6 +141,7 @@ typedef struct {
   char label[32];                /* sink type: the metrics label */
   ak_series_t *att_ok, *att_err, *att_timeout, *del_ok, *del_dlq, *parked;
   ak_series_t *dur_ok, *dur_err, *dur_timeout, *lat_ok, *lat_dlq;
+  ak_series_t *odel_ok, *odel_dlq, *dead_lettered; /* the original's names (source_id at metrics.detail) */
 } sink_inst_t;
 
 /* The sink instances of one source version (its AK_SOURCE_EXT_DISPATCH state), built
@@ -209,8 +211,8 @@ struct ak_dispatch {
   _Atomic int pub_has_room;
 
   ak_series_t *g_pending, *g_scheduled, *g_inflight, *g_dead, *g_oldest, *g_running, *g_claimed, *g_runnable,
-      *g_active, *g_breakers, *c_transitions, *c_write_fail;
-  ak_family_t *f_tenant_pending, *f_tenant_inflight;
+      *g_active, *g_breakers, *c_transitions, *c_write_fail, *g_claimed_bytes;
+  ak_family_t *f_tenant_pending, *f_tenant_inflight, *f_transitions;
   ak_series_t *g_tenants;
   uint64_t transitions_seen;
 };
@@ -775,6 +777,8 @@ static void row_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *
   if (r->key && r->ds) {
     sink_inst_t *si = &r->ds->v[r->key->sink];
     ak_counter_add(si->del_dlq, 1);
+    ak_counter_add(si->odel_dlq, 1);
+    ak_counter_add(si->dead_lettered, 1);
     if (!r->has_replay) ak_histogram_observe(si->lat_dlq, (double)(now - r->env.received_at_ms) / 1000.0);
   }
   if (r->has_replay && d->settled) d->settled(d->settled_ctx, r->replay_id, false);
@@ -824,6 +828,7 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
     case AK_RETRY_DONE:
       op_clear(d, r, now);
       ak_counter_add(si->del_ok, 1);
+      ak_counter_add(si->odel_ok, 1);
       if (!r->has_replay) ak_histogram_observe(si->lat_ok, (double)(now - r->env.received_at_ms) / 1000.0);
       if (r->has_replay && d->settled) d->settled(d->settled_ctx, r->replay_id, true);
       row_release(d, r);
@@ -992,6 +997,7 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
     return CLAIM_OK;
   }
   r->key = key_get(d, t, r->src->uid, (size_t)sk);
+  if (r->key && !r->key->label[0]) snprintf(r->key->label, sizeof r->key->label, "%s", r->ds->v[sk].label);
   if (!r->key) {
     row_requeue(d, r, now + 1000, dv.attempts, now);
     free(r);
@@ -1344,6 +1350,7 @@ static void publish(ak_dispatch_t *d, int64_t now) {
   ak_gauge_set(d->g_oldest, od ? (double)(now - od) / 1000.0 : 0);
   ak_gauge_set(d->g_running, (double)d->running);
   ak_gauge_set(d->g_claimed, (double)d->inflight);
+  ak_gauge_set(d->g_claimed_bytes, (double)d->inflight_bytes);
   int64_t runnable = d->inflight - d->running;
   ak_gauge_set(d->g_runnable, (double)runnable);
   ak_gauge_set(d->g_tenants, (double)ak_tmap_count(&d->tenants));
@@ -1384,6 +1391,14 @@ static void sample_breakers(ak_dispatch_t *d) {
     if (!k || !k->breaker) continue;
     if (ak_breaker_state(k->breaker) != AK_BREAKER_CLOSED) open++;
     trans += ak_breaker_transitions(k->breaker);
+    uint64_t by_state[3];
+    ak_breaker_take_transitions(k->breaker, by_state);
+    static const char *const state_names[3] = {"closed", "open", "half_open"};
+    for (int st = 0; st < 3; st++)
+      if (by_state[st])
+        ak_counter_add(ak_metrics_series(d->f_transitions,
+                                         (const char *const[]){d->inst->name, k->label, state_names[st]}),
+                       by_state[st]);
   }
   ak_gauge_set(d->g_breakers, (double)open);
   if (trans > d->transitions_seen) ak_counter_add(d->c_transitions, trans - d->transitions_seen);
@@ -1484,8 +1499,25 @@ static void *run(void *arg) {
 
 /* ------------------------------------------------------------------ lifecycle ---- */
 
-static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si) {
+static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si, const char *source_id) {
   ak_metrics_t *m = d->inst->metrics;
+  const char *const olbl[] = {"instance", "result", "sink", NULL};
+  ak_family_t *odel = ak_metrics_family(m, "ankusa_dispatch_deliveries_total",
+                                        "Deliveries settled by result (ok: the sink confirmed; dlq: dead-lettered).",
+                                        AK_METRIC_COUNTER, olbl, NULL, 0);
+  si->odel_ok = ak_metrics_series(odel, (const char *const[]){d->inst->name, "ok", si->label});
+  si->odel_dlq = ak_metrics_series(odel, (const char *const[]){d->inst->name, "dlq", si->label});
+  const char *const dllbl[] = {"instance", "source_id", "sink", NULL};
+  ak_family_t *dl = ak_metrics_family(m, "ankusa_dispatch_dead_lettered_total", "Deliveries dead-lettered.",
+                                      AK_METRIC_COUNTER, dllbl, NULL, 0);
+  si->dead_lettered =
+      ak_metrics_series(dl, (const char *const[]){d->inst->name, ak_metrics_id_label(m, source_id), si->label});
+  /* served from the start for each sink type (sample_breakers adds to them) */
+  ak_family_t *bt = ak_metrics_family(m, "ankusa_dispatch_breaker_transitions_total", "", AK_METRIC_COUNTER,
+                                      (const char *const[]){"instance", "sink", "state", NULL}, NULL, 0);
+  for (int st = 0; st < 3; st++)
+    ak_metrics_series(bt, (const char *const[]){d->inst->name, si->label,
+                                                (const char *const[]){"closed", "open", "half_open"}[st]});
   const char *const lbl[] = {"instance", "sink", "result", NULL};
   const char *const lbl2[] = {"instance", "sink", NULL};
   static const double lat_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600};
@@ -1573,7 +1605,7 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
       goto fail;
     }
     snprintf(si->label, sizeof si->label, "%s", s->sinks[j].type);
-    sink_metrics(d, si);
+    sink_metrics(d, si, s->id);
   }
   ds->n = s->nsinks;
   ds->d = d;
@@ -1624,10 +1656,17 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   d->g_oldest = ak_metrics_instance_series(m, in, "ankusa_queue_oldest_due_age_seconds", "How long the oldest due, unclaimed row has been due.", AK_METRIC_GAUGE);
   d->g_running = ak_metrics_instance_series(m, in, "ankusa_dispatch_running", "Delivery attempts in flight.", AK_METRIC_GAUGE);
   d->g_claimed = ak_metrics_instance_series(m, in, "ankusa_dispatch_claimed", "Rows claimed (running or queued per sink key).", AK_METRIC_GAUGE);
+  d->g_claimed_bytes = ak_metrics_instance_series(m, in, "ankusa_dispatch_claimed_bytes",
+                                                  "Body bytes of the claimed rows.", AK_METRIC_GAUGE);
   d->g_runnable = ak_metrics_instance_series(m, in, "ankusa_dispatch_runnable", "Claimed rows waiting for a slot.", AK_METRIC_GAUGE);
   d->g_active = ak_metrics_instance_series(m, in, "ankusa_dispatch_active_tenants", "Tenants with rows waiting or claimed.", AK_METRIC_GAUGE);
   d->g_breakers = ak_metrics_instance_series(m, in, "ankusa_dispatch_breakers_open", "Sink keys whose breaker is open or half-open.", AK_METRIC_GAUGE);
-  d->c_transitions = ak_metrics_instance_series(m, in, "ankusa_dispatch_breaker_transitions_total", "Breaker state changes.", AK_METRIC_COUNTER);
+  d->c_transitions = ak_metrics_instance_series(m, in, "ankusa_dispatch_breaker_changes_total",
+                                               "Breaker state changes, all sinks and states.", AK_METRIC_COUNTER);
+  d->f_transitions = ak_metrics_family(m, "ankusa_dispatch_breaker_transitions_total",
+                                       "Breaker state changes by sink type and the state entered (open, half_open, "
+                                       "closed).", AK_METRIC_COUNTER,
+                                       (const char *const[]){"instance", "sink", "state", NULL}, NULL, 0);
   d->g_tenants = ak_metrics_instance_series(m, in, "ankusa_tenants", "Tenants the scheduler keeps queue counters for (seen with delivery rows since start).", AK_METRIC_GAUGE);
   d->c_write_fail = ak_metrics_instance_series(m, in, "ankusa_dispatch_write_failures_total", "Outcome batches the store refused (those rows are delivered again).", AK_METRIC_COUNTER);
   const char *const tl[] = {"instance", "tenant", NULL};

@@ -50,6 +50,8 @@ struct ak_replays {
   job_t **jobs; /* creation order (ids are UUIDv7) */
   size_t n, cap;
   size_t rr; /* which running job goes first in the next tick */
+  /* the original's ankusa_replay_moved_total{kind} and ankusa_replay_throttled_total{reason} */
+  ak_series_t *m_moved_dlq, *m_throttled_lag, *m_throttled_full;
 };
 
 static const char *const state_names[] = {"running", "paused", "cancelled", "done", "failed"};
@@ -237,6 +239,19 @@ ak_replays_t *ak_replays_new(ak_instance_t *inst) {
   if (!r) return NULL;
   r->inst = inst;
   pthread_mutex_init(&r->mu, NULL);
+  if (inst->metrics) {
+    const char *const kl[] = {"instance", "kind", NULL}, *const rl[] = {"instance", "reason", NULL};
+    ak_family_t *mf = ak_metrics_family(inst->metrics, "ankusa_replay_moved_total",
+                                        "Rows a replay job moved back to the queue, by kind.", AK_METRIC_COUNTER, kl,
+                                        NULL, 0);
+    ak_family_t *tf = ak_metrics_family(inst->metrics, "ankusa_replay_throttled_total",
+                                        "Replay ticks held back to spare the dispatcher: dispatch_lag (its oldest due "
+                                        "row is older than the job's max_lag_ms) or dispatch_full (no room).",
+                                        AK_METRIC_COUNTER, rl, NULL, 0);
+    r->m_moved_dlq = ak_metrics_series(mf, (const char *const[]){inst->name, "dlq"});
+    r->m_throttled_lag = ak_metrics_series(tf, (const char *const[]){inst->name, "dispatch_lag"});
+    r->m_throttled_full = ak_metrics_series(tf, (const char *const[]){inst->name, "dispatch_full"});
+  }
   return r;
 }
 
@@ -700,6 +715,7 @@ static void run_job(ak_replays_t *r, const turn_t *t, size_t want, size_t *scan_
     j->updated_at = saved.updated_at;
   } else {
     j->dirty = false;
+    if (m && r->m_moved_dlq) ak_counter_add(r->m_moved_dlq, m);
   }
   pthread_mutex_unlock(&r->mu);
   if (rc != 0) {
@@ -782,6 +798,8 @@ void ak_replays_tick(void *ctx, int64_t now_ms) {
     job_t *j = r->jobs[(start + k) % n];
     if (j->state != AK_REPLAY_RUNNING) continue;
     if (j->last_tick == 0 || now_ms < j->last_tick || !room || lag > j->max_lag_ms) {
+      if (j->last_tick != 0 && now_ms >= j->last_tick && r->m_throttled_lag) /* held back, not just started */
+        ak_counter_add(!room ? r->m_throttled_full : r->m_throttled_lag, 1);
       j->last_tick = now_ms; /* held back: no credit piles up for later */
       continue;
     }

@@ -64,6 +64,11 @@ typedef enum { L_RATE_LIMITED = 0, L_IP, L_NODE, L_SOURCE, L_TENANT_OVERLOAD, L_
 static const char *const limit_names[L_COUNT] = {"rate_limited", "ip_rate_limited", "node_rate_limited",
                                                  "source_rate_limited", "tenant_overload"};
 
+/* outcome of ankusa_ingest_requests_total, from the answer's status */
+typedef enum { O_ACCEPTED = 0, O_DUPLICATE, O_QUARANTINED, O_REJECTED, O_UNAVAILABLE, O_COUNT } outcome_t;
+static const char *const outcome_names[O_COUNT] = {"accepted", "duplicate", "quarantined", "rejected",
+                                                   "unavailable"};
+
 static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 408, 413, 414, 429, 431, 501, 503, 505};
 #define NSTATUS (sizeof status_codes / sizeof status_codes[0])
 
@@ -83,6 +88,9 @@ struct ak_edge {
   ak_admission_t *adm;  /* pre-read limits */
   bool adm_on;          /* a limit besides the sources' own is on */
   ak_series_t *m_limit[L_COUNT], *m_bodies_read;
+  ak_series_t *m_load_shed;          /* 503 overload: the node shed the request */
+  ak_family_t *f_rl_rejected;        /* the tenant's quota refused it, by tenant_id */
+  ak_series_t *m_rl_rejected_all;    /* ... at metrics.detail tenant */
 };
 
 /* What the edge attaches to each source version (AK_SOURCE_EXT_EDGE): it lives exactly as
@@ -91,7 +99,14 @@ typedef struct edge_src {
   ak_pen_bucket_t *pen;        /* on_verify_failure quarantine only */
   ak_admission_source_t *adm;  /* NULL: the source's bytes are not limited */
   ak_series_t *weak;           /* NULL unless its verifier hashes with SHA-1 */
+  ak_series_t *q_full, *q_rate; /* the pen refused: full, rate limited (source_id at metrics.detail) */
+  /* the original's per-source series (source_id "_all" below metrics.detail source) */
+  ak_series_t *m_outcome[O_COUNT], *m_duration, *m_verify_fail;
 } edge_src_t;
+
+/* The source of the request a handler is serving on this thread (NULL: none bound yet),
+ * set at each handler's entry so that count() can charge the per-source series. */
+static _Thread_local const edge_src_t *tl_es;
 
 typedef struct conn {
   int state;
@@ -118,7 +133,15 @@ static void count(ak_edge_t *e, unsigned status, int64_t t0_ns) {
   for (size_t i = 0; i < NSTATUS; i++)
     if (status_codes[i] == status) s = e->m_status[i];
   ak_counter_add(s, 1);
-  if (t0_ns) ak_histogram_observe(e->m_duration, (double)(ak_mono_ns() - t0_ns) / 1e9);
+  const edge_src_t *es = tl_es;
+  if (es) {
+    outcome_t o = status == 201 ? O_ACCEPTED : status == 200 ? O_DUPLICATE : status == 202 ? O_QUARANTINED
+                  : status < 500 ? O_REJECTED : O_UNAVAILABLE;
+    ak_counter_add(es->m_outcome[o], 1);
+  }
+  /* a request no source was bound to: in the "_all" series below metrics.detail source */
+  ak_series_t *d = es ? es->m_duration : e->m_duration;
+  if (t0_ns && d) ak_histogram_observe(d, (double)(ak_mono_ns() - t0_ns) / 1e9);
 }
 
 /* A JSON answer, with Retry-After when retry_after > 0. */
@@ -134,6 +157,7 @@ static void reply(ak_hreq_t *r, unsigned status, const char *body, size_t len, i
 static void refuse(ak_edge_t *e, ak_hreq_t *r, unsigned status, refuse_t why, const char *code, int retry_after,
                    int64_t t0) {
   ak_counter_add(e->m_refused[why], 1);
+  if (why == R_OVERLOAD || why == R_QUARANTINE_OVERLOAD) ak_counter_add(e->m_load_shed, 1);
   count(e, status, t0);
   ak_hreq_error(r, status, code, retry_after);
 }
@@ -300,6 +324,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
     if (c->es->weak) ak_counter_add(c->es->weak, 1);
     if (vr != AK_VR_OK) {
       ak_counter_add(e->m_verify_fail[vr], 1);
+      ak_counter_add(c->es->m_verify_fail, 1);
       if (c->src->on_verify_failure == AK_OVF_REJECT) {
         char b[128];
         int n = snprintf(b, sizeof b, "{\"error\":\"verification_failed\",\"reason\":\"%s\"}",
@@ -318,6 +343,8 @@ static void submit(ak_edge_t *e, conn_t *c) {
         ak_pen_admit_t pa = ak_ticket_take_pen(&c->ticket, c->es->pen, &retry_ms);
         if (pa != AK_PEN_OK) {
           c->state = ST_ANSWERED;
+          if (pa == AK_PEN_RATE_LIMITED) ak_counter_add(c->es->q_rate, 1);
+          else if (pa == AK_PEN_FULL) ak_counter_add(c->es->q_full, 1);
           if (pa == AK_PEN_RATE_LIMITED)
             refuse(e, r, 429, R_QUARANTINE_RATE_LIMITED, "quarantine_rate_limited",
                    (int)((retry_ms + 999) / 1000 > 0 ? (retry_ms + 999) / 1000 : 1), c->t0_ns);
@@ -362,6 +389,13 @@ static void submit(ak_edge_t *e, conn_t *c) {
       free(dkey);
       settle(c, false);
       c->state = ST_ANSWERED;
+      ak_metrics_t *mm = inst->metrics;
+      if (ak_metrics_per_id(mm)) {
+        const char *tv[] = {inst->name, c->tenant};
+        ak_counter_add(ak_metrics_series(e->f_rl_rejected, tv), 1);
+      } else {
+        ak_counter_add(e->m_rl_rejected_all, 1);
+      }
       refuse_limit(e, r, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
       return;
     }
@@ -465,6 +499,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
 }
 
 static void on_head(void *ctx, ak_hreq_t *r) {
+  tl_es = NULL;
   ak_edge_t *e = ctx;
   ak_instance_t *inst = e->inst;
   int64_t t0 = ak_mono_ns();
@@ -523,6 +558,7 @@ static void on_head(void *ctx, ak_hreq_t *r) {
     refuse(e, r, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, t0);
     return;
   }
+  tl_es = es; /* bound: what is answered from here on is this source's */
 
   /* the layer refused control bytes and non-tokens in names; what is stored must also
    * be printable text (edge/route.h) */
@@ -632,6 +668,7 @@ static void on_body(void *ctx, ak_hreq_t *r, const uint8_t *p, size_t n) {
 static void on_end(void *ctx, ak_hreq_t *r) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
+  tl_es = c ? c->es : NULL;
   if (!c || c->state != ST_READING) return;
   ak_counter_add(e->m_bodies_read, 1);
   if (c->too_large) {
@@ -650,6 +687,7 @@ static void on_end(void *ctx, ak_hreq_t *r) {
 static void on_resume(void *ctx, ak_hreq_t *r) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
+  tl_es = c ? c->es : NULL;
   if (c && c->state == ST_SUBMITTED) answer(e, c);
 }
 
@@ -657,6 +695,7 @@ static void on_resume(void *ctx, ak_hreq_t *r) {
 static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
+  tl_es = c ? c->es : NULL;
   if (!c) return;
   ak_hreq_set_data(r, NULL);
   if (c->state == ST_READING && !answered) {
@@ -678,6 +717,7 @@ static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
 
 /* The layer's own refusals (framing, limits, timeouts): counted like ours. */
 static void on_refused(void *ctx, unsigned status, const char *code) {
+  tl_es = NULL;
   ak_edge_t *e = ctx;
   static const struct { const char *code; refuse_t why; } map[] = {
     {"bad_request", R_BAD_REQUEST}, {"invalid_header", R_INVALID_HEADER}, {"not_implemented", R_NOT_IMPLEMENTED},
@@ -711,8 +751,35 @@ static void *edge_src_build(void *ctx, const ak_source_t *s, char *err, size_t e
   if (!es) goto oom;
   if (s->cfg.on_verify_failure == AK_OVF_QUARANTINE) {
     if (!e->inst->pen || !(es->pen = ak_pen_bucket_new(e->inst->pen))) goto oom;
+    ak_metrics_t *m = e->inst->metrics;
+    const char *const ql[] = {"instance", "source_id", NULL};
+    const char *qv[] = {e->inst->name, ak_metrics_id_label(m, s->cfg.id)};
+    /* the families were made by ak_edge_new (same name: the same family) */
+    es->q_full = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_full_total", "", AK_METRIC_COUNTER, ql,
+                                                     NULL, 0), qv);
+    es->q_rate = ak_metrics_series(ak_metrics_family(m, "ankusa_quarantine_rate_limited_total", "",
+                                                     AK_METRIC_COUNTER, ql, NULL, 0), qv);
   }
   es->adm = ak_admission_source_new(e->adm, s->spec);
+  {
+    ak_metrics_t *m = e->inst->metrics;
+    const char *sid = ak_metrics_id_label(m, s->cfg.id);
+    const char *const ol[] = {"instance", "source_id", "outcome", NULL};
+    ak_family_t *of = ak_metrics_family(m, "ankusa_ingest_requests_total", "", AK_METRIC_COUNTER, ol, NULL, 0);
+    for (int i = 0; i < O_COUNT; i++) {
+      const char *v[] = {e->inst->name, sid, outcome_names[i]};
+      es->m_outcome[i] = ak_metrics_series(of, v);
+    }
+    const char *const dl[] = {"instance", "source_id", NULL};
+    const char *dv[] = {e->inst->name, sid};
+    es->m_duration = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_duration_seconds", "",
+                                                         AK_METRIC_HISTOGRAM, dl, ak_latency_bounds,
+                                                         ak_latency_nbounds), dv);
+    const char *const vl[] = {"instance", "source_id", "provider", "scheme", NULL};
+    const char *vv[] = {e->inst->name, sid, ak_verifier_type(s->verifier), ak_verifier_scheme(s->verifier)};
+    es->m_verify_fail = ak_metrics_series(ak_metrics_family(m, "ankusa_verify_failures_total", "",
+                                                            AK_METRIC_COUNTER, vl, NULL, 0), vv);
+  }
   if (s->verifier && ak_verifier_weak_hash(s->verifier)) {
     const char *const wl[] = {"instance", "source_id", "scheme", NULL};
     ak_family_t *wf = ak_metrics_family(e->inst->metrics, "ankusa_verifier_weak_hash_total",
@@ -736,8 +803,19 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   e->lc = ak_listener_cfg(inst->cfg);
   pthread_mutex_init(&e->tls_mu, NULL);
   ak_metrics_t *m = inst->metrics;
+  /* the original's names first (made here so their HELP is set; the per-source series are
+   * made by edge_src_build) */
+  const char *const osl[] = {"instance", "source_id", "outcome", NULL};
+  ak_metrics_family(m, "ankusa_ingest_requests_total",
+                    "Ingest requests bound to a source, by outcome (accepted 201, duplicate 200, quarantined 202, "
+                    "rejected 4xx, unavailable 5xx).", AK_METRIC_COUNTER, osl, NULL, 0);
+  const char *const vsl[] = {"instance", "source_id", "provider", "scheme", NULL};
+  ak_metrics_family(m, "ankusa_verify_failures_total",
+                    "Requests whose verification failed, by source, verifier type (provider) and scheme.",
+                    AK_METRIC_COUNTER, vsl, NULL, 0);
   const char *const sl[] = {"instance", "status", NULL};
-  ak_family_t *sf = ak_metrics_family(m, "ankusa_ingest_requests_total", "Ingest requests by HTTP status.",
+  ak_family_t *sf = ak_metrics_family(m, "ankusa_ingest_responses_total",
+                                      "Answers on the ingest listener by HTTP status (/health and /ready included).",
                                       AK_METRIC_COUNTER, sl, NULL, 0);
   for (size_t i = 0; i < NSTATUS; i++) {
     char code[8];
@@ -762,21 +840,42 @@ ak_edge_t *ak_edge_new(ak_instance_t *inst) {
   e->m_bodies_read = ak_metrics_instance_series(m, inst->name, "ankusa_ingest_bodies_read_total",
                                                 "Request bodies the edge read to the end (admitted past the "
                                                 "pre-read limits).", AK_METRIC_COUNTER);
+  e->m_load_shed = ak_metrics_instance_series(m, inst->name, "ankusa_load_shed_total",
+                                              "Requests shed with 503 overload (a queue or the node was full).",
+                                              AK_METRIC_COUNTER);
+  const char *const tl[] = {"instance", "tenant_id", NULL};
+  e->f_rl_rejected = ak_metrics_family(m, "ankusa_rate_limit_rejected_total",
+                                       "Verified hooks refused by their tenant's rate limit (429 rate_limited).",
+                                       AK_METRIC_COUNTER, tl, NULL, 0);
+  const char *const ql[] = {"instance", "source_id", NULL};
+  ak_family_t *qff = ak_metrics_family(m, "ankusa_quarantine_full_total",
+                                       "Hooks for the quarantine pen refused because it was full.",
+                                       AK_METRIC_COUNTER, ql, NULL, 0);
+  ak_family_t *qrf = ak_metrics_family(m, "ankusa_quarantine_rate_limited_total",
+                                       "Hooks for the quarantine pen refused by its rate limit.",
+                                       AK_METRIC_COUNTER, ql, NULL, 0);
+  if (!ak_metrics_per_id(m)) { /* the one series each, served from the start */
+    const char *tv[] = {inst->name, AK_METRICS_ALL};
+    e->m_rl_rejected_all = ak_metrics_series(e->f_rl_rejected, tv);
+    ak_metrics_series(qff, tv);
+    ak_metrics_series(qrf, tv);
+  }
   e->adm = ak_admission_new(inst->cfg);
   e->adm_on = ak_admission_enabled(e->adm);
-  const char *const il[] = {"instance", NULL};
-  const char *iv[] = {inst->name};
-  e->m_duration = ak_metrics_series(ak_metrics_family(m, "ankusa_ingest_duration_seconds",
-                                                      "Ack latency: time to answer one ingest request.",
-                                                      AK_METRIC_HISTOGRAM, il, ak_latency_bounds,
-                                                      ak_latency_nbounds), iv);
+  const char *const il[] = {"instance", "source_id", NULL};
+  const char *iv[] = {inst->name, AK_METRICS_ALL};
+  ak_family_t *df = ak_metrics_family(m, "ankusa_ingest_duration_seconds",
+                                      "Ack latency: time to answer one ingest request, by source.",
+                                      AK_METRIC_HISTOGRAM, il, ak_latency_bounds, ak_latency_nbounds);
+  /* requests bound to no source: "_all" below metrics.detail source, not sampled at it */
+  e->m_duration = ak_metrics_per_id(m) ? NULL : ak_metrics_series(df, iv);
   e->hpol = ak_header_policy_new(ak_store_headers_spec(inst->cfg));
 #ifdef AK_TEST_HOOKS
   const char *tn = getenv("ANKUSA_TEST_NOW");
   if (tn) e->test_now_s = atoll(tn);
 #endif
   const char *const vl[] = {"instance", "reason", NULL};
-  ak_family_t *vf = ak_metrics_family(m, "ankusa_verify_failures_total",
+  ak_family_t *vf = ak_metrics_family(m, "ankusa_verify_failure_reasons_total",
                                       "Requests whose verification failed, by reason.", AK_METRIC_COUNTER, vl,
                                       NULL, 0);
   for (int i = 1; i < AK_VR_COUNT; i++) {

@@ -4,7 +4,9 @@
  * was admitted; settle gives back what a failed write did not use. The byte total in the
  * store is a set of per-writer running totals plus one for admin purges, summed at open.
  * Admin operations (list, purge, release) are serialized by one mutex so the purge's
- * read-modify-write of m:quarantine_bytes:admin and a release never race each other. */
+ * read-modify-write of m:quarantine_bytes:admin and a release never race each other.
+ * The number of entries held (ankusa_quarantine_entries) is counted from the store at open
+ * and kept in memory after. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -41,9 +43,10 @@ struct ak_pen {
   int64_t max_bytes;
   _Atomic int64_t bytes;    /* held + reserved */
   _Atomic int64_t waiting;  /* admitted, not yet settled */
+  _Atomic int64_t entries;  /* hooks held (committed, not purged or released) */
   pthread_mutex_t admin_mu;
   ak_audit_t *audit;        /* rows of purges and releases (NULL: none) */
-  ak_series_t *m_bytes, *m_pending, *m_total[RES_COUNT];
+  ak_series_t *m_bytes, *m_pending, *m_entries, *m_total[RES_COUNT];
 };
 
 static void count(ak_pen_t *pen, int res, uint64_t n) {
@@ -54,6 +57,16 @@ void ak_pen_sample(ak_pen_t *pen) {
   if (!pen || !pen->m_bytes) return;
   ak_gauge_set(pen->m_bytes, (double)atomic_load(&pen->bytes));
   ak_gauge_set(pen->m_pending, (double)atomic_load(&pen->waiting));
+  if (pen->m_entries) ak_gauge_set(pen->m_entries, (double)atomic_load(&pen->entries));
+}
+
+static int count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)k;
+  (void)kl;
+  (void)v;
+  (void)vl;
+  (*(int64_t *)ctx)++;
+  return 0;
 }
 
 ak_pen_t *ak_pen_new_raw(int64_t burst, double rate, int64_t max_bytes, int64_t bytes_now) {
@@ -117,11 +130,19 @@ ak_pen_t *ak_pen_new(ak_instance_t *inst) {
   ak_pen_t *pen = ak_pen_new_raw(c->burst, c->rate, c->max_bytes, bytes);
   if (!pen) return NULL;
   pen->audit = inst->audit;
+  int64_t entries = 0;
+  const char summary = AK_PEN_SUMMARY; /* one summary key per entry (and one body key) */
+  if (ak_store_scan(inst->store, AK_CF_QUARANTINE, &summary, 1, count_cb, &entries) != 0)
+    ak_log(AK_LOG_WARNING, "quarantine", "cannot count the pen's entries: ankusa_quarantine_entries starts at 0",
+           "path=%s", ak_store_path(inst->store));
+  atomic_store(&pen->entries, entries);
   ak_metrics_t *m = inst->metrics;
   pen->m_bytes = ak_metrics_instance_series(m, inst->name, "ankusa_quarantine_bytes",
                                             "Body bytes held in the quarantine pen (with reserved).", AK_METRIC_GAUGE);
   pen->m_pending = ak_metrics_instance_series(m, inst->name, "ankusa_quarantine_pending",
                                               "Quarantine writes waiting for their commit.", AK_METRIC_GAUGE);
+  pen->m_entries = ak_metrics_instance_series(m, inst->name, "ankusa_quarantine_entries",
+                                              "Hooks held in the quarantine pen.", AK_METRIC_GAUGE);
   const char *const res_l[] = {"instance", "result", NULL};
   ak_family_t *f = ak_metrics_family(m, "ankusa_quarantine_total", "Quarantine pen outcomes.", AK_METRIC_COUNTER,
                                      res_l, NULL, 0);
@@ -210,6 +231,7 @@ ak_pen_admit_t ak_pen_admit(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, 
 void ak_pen_settle(ak_pen_t *pen, ak_pen_bucket_t *b, size_t body_len, bool committed) {
   atomic_fetch_sub(&pen->waiting, 1);
   if (committed) {
+    atomic_fetch_add(&pen->entries, 1);
     count(pen, RES_HELD, 1);
   } else {
     atomic_fetch_sub(&pen->bytes, (int64_t)body_len);
@@ -416,6 +438,7 @@ int ak_pen_purge(ak_pen_t *pen, ak_store_t *st, const ak_pen_filter_t *f, int64_
   }
   *deleted = (int64_t)n;
   *bytes = total;
+  atomic_fetch_sub(&pen->entries, (int64_t)n);
   ak_pen_release_bytes(pen, total);
   count(pen, RES_PURGED, n);
 out:
@@ -462,6 +485,7 @@ static void drain_chunk(ak_pen_t *pen, waiter_t *w, release_req_t *rs, size_t nr
     if (rs[i].req.status == AK_WR_COMMITTED) {
       held[rs[i].idx] = false;
       out->moved++;
+      atomic_fetch_sub(&pen->entries, 1);
       ak_pen_release_bytes(pen, rs[i].req.unpen_bytes);
       count(pen, RES_RELEASED, 1);
     } else {

@@ -77,7 +77,8 @@ struct ak_writer {
   int64_t last_space_log_ns;
 
   ak_series_t *m_batch, *m_commit, *m_hooks, *m_fail[AK_WF_COUNT], *m_reopen_ok, *m_reopen_err,
-      *m_unavail, *m_replay, *m_queue_records, *m_queue_bytes, *m_disk_free;
+      *m_unavail, *m_replay, *m_queue_records, *m_queue_bytes, *m_disk_free, *m_wal_commit, *m_wal_batch,
+      *m_disk_total;
 };
 
 static void set_unavailable(ak_writer_t *w, ak_wf_class_t cls) {
@@ -93,12 +94,17 @@ static void set_unavailable(ak_writer_t *w, ak_wf_class_t cls) {
  * aborts the process inside RocksDB's write (WritableFileWriter asserts on the errored
  * file). So RocksDB must never meet a full disk: every write is preceded by a statvfs
  * and refused while less than node.min_free_bytes (plus what the write needs) is free. */
-static bool disk_has_room(ak_writer_t *w, uint64_t need, uint64_t *free_out) {
+static bool disk_has_room_total(ak_writer_t *w, uint64_t need, uint64_t *free_out, uint64_t *total_out) {
   struct statvfs sv;
   if (statvfs(ak_store_path(w->store), &sv) != 0) return true; /* cannot tell: let the store answer */
   uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
   if (free_out) *free_out = avail;
+  if (total_out) *total_out = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize;
   return avail >= w->min_free_bytes + need;
+}
+
+static bool disk_has_room(ak_writer_t *w, uint64_t need, uint64_t *free_out) {
+  return disk_has_room_total(w, need, free_out, NULL);
 }
 
 static void note_no_space(ak_writer_t *w, size_t hooks) {
@@ -189,6 +195,14 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
                                                     "Duration of one synced group-commit write.",
                                                     AK_METRIC_HISTOGRAM, inst_l, ak_latency_bounds,
                                                     ak_latency_nbounds), iv);
+  /* the original's names for the same two observations (ours above stay for existing dashboards) */
+  w->m_wal_commit = ak_metrics_series(ak_metrics_family(m, "ankusa_wal_commit_duration_seconds",
+                                                        "Duration of one synced group-commit write (the original's name).",
+                                                        AK_METRIC_HISTOGRAM, inst_l, ak_latency_bounds,
+                                                        ak_latency_nbounds), iv);
+  w->m_wal_batch = ak_metrics_series(ak_metrics_family(m, "ankusa_wal_commit_batch_size",
+                                                       "Hooks per group commit (the original's name; sum and count).",
+                                                       AK_METRIC_SUMMARY, inst_l, NULL, 0), iv);
   w->m_hooks = ak_metrics_instance_series(m, inst->name, "ankusa_store_hooks", "Hooks held in the store.", AK_METRIC_GAUGE);
   const char *const cls_l[] = {"instance", "class", NULL};
   ak_family_t *ff = ak_metrics_family(m, "ankusa_store_write_failures_total",
@@ -208,6 +222,8 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->m_queue_records = ak_metrics_instance_series(m, inst->name, "ankusa_batcher_queue_records", "Records buffered or in flight in the writer.", AK_METRIC_GAUGE);
   w->m_queue_bytes = ak_metrics_instance_series(m, inst->name, "ankusa_batcher_queue_bytes", "Body bytes buffered or in flight in the writer.", AK_METRIC_GAUGE);
   w->m_disk_free = ak_metrics_instance_series(m, inst->name, "ankusa_disk_free_bytes", "Free bytes on the data volume (for unprivileged use).", AK_METRIC_GAUGE);
+  w->m_disk_total = ak_metrics_instance_series(m, inst->name, "ankusa_disk_total_bytes", "Size of the data volume.",
+                                               AK_METRIC_GAUGE);
   ak_gauge_set(w->m_hooks, (double)atomic_load(&w->hooks_total));
   ak_gauge_set(w->m_replay, ak_store_last_open_seconds(w->store));
   return w;
@@ -539,6 +555,8 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
   ak_batch_free(wb);
   ak_histogram_observe(w->m_commit, dur);
   ak_histogram_observe(w->m_batch, (double)nk);
+  ak_histogram_observe(w->m_wal_commit, dur);
+  ak_histogram_observe(w->m_wal_batch, (double)nk);
   if (rc == 0) {
     w->hook_count[wi] += nh;
     w->pen_bytes[wi] += pen_delta;
@@ -774,9 +792,10 @@ void ak_writer_sample(ak_writer_t *w) {
   pthread_mutex_lock(&w->mu);
   size_t r = w->held_records, b = w->held_bytes;
   pthread_mutex_unlock(&w->mu);
-  uint64_t free_bytes = 0;
-  disk_has_room(w, 0, &free_bytes);
+  uint64_t free_bytes = 0, total_bytes = 0;
+  disk_has_room_total(w, 0, &free_bytes, &total_bytes);
   ak_gauge_set(w->m_disk_free, (double)free_bytes);
+  ak_gauge_set(w->m_disk_total, (double)total_bytes);
   ak_gauge_set(w->m_queue_records, (double)r);
   ak_gauge_set(w->m_queue_bytes, (double)b);
 }

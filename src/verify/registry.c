@@ -117,6 +117,15 @@ bool ak_verifier_is_none(const ak_verifier_t *v) { return !v || !strcmp(v->vt->p
 
 const char *ak_verifier_type(const ak_verifier_t *v) { return v ? v->vt->plugin.type : "none"; }
 
+const char *ak_verifier_scheme(const ak_verifier_t *v) {
+  const char *t = ak_verifier_type(v);
+  static const char *const hmac_types[] = {"stripe", "github", "standard_webhooks", "shopify", "slack", "hmac"};
+  for (size_t i = 0; i < sizeof hmac_types / sizeof hmac_types[0]; i++)
+    if (strcmp(t, hmac_types[i]) == 0) return "hmac";
+  if (strcmp(t, "standard_webhooks_v1a") == 0) return "asymmetric";
+  return t; /* asymmetric, token, client_cert, none */
+}
+
 bool ak_verifier_weak_hash(const ak_verifier_t *v) {
   return v && v->vt->weak_hash && v->vt->weak_hash(v->self);
 }

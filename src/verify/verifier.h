@@ -68,6 +68,9 @@ void ak_verifier_free(ak_verifier_t *v);
 ak_verify_reason_t ak_verifier_check(const ak_verifier_t *v, const ak_verify_input_t *in);
 bool ak_verifier_is_none(const ak_verifier_t *v);
 const char *ak_verifier_type(const ak_verifier_t *v);
+/* The check it runs: "hmac" (the HMAC engine and its presets), "asymmetric", "token",
+ * "client_cert" or "none"; the scheme label of ankusa_verify_failures_total. */
+const char *ak_verifier_scheme(const ak_verifier_t *v);
 /* HMAC with SHA-1: counted on ankusa_verifier_weak_hash_total whatever the outcome. */
 bool ak_verifier_weak_hash(const ak_verifier_t *v);
 /* Needs the live TLS peer certificate (client_cert sources only). */

@@ -195,7 +195,8 @@ def test_breaker_parks_a_dead_sink_and_others_keep_flowing(ankusa, rx):
         bad_ids = [post_ok(node, "bad", b"b%d" % i) for i in range(20)]
         m = wait_metric(node, lambda m: m.value("ankusa_dispatch_breakers_open", instance="default") >= 1,
                         what="the breaker to open")
-        assert m.value("ankusa_dispatch_breaker_transitions_total", instance="default") >= 1
+        assert m.value("ankusa_dispatch_breaker_changes_total", instance="default") >= 1
+        assert m.value("ankusa_dispatch_breaker_transitions_total", instance="default", sink="http", state="open") >= 1
         good_ids = [post_ok(node, "good", b"g%d" % i) for i in range(20)]
         rx.wait_for(lambda ds: {d.id for d in ds} >= set(good_ids), what="the other tenant's deliveries")
         # parked rows keep their attempts: over 2 s of open breaker, far fewer attempts than

@@ -291,7 +291,7 @@ def test_one_tenant_saturating_its_queue_share_never_makes_another_see_503(ankus
         assert r.json == {"error": "tenant_overload"} and r.headers.get("retry-after") == "1", r
     assert set(a_status) <= {201, 429}, f"tenant A saw something else: {set(a_status)}"
     m = s.metrics()
-    assert m.value("ankusa_ingest_requests_total", instance="default", status="503") == 0
+    assert m.value("ankusa_ingest_responses_total", instance="default", status="503") == 0
     assert m.value("ankusa_ingest_refused_total", instance="default", reason="overload") == 0
     assert m.value("ankusa_ingest_refused_total", instance="default", reason="tenant_overload") == len(over)
     assert m.value("ankusa_batcher_queue_records", instance="default") == 0, "the shares were released"
@@ -331,5 +331,5 @@ def test_a_lone_tenant_uses_the_queue_past_its_share_and_a_newcomer_still_gets_i
     for r in over:
         assert r.json == {"error": "tenant_overload"}, r.json
     m = s.metrics()
-    assert m.value("ankusa_ingest_requests_total", instance="default", status="503") == 0
+    assert m.value("ankusa_ingest_responses_total", instance="default", status="503") == 0
     assert m.value("ankusa_ingest_refused_total", instance="default", reason="overload") == 0

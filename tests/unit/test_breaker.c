@@ -94,6 +94,14 @@ Test(breaker, probe_success_closes_and_resets) {
   cr_assert_eq(ak_breaker_allow(b, 3300), AK_BREAKER_ALLOW);
   cr_assert_eq(ak_breaker_retry_at(b, 3300), 3300);
   cr_assert_eq(ak_breaker_transitions(b), 5); /* open, half, open, half, closed */
+  uint64_t by_state[3];
+  ak_breaker_take_transitions(b, by_state); /* by the state entered, then reset */
+  cr_assert_eq(by_state[AK_BREAKER_OPEN], 2);
+  cr_assert_eq(by_state[AK_BREAKER_HALF_OPEN], 2);
+  cr_assert_eq(by_state[AK_BREAKER_CLOSED], 1);
+  ak_breaker_take_transitions(b, by_state);
+  cr_assert_eq(by_state[0] + by_state[1] + by_state[2], 0);
+  cr_assert_eq(ak_breaker_transitions(b), 5, "the running total is not reset by a take");
   /* counts reset: one failure does not re-open, and the next open is back to open_ms */
   fail_n(b, 4000, 1);
   cr_assert_eq(ak_breaker_state(b), AK_BREAKER_CLOSED);

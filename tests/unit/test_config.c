@@ -129,6 +129,7 @@ Test(config, defaults_from_empty_document) {
   expect_json(cfg->effective,
               "{\"node\":{\"roles\":[\"edge\",\"dispatch\",\"storage\"],\"data_dir\":\"./data\",\"min_free_bytes\":268435456},"
               "\"log\":{\"level\":\"info\"},"
+              "\"metrics\":{\"detail\":\"tenant\"},"
               "\"sources\":{},"
               "\"source_store\":{\"type\":\"static\",\"url\":null,\"namespace\":null,\"tick_ms\":null},"
               "\"audit\":{\"retention_days\":365},"
@@ -1240,8 +1241,8 @@ Test(config, root_options_table) {
   const char *const env[] = {NULL};
   cr_assert_eq(ak_config_load_string(ak_modules(), "", 0, env, &cfg, &err), 0, "%s", err);
   const ak_opt_t *rows = ak_config_root_options(cfg);
-  const char *want[] = {"node", "log", "sources", "source_store", "audit", "store_headers", "routes", "rate_limits",
-                        "admission", "quarantine", "dedupe", "egress", "dispatch", "admin", "listener", "http", "batcher",
+  const char *want[] = {"node", "log", "metrics", "sources", "source_store", "audit", "store_headers", "routes",
+                        "rate_limits", "admission", "quarantine", "dedupe", "egress", "dispatch", "admin", "listener", "http", "batcher",
                         "wal", "storage", "claim_check", "backup", "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {

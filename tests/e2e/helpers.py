@@ -40,9 +40,33 @@ def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORT_RNG = __import__("random").SystemRandom()
+
+
 def reserve_port():
-    """(socket, port): a free loopback port, held by the bound socket until the caller
-    closes it (so that a Server started meanwhile cannot pick the same port)."""
+    """(socket, port): a free port, held by the bound socket until the caller closes it
+    (so that a Server started meanwhile cannot pick the same port). It is taken below the
+    kernel's ephemeral range: a port from that range can become the local port of any
+    outgoing connection (a test's client, the node's sinks) between this check and the
+    node's own bind, and the node's wildcard listener then fails with EADDRINUSE."""
+    low = _ephemeral_low()
+    if low > 12000:
+        for _ in range(200):
+            port = _PORT_RNG.randrange(10000, low)
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("0.0.0.0", port))
+                return s, port
+            except OSError:
+                s.close()
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     return s, s.getsockname()[1]

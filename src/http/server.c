@@ -795,12 +795,12 @@ static void on_async(uv_async_t *a) {
   free(in);
   /* every resume posted so far, taken under one lock (a request resumes once per suspend,
    * so no thread touches a node while it waits on this local list) */
-  ak_list_t todo;
-  ak_list_init(&todo);
+  ak_list_t taken;
+  ak_list_init(&taken);
   pthread_mutex_lock(&L->mu);
-  ak_list_move(&L->resumes, &todo);
+  ak_list_move(&L->resumes, &taken);
   pthread_mutex_unlock(&L->mu);
-  for (ak_list_t *n; (n = ak_list_first(&todo));) {
+  for (ak_list_t *n; (n = ak_list_first(&taken));) {
     ak_list_remove(n);
     conn_t *c = ak_list_entry(n, conn_t, resume_node);
     ak_hconn_resumed(&c->h);

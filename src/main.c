@@ -12,6 +12,7 @@
 #include "admin/healthcheck.h"
 #include "admin/hooks_api.h"
 #include "core/config.h"
+#include "core/config_view.h"
 #include "core/envelope.h"
 #include "core/log.h"
 #include "core/node.h"
@@ -78,7 +79,7 @@ static int cmd_print(const char *path) {
   ak_config_t *cfg;
   int rc = load_config(path, &cfg);
   if (rc) return rc;
-  json_t *j = ak_config_redacted(cfg);
+  json_t *j = ak_config_view(cfg);
   char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   printf("%s\n", s);
   free(s);

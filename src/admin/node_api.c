@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "admin/node_api.h"
+#include "core/config_view.h"
 #include "core/metrics.h"
 #include "dispatch/dispatch.h"
 #include "edge/httpx.h"
@@ -49,7 +50,7 @@ void ak_node_api_metrics(ak_admin_call_t *call, const ak_admin_path_t *path) {
 
 void ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
-  ak_admin_json(call, 200, ak_config_redacted(call->inst->cfg));
+  ak_admin_json(call, 200, ak_config_view(call->inst->cfg));
 }
 
 /* Bytes the store's files occupy on disk (RocksDB keeps one flat directory). -1 when the

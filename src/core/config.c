@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include "core/buf.h"
 #include "core/config.h"
+#include "core/config_view.h"
 #include "core/yamltree.h"
 
 #define REDACTED "[REDACTED]"
@@ -1300,8 +1301,18 @@ static const ak_opt_t *plugin_rows(const ak_schema_t *s, const ak_opt_t *row, co
 }
 
 static json_t *redact_node(const ak_schema_t *s, const json_t *v, const ak_opt_t *row, const char *key) {
+  /* Header names stay (an operator sees a sink sends `authorization`), values go. */
+  if (key && !strcmp(key, "headers") && json_is_object(v)) {
+    json_t *out = json_object();
+    const char *k;
+    json_t *item;
+    json_object_foreach((json_t *)v, k, item) json_object_set_new(out, k, json_string(REDACTED));
+    return out;
+  }
   if (!json_is_null(v) && ((row && (row->flags & AK_OPTF_SECRET)) || (key && secret_key_name(key))))
     return json_string(REDACTED);
+  if (json_is_string(v) && key && (!strcmp(key, "url") || !strcmp(key, "endpoint") || !strcmp(key, "resource")))
+    return ak_config_view_url(json_string_value(v));
   if (json_is_string(v)) return mask_url(v);
   if (json_is_array(v)) {
     json_t *out = json_array();

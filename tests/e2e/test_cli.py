@@ -141,10 +141,56 @@ def test_print_config_defaults(tmp_path):
     assert c["batcher"]["max_delay_ms"] == 0
     assert c["batcher"]["max_queue"] == 10000
     assert c["batcher"]["max_queue_bytes"] == 268435456
-    assert c["wal"]["type"] == "disk"
+    assert c["wal"] == "disk"  # the original's field; its publish timeout is direct_publish_timeout_ms
+    assert c["direct_publish_timeout_ms"] == 8000
     assert c["node"]["roles"] == ["edge", "dispatch", "storage"]
     assert c["sources"]["demo"]["tenant"] == "default"
     assert c["sources"]["demo"]["sinks"] == [{"type": "log"}]
+
+
+def test_print_config_has_the_original_fields(tmp_path):
+    """Ankusa's print-config prints its config struct: flat node/http fields and each
+    adapter as {module, opts}, opts by allowlist. Ours adds its YAML-shaped sections."""
+    cfg = write(tmp_path, "node: {roles: [edge, dispatch, storage], data_dir: /srv/ak}\n"
+                          "http: {port: 4100, routing: tenant_path, prefix: /}\n"
+                          "dispatch: {retry: {base_ms: 250}}\n"
+                          "sources:\n"
+                          "  gh:\n"
+                          "    tenant: acme\n"
+                          "    on_verify_failure: quarantine\n"
+                          "    verify: {type: hmac, secret: s3cr3t-v, signature_header: X-Sig, hash: sha512,\n"
+                          "             timestamp_header: X-Ts, signed: \"{ts}.{body}\"}\n"
+                          "    dedupe: {json: data.id}\n"
+                          "    sinks:\n"
+                          "      - {type: http, url: \"http://worker:8080/hooks?key=k3y-v\", headers: {X-Api: h3ad-v}}\n")
+    p = run_cli("print-config", "--config", cfg)
+    assert p.returncode == 0, p.stderr
+    for secret in ("s3cr3t-v", "k3y-v", "h3ad-v"):
+        assert secret not in p.stdout, secret
+    c = json.loads(p.stdout)
+    assert c["instance"] == "default"
+    assert c["data_dir"] == "/srv/ak" and c["roles"] == ["edge", "dispatch", "storage"]
+    assert c["port"] == 4100 and c["max_body_bytes"] == 8000000 and c["wal"] == "disk"
+    assert c["route_resolver"] == {"module": "Ankusa.RouteResolver.TenantPath", "opts": {"prefix": []}}
+    assert c["dispatch"]["retry"]["module"] == "Ankusa.RetryPolicy.Exponential"
+    assert c["dispatch"]["retry"]["opts"]["base_ms"] == 250
+    assert c["storage"]["blob_store"] == {"module": "Ankusa.BlobStore.LocalFS", "opts": {}}
+    store = c["source_store"]
+    assert store["module"] == "Ankusa.SourceStore.Static" and store["type"] == "static"
+    gh = store["opts"]["sources"]["gh"]
+    assert gh["tenant_id"] == "acme" and gh["on_verify_failure"] == "quarantine"
+    v = gh["verifier"]
+    assert v["module"] == "Ankusa.Verifier.Hmac" and v["opts"]["secret"] == "[REDACTED]"
+    assert v["opts"]["scheme"]["signature_header"] == "X-Sig" and v["opts"]["scheme"]["hash"] == "sha512"
+    assert v["opts"]["scheme"]["timestamp"] == '{:header, "X-Ts"}'
+    assert gh["dedup"]["module"] == "Ankusa.DedupKey.Rules" and gh["dedup"]["opts"]["json"] == ["data", "id"]
+    assert gh["sinks"] == [{"module": "Ankusa.Sink.Http",
+                            "opts": {"url": "http://worker:8080/hooks?key=[REDACTED]", "method": "post",
+                                     "headers": {"X-Api": "[REDACTED]"}, "timeout_ms": 5000,
+                                     "max_response_bytes": 65536, "secret": None}}]
+    # ours, in the YAML's shape, beside them
+    assert c["sources"]["gh"]["verify"]["type"] == "hmac"
+    assert c["sources"]["gh"]["sinks"][0]["url"] == "http://worker:8080/hooks?key=[REDACTED]"
 
 
 def test_interpolation(tmp_path):

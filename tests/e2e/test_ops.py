@@ -56,7 +56,17 @@ def test_config_is_the_redacted_effective_config(ankusa, via_env):
     assert sig["verify"]["secret"] == "[REDACTED]"
     assert sig["sinks"][0]["secret"] == "[REDACTED]"
     assert "[REDACTED]" in sig["sinks"][0]["url"], sig["sinks"][0]["url"]
-    assert sig["sinks"][0]["headers"] == "[REDACTED]"
+    assert sig["sinks"][0]["headers"] == {"authorization": "[REDACTED]"}  # names stay, as in Ankusa
+    # the original's shape beside ours: {module, opts} adapters under source_store
+    assert cfg["instance"] == "default" and cfg["wal"] == "disk"
+    assert cfg["roles"] == cfg["node"]["roles"] and cfg["port"] == cfg["http"]["port"]
+    orig = cfg["source_store"]["opts"]["sources"]["signed"]
+    assert orig["verifier"]["module"] == "Ankusa.Verifier.Hmac", orig
+    assert orig["verifier"]["opts"]["secret"] == "[REDACTED]"
+    assert orig["sinks"][0]["module"] == "Ankusa.Sink.Http"
+    assert orig["sinks"][0]["opts"]["headers"] == {"authorization": "[REDACTED]"}
+    assert orig["sinks"][0]["opts"]["url"] == sig["sinks"][0]["url"]
+    assert cfg["source_store"]["opts"]["sources"]["tokened"]["tenant_id"] == "acme"
     assert cfg["sources"]["tokened"]["tenant"] == "acme"
     # the effective config: defaults filled in, overrides applied
     assert cfg["admin"]["port"] == node.admin_port

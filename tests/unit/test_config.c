@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/config.h"
+#include "core/config_view.h"
 #include "core/yamltree.h"
 #include "modules.h"
 #include "core/node.h"
@@ -848,7 +849,7 @@ Test(config, http_sink_options) {
   json_t *red = ak_config_redacted(cfg);
   char *txt = dump(red);
   cr_expect(strstr(txt, "whsec_") == NULL && strstr(txt, "s2") == NULL && strstr(txt, "blue") == NULL, "%s", txt);
-  cr_expect(strstr(txt, "\"secret\":\"[REDACTED]\"") && strstr(txt, "\"headers\":\"[REDACTED]\""), "%s", txt);
+  cr_expect(strstr(txt, "\"secret\":\"[REDACTED]\"") && strstr(txt, "\"headers\":{\"X-Team\":\"[REDACTED]\"}"), "%s", txt);
   free(txt);
   json_decref(red);
   ak_config_free(cfg);
@@ -1385,4 +1386,59 @@ Test(config, a_plugins_options_are_checked_and_bound_by_its_rows) {
     cr_expect_null(checked);
     json_decref(o);
   }
+}
+
+/* URLs in print-config: the password, a lone token and every query value hidden, the
+ * rest as written. */
+Test(config, view_url_redaction) {
+  static const char *const cases[][2] = {
+    {"https://h.example.com/x", "https://h.example.com/x"},
+    {"https://user:pw@h.example.com/x", "https://user:[REDACTED]@h.example.com/x"},
+    {"https://tok@h.example.com/x", "https://[REDACTED]@h.example.com/x"},
+    {"https://h.example.com/x?token=abc&sig=d", "https://h.example.com/x?token=[REDACTED]&sig=[REDACTED]"},
+    {"https://h.example.com/x?bare#frag", "https://h.example.com/x?[REDACTED]#frag"},
+    {"https://u:p@h/x?a=1", "https://u:[REDACTED]@h/x?a=[REDACTED]"},
+    {"https://h/x?", "https://h/x?"},
+    {"not a url", "not a url"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    json_t *r = ak_config_view_url(cases[i][0]);
+    cr_expect_str_eq(json_string_value(r), cases[i][1], "%s", cases[i][0]);
+    json_decref(r);
+  }
+}
+
+/* The original's fields beside ours: {module, opts} adapters, opts by allowlist. */
+Test(config, view_has_the_original_shape) {
+  ak_config_t *cfg = load_ok("http: {routing: tenant_path, prefix: /in/hooks}\n"
+                             "sources:\n  a:\n    tenant: acme\n    verify: {type: github, secret: gh-secret-1}\n"
+                             "    sinks:\n      - {type: http, url: \"https://h.example.com/x?k=v\", headers: {X-Team: blue}}\n"
+                             "      - {type: log}\n");
+  json_t *v = ak_config_view(cfg);
+  char *txt = dump(v);
+  cr_expect(strstr(txt, "gh-secret-1") == NULL && strstr(txt, "blue") == NULL && strstr(txt, "k=v") == NULL, "%s", txt);
+  cr_expect_str_eq(json_string_value(json_object_get(v, "instance")), "default");
+  cr_expect_str_eq(json_string_value(json_object_get(v, "wal")), "disk");
+  cr_expect_eq(json_integer_value(json_object_get(v, "port")), 4000);
+  expect_json(json_object_get(v, "route_resolver"),
+              "{\"module\":\"Ankusa.RouteResolver.TenantPath\",\"opts\":{\"prefix\":[\"in\",\"hooks\"]}}");
+  json_t *src = json_object_get(json_object_get(json_object_get(json_object_get(v, "source_store"), "opts"), "sources"), "a");
+  cr_assert_not_null(src, "%s", txt);
+  cr_expect_str_eq(json_string_value(json_object_get(src, "tenant_id")), "acme");
+  expect_json(json_object_get(src, "verifier"),
+              "{\"module\":\"Ankusa.Verifier.Hmac\",\"opts\":{\"scheme\":\"github\",\"secret\":\"[REDACTED]\",\"tolerance\":300}}");
+  json_t *sink = json_array_get(json_object_get(src, "sinks"), 0);
+  cr_expect_str_eq(json_string_value(json_object_get(sink, "module")), "Ankusa.Sink.Http");
+  json_t *o = json_object_get(sink, "opts");
+  cr_expect_str_eq(json_string_value(json_object_get(o, "url")), "https://h.example.com/x?k=[REDACTED]");
+  expect_json(json_object_get(o, "headers"), "{\"X-Team\":\"[REDACTED]\"}");
+  cr_expect_str_eq(json_string_value(json_object_get(o, "method")), "post");
+  cr_expect_eq(json_integer_value(json_object_get(o, "timeout_ms")), 5000);
+  expect_json(json_array_get(json_object_get(src, "sinks"), 1), "{\"module\":\"Ankusa.Sink.Log\",\"opts\":{}}");
+  /* ours stay beside theirs */
+  cr_expect_str_eq(json_string_value(json_object_get(json_object_get(v, "http"), "routing")), "tenant_path");
+  cr_expect_not_null(json_object_get(json_object_get(v, "sources"), "a"));
+  free(txt);
+  json_decref(v);
+  ak_config_free(cfg);
 }

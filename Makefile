@@ -59,7 +59,8 @@ e2e: test-build asan
 	ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q tests/e2e
 	ANKUSA_BIN=$(abspath $(ASAN_BUILD))/ankusa ANKUSA_SANITIZER=1 $(PYTEST) -q tests/e2e -m "not slow"
 
-# Every harness in fuzz/ runs briefly on each `make test`; `make fuzz FUZZ_SECONDS=600` digs.
+# Every harness in fuzz/ runs briefly on each `make test`; the campaign, each harness to 10M
+# executions or 30 minutes: `make fuzz FUZZ_SECONDS=1800` (FUZZ_JOBS=2 runs two at once).
 FUZZ_SECONDS ?= 10
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)

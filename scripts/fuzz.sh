@@ -2,6 +2,8 @@
 # Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config
 #                                              uuid verify token dedupe http; "fuzz_verify" = "verify")
+# Each harness stops at SECONDS or FUZZ_RUNS executions (10,000,000), whichever comes
+# first; FUZZ_JOBS harnesses run at once (1). The campaign: FUZZ_SECONDS=1800 make fuzz.
 # Every run starts from a throwaway copy of fuzz/corpus/<target>/, so the committed seeds
 # never grow. Crash, leak, timeout and UBSan reproducers land in build-fuzz/artifacts/.
 # Prints one line per harness and exits non-zero when any harness fails. Installs nothing
@@ -91,27 +93,37 @@ trap 'rm -rf "$TMP"' EXIT
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 
-failed=0
-for t in "${TARGETS[@]}"; do
+RUNS="${FUZZ_RUNS:-10000000}"
+JOBS="${FUZZ_JOBS:-1}"
+if ! [[ "$RUNS" =~ ^[1-9][0-9]*$ && "$JOBS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz: FUZZ_RUNS and FUZZ_JOBS must be positive integers" >&2
+  exit 2
+fi
+
+# run_one TARGET: one harness; its line goes to $TMP/TARGET.result, its status is 0 or 1
+run_one() {
+  local t=$1 name corpus log rc execs result art secs extra=()
   name="fuzz_$t"
   corpus="$TMP/$t"
   mkdir -p "$corpus"
   [ -d "fuzz/corpus/$t" ] && cp -R "fuzz/corpus/$t/." "$corpus/"
-  extra=()
   [ -f "fuzz/$t.dict" ] && extra+=("-dict=fuzz/$t.dict")
   log="$OUT/$name.log"
-  "./$OUT/$name" -max_total_time="$DURATION" -timeout=5 -rss_limit_mb=2048 \
+  secs=$SECONDS
+  "./$OUT/$name" -max_total_time="$DURATION" -runs="$RUNS" -timeout=5 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$OUT/artifacts/$name-" "${extra[@]}" "$corpus" \
     >"$log" 2>&1
   rc=$?
+  secs=$((SECONDS - secs))
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
   if [ -z "$execs" ]; then
     execs="$(grep -Eo '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')"
   fi
+  local ok=0
   if [ "$rc" -eq 0 ] && ! grep -q -e 'runtime error:' -e 'ERROR: LeakSanitizer' "$log"; then
     result="ok"
   else
-    failed=1
+    ok=1
     if grep -q 'ERROR: LeakSanitizer' "$log"; then result="LEAK"
     elif grep -q 'runtime error:' "$log"; then result="UBSAN"
     elif grep -q 'ERROR: AddressSanitizer' "$log"; then result="ASAN"
@@ -123,7 +135,25 @@ for t in "${TARGETS[@]}"; do
     [ -n "$art" ] && result="$result reproducer=$art"
     result="$result log=$log"
   fi
-  printf '%-14s executions=%-10s result=%s\n' "$name" "${execs:-?}" "$result"
+  printf '%-14s executions=%-10s seconds=%-5s result=%s\n' "$name" "${execs:-?}" "$secs" "$result" \
+    >"$TMP/$t.result"
+  return $ok
+}
+
+failed=0
+running=0
+for t in "${TARGETS[@]}"; do
+  if [ "$running" -ge "$JOBS" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  run_one "$t" &
+  running=$((running + 1))
 done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+for t in "${TARGETS[@]}"; do cat "$TMP/$t.result" 2>/dev/null || echo "fuzz_$t: no result"; done
 
 exit "$failed"

@@ -1,4 +1,4 @@
-/* CLI: serve (default), check-config, print-config, healthcheck, version, inspect hooks. The only
+/* CLI: serve (default), check-config, print-config, healthcheck, version, inspect hooks|rows. The only
  * place that calls exit(): every module returns errors here, and here they become exit
  * codes (78 for an invalid configuration). */
 #include <errno.h>
@@ -31,8 +31,8 @@ static void usage(FILE *f) {
           "       ankusa check-config [--config FILE]\n"
           "       ankusa print-config [--config FILE]\n"
           "       ankusa healthcheck [--config FILE]   (GET /ready on ingest, then admin; exit 0 or 1)\n"
-          "       ankusa inspect hooks --data-dir DIR\n"
-          "       ankusa options --markdown\n"
+          "       ankusa inspect hooks|rows --data-dir DIR\n"
+          "       ankusa options --markdown | --secrets\n"
           "       ankusa version\n");
 }
 
@@ -91,6 +91,7 @@ static int cmd_print(const char *path) {
 typedef struct {
   unsigned long long n;
   int bad;
+  int cf; /* inspect rows: the column family being listed */
 } inspect_ctx_t;
 
 static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
@@ -113,9 +114,25 @@ static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void 
   return 0;
 }
 
+/* inspect rows: every row of every column family as "<cf>\t<key hex>\t<value hex>", read
+ * through the store's iterator (so compression cannot hide a byte from a search). */
+static int inspect_row(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  inspect_ctx_t *ic = ctx;
+  static const char hex[] = "0123456789abcdef";
+  fputs(ak_cf_names[ic->cf], stdout);
+  fputc('\t', stdout);
+  for (size_t i = 0; i < kl; i++) fputc(hex[(unsigned char)k[i] >> 4], stdout), fputc(hex[(unsigned char)k[i] & 15], stdout);
+  fputc('\t', stdout);
+  for (size_t i = 0; i < vl; i++) fputc(hex[(unsigned char)v[i] >> 4], stdout), fputc(hex[(unsigned char)v[i] & 15], stdout);
+  fputc('\n', stdout);
+  ic->n++;
+  return 0;
+}
+
 static int cmd_inspect(int argc, char **argv) {
   const char *data_dir = NULL;
-  if (argc < 1 || strcmp(argv[0], "hooks") != 0) {
+  bool rows = argc >= 1 && strcmp(argv[0], "rows") == 0;
+  if (argc < 1 || (!rows && strcmp(argv[0], "hooks") != 0)) {
     usage(stderr);
     return 64;
   }
@@ -128,7 +145,7 @@ static int cmd_inspect(int argc, char **argv) {
     }
   }
   if (!data_dir) {
-    fprintf(stderr, "ankusa: inspect hooks needs --data-dir DIR (the node.data_dir)\n");
+    fprintf(stderr, "ankusa: inspect %s needs --data-dir DIR (the node.data_dir)\n", argv[0]);
     return 64;
   }
   char *sp = ak_store_path_of(data_dir, "default");
@@ -141,8 +158,16 @@ static int cmd_inspect(int argc, char **argv) {
     free(sp);
     return 1;
   }
-  inspect_ctx_t ic = {0, 0};
-  int rc = ak_store_scan(st, AK_CF_HOOKS, NULL, 0, inspect_one, &ic);
+  inspect_ctx_t ic = {0, 0, 0};
+  int rc = 0;
+  if (rows) {
+    for (int cf = 0; cf < AK_CF_COUNT && rc == 0; cf++) {
+      ic.cf = cf;
+      rc = ak_store_scan(st, cf, NULL, 0, inspect_row, &ic);
+    }
+  } else {
+    rc = ak_store_scan(st, AK_CF_HOOKS, NULL, 0, inspect_one, &ic);
+  }
   fflush(stdout);
   ak_store_free(st);
   free(sp);
@@ -155,11 +180,12 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* The option reference (docs/configuration.md holds it between markers). */
 static int cmd_options(int argc, char **argv) {
-  if (argc != 1 || strcmp(argv[0], "--markdown") != 0) {
-    fprintf(stderr, "ankusa: options needs --markdown\n");
+  bool secrets = argc == 1 && strcmp(argv[0], "--secrets") == 0;
+  if (argc != 1 || (!secrets && strcmp(argv[0], "--markdown") != 0)) {
+    fprintf(stderr, "ankusa: options needs --markdown or --secrets\n");
     return 64;
   }
-  char *md = ak_config_options_markdown(ak_modules());
+  char *md = secrets ? ak_config_secret_rows(ak_modules()) : ak_config_options_markdown(ak_modules());
   if (!md) return 1;
   fputs(md, stdout);
   free(md);

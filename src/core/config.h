@@ -113,5 +113,10 @@ const ak_opt_t *ak_config_root_options(const ak_config_t *cfg);
  * every section of the schema, every row with type, default, bounds, env and doc, and
  * every plug-in type's rows. Malloc'd. */
 char *ak_config_options_markdown(const ak_schema_t *s);
+/* Every row flagged AK_OPTF_SECRET, one line each: "section:<name>" or "<kind>:<type>"
+ * (a plug-in's), a tab, the dotted key ("<id>." for a mapping's ids, "[]." for a list's
+ * items), a tab, the row's type (string, secrets, string_map, ...). What a test that
+ * looks for leaks of every secret enumerates (malloc'd). */
+char *ak_config_secret_rows(const ak_schema_t *s);
 
 #endif

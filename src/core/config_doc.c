@@ -195,3 +195,55 @@ char *ak_config_options_markdown(const ak_schema_t *s) {
   while (o.n > 1 && o.s[o.n - 1] == '\n' && o.s[o.n - 2] == '\n') o.s[--o.n] = '\0'; /* one final newline */
   return o.s;
 }
+
+/* ------------------------------------------------------- the secret rows ---- */
+
+static const char *const type_words[] = {
+  [AK_OPT_STRING] = "string", [AK_OPT_INT] = "int", [AK_OPT_BOOL] = "bool", [AK_OPT_NUMBER] = "number",
+  [AK_OPT_ENUM] = "enum", [AK_OPT_STRLIST] = "strlist", [AK_OPT_MAP] = "map", [AK_OPT_MAP_OR_NAME] = "map",
+  [AK_OPT_ANY_MAP] = "string_map", [AK_OPT_SECRETS] = "secrets", [AK_OPT_IP] = "ip",
+  [AK_OPT_URL_PREFIX] = "url_prefix", [AK_OPT_MAP_OF] = "map_of", [AK_OPT_PLUGIN] = "plugin",
+  [AK_OPT_PLUGIN_LIST] = "plugin_list", [AK_OPT_LIST_OF] = "list_of",
+};
+
+static void put_secret_rows(out_t *o, const ak_opt_t *rows, const char *where, const char *prefix) {
+  for (size_t i = 0; rows && rows[i].key; i++) {
+    const ak_opt_t *r = &rows[i];
+    if (r->flags & AK_OPTF_SECRET)
+      put(o, "%s\t%s%s\t%s\n", where, prefix, r->key,
+          (size_t)r->type < sizeof type_words / sizeof type_words[0] && type_words[r->type] ? type_words[r->type] : "?");
+    char sub[256];
+    if (r->type == AK_OPT_MAP || r->type == AK_OPT_MAP_OR_NAME) snprintf(sub, sizeof sub, "%s%s.", prefix, r->key);
+    else if (r->type == AK_OPT_MAP_OF) snprintf(sub, sizeof sub, "%s%s.<id>.", prefix, r->key);
+    else if (r->type == AK_OPT_LIST_OF) snprintf(sub, sizeof sub, "%s%s[].", prefix, r->key);
+    else continue;
+    put_secret_rows(o, r->children, where, sub);
+  }
+}
+
+char *ak_config_secret_rows(const ak_schema_t *s) {
+  out_t o = {0};
+  for (size_t i = 0; i < s->nmodules; i++) {
+    const ak_module_t *m = s->modules[i];
+    if (!m->section || (m->section_flags & AK_OPTF_UNSUPPORTED)) continue;
+    char where[160], prefix[160];
+    snprintf(where, sizeof where, "section:%s", m->section);
+    snprintf(prefix, sizeof prefix, "%s.%s", m->section, m->section_map_of ? "<id>." : "");
+    put_secret_rows(&o, m->options, where, prefix);
+  }
+  for (size_t k = 0; k < s->nkinds; k++) {
+    const ak_plugin_kind_t *kind = s->kinds[k];
+    for (size_t i = 0; i < kind->count; i++) {
+      const ak_plugin_t *p = kind->all[i];
+      if (p->unsupported) continue;
+      char where[160];
+      snprintf(where, sizeof where, "%s:%s", kind->name, p->type);
+      put_secret_rows(&o, p->options, where, "");
+    }
+  }
+  if (o.oom) {
+    free(o.s);
+    return NULL;
+  }
+  return o.s ? o.s : strdup("");
+}

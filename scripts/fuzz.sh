@@ -28,7 +28,7 @@ CC="${FUZZ_CC:-clang}"
 
 # The code under test of each harness (compiled together with it, no library).
 # the verifiers and the plug-in lookup and error list of the config engine they report to
-VERIFY_SRCS="$(echo src/verify/*.c) src/core/config.c src/core/yamltree.c src/core/buf.c src/core/header.c"
+VERIFY_SRCS="$(echo src/verify/*.c) src/core/config.c src/core/config_view.c src/core/yamltree.c src/core/buf.c src/core/header.c"
 # The config engine validates against the module table (src/modules.c), whose modules'
 # check hooks build each source's verifier, read the http.tls files, check sink URLs
 # against the egress guard and parse rate-limit entries and proxy CIDRs: the whole

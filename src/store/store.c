@@ -28,6 +28,8 @@ struct ak_store {
   rocksdb_t *db;
   rocksdb_options_t *opts;
   rocksdb_options_t *cf_opts[AK_CF_COUNT];
+  rocksdb_block_based_table_options_t *table_opts; /* shared by every column family */
+  rocksdb_cache_t *block_cache;
   rocksdb_column_family_handle_t *cf[AK_CF_COUNT];
   rocksdb_writeoptions_t *wsync, *wnosync;
   rocksdb_readoptions_t *ropts;
@@ -64,6 +66,14 @@ static void destroy_options(ak_store_t *st) {
   if (st->opts) {
     rocksdb_options_destroy(st->opts);
     st->opts = NULL;
+  }
+  if (st->table_opts) {
+    rocksdb_block_based_options_destroy(st->table_opts);
+    st->table_opts = NULL;
+  }
+  if (st->block_cache) {
+    rocksdb_cache_destroy(st->block_cache);
+    st->block_cache = NULL;
   }
 }
 
@@ -153,6 +163,10 @@ static int check_orphan_files(const char *path, char **err) {
  * options-string form is RocksDB's own. */
 #define AK_MEMTABLE_HINT_OPTION "memtable_insert_with_hint_prefix_extractor=fixed:1"
 
+/* The bounds of the store's memory outside its memtables (see build_options). */
+#define AK_STORE_BLOCK_CACHE_BYTES (64ull << 20)
+#define AK_STORE_MAX_OPEN_FILES 512
+
 static rocksdb_options_t *base_options(void) {
   rocksdb_options_t *o = rocksdb_options_create();
   rocksdb_options_t *h = rocksdb_options_create();
@@ -188,6 +202,19 @@ static void build_options(ak_store_t *st) {
   /* the dedupe CF's vector memtable takes one inserter at a time (RocksDB refuses to open
    * otherwise); with one writer thread (the default) nothing runs concurrently anyway */
   rocksdb_options_set_allow_concurrent_memtable_write(st->opts, 0);
+  /* Memory and open files that do not grow with the store. By default every table file
+   * stays open and keeps its index block in the reader's own memory, and each column
+   * family gets its own block cache: RSS and descriptors then grow with the number of
+   * files, which until the archive compactor lands grows without bound. Index (and
+   * filter) blocks go into one shared LRU cache instead, L0's pinned (they are read on
+   * every lookup), and at most AK_STORE_MAX_OPEN_FILES table files stay open. */
+  st->block_cache = rocksdb_cache_create_lru(AK_STORE_BLOCK_CACHE_BYTES);
+  st->table_opts = rocksdb_block_based_options_create();
+  rocksdb_block_based_options_set_block_cache(st->table_opts, st->block_cache);
+  rocksdb_block_based_options_set_cache_index_and_filter_blocks(st->table_opts, 1);
+  rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(st->table_opts, 1);
+  rocksdb_options_set_block_based_table_factory(st->opts, st->table_opts);
+  rocksdb_options_set_max_open_files(st->opts, AK_STORE_MAX_OPEN_FILES);
   for (int i = 0; i < AK_CF_COUNT; i++) {
     rocksdb_options_t *o = rocksdb_options_create_copy(st->opts);
     if (i == AK_CF_HOOKS) {

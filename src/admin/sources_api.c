@@ -157,6 +157,14 @@ static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const ch
   char key[160];
   size_t kl = source_key(key, tenant, name);
   json_t *sealed = rec ? record_with(inst->cfg, rec, true, NULL) : NULL;
+#ifdef AK_TEST_HOOKS
+  /* the rows this build's predecessor wrote (secrets in the clear), for the migration's tests */
+  if (sealed && getenv("ANKUSA_TEST_SOURCE_ROWS_PLAIN")) {
+    json_decref(sealed);
+    sealed = json_copy((json_t *)rec);
+    json_object_set_new(sealed, "v", json_integer(RECORD_VERSION_PLAIN));
+  }
+#endif
   json_t *fp = rec ? record_with(inst->cfg, rec, false, NULL) : NULL;
   char *val = sealed ? json_dumps(sealed, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
   char *after = fp ? json_dumps(fp, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -213,6 +221,18 @@ typedef struct {
   ak_batch_t *migrate;   /* plain rows sealed, written after the scan */
   size_t migrated_rows, migrated_values, stale_rows;
 } load_ctx_t;
+
+/* The rows just re-sealed replaced versions that still sit in the store's files (in the
+ * clear, or under a key being retired, and compressed, so a grep would not even find
+ * them): the default column family is rewritten so they leave the disk. A failure leaves
+ * them there until RocksDB compacts on its own; it is logged, the change stands. */
+static void scrub_old_versions(ak_store_t *st) {
+  char *err = NULL;
+  if (ak_store_compact(st, AK_CF_DEFAULT, &err) != 0)
+    ak_log(AK_LOG_WARNING, "sources", "cannot compact the store: replaced rows stay in its files until RocksDB "
+           "compacts them", "reason=\"%s\"", err ? err : "?");
+  free(err);
+}
 
 /* A plain (v1) row sealed into wb. 0, or -1 (out of memory). */
 static int migrate_row(const ak_config_t *cfg, ak_batch_t **wb, ak_store_t *st, const char *k, size_t kl,
@@ -324,6 +344,7 @@ int ak_sources_api_load(ak_instance_t *inst, char **err) {
     } else {
       ak_log(AK_LOG_INFO, "sources", "stored sources written in the clear: their secrets are sealed now",
              "sources=%zu secrets=%zu key_id=%s", lc.migrated_rows, lc.migrated_values, keyring(inst->cfg)->v[0].id);
+      scrub_old_versions(inst->store);
     }
     free(werr);
   }
@@ -423,9 +444,12 @@ int ak_sources_api_rotate(const ak_config_t *cfg, ak_store_t *st, ak_sources_rot
     /* every row or none: a rotation that stopped half-way would still need the old key */
     ak_wf_class_t cls = AK_WF_OTHER;
     char *werr = NULL;
-    if (ak_store_write(st, rc.wb, true, &cls, &werr) != 0 &&
-        asprintf(&rc.err, "cannot write the re-sealed rows: %s", werr ? werr : ak_wf_class_names[cls]) < 0)
-      rc.err = strdup("cannot write the re-sealed rows");
+    if (ak_store_write(st, rc.wb, true, &cls, &werr) != 0) {
+      if (asprintf(&rc.err, "cannot write the re-sealed rows: %s", werr ? werr : ak_wf_class_names[cls]) < 0)
+        rc.err = strdup("cannot write the re-sealed rows");
+    } else {
+      scrub_old_versions(st);
+    }
     free(werr);
   }
   ak_batch_free(rc.wb);

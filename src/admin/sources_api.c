@@ -11,9 +11,11 @@
  * is sealed with source_store.secret_key, bound to "source:<tenant>/<name>" and its JSON
  * pointer in the spec; "v":1 rows (written before secrets were sealed) hold them plain
  * and are sealed at the first boot with a key. The audit row of a change hashes the row
- * with each secret replaced by its keyed fingerprint, never the secret. Names are unique on the node, across
- * tenants and the config file's sources, whatever http.routing is: hooks, delivery rows,
- * the dead-letter set, the pen and dedupe keys all name their source by name. */
+ * with each secret replaced by its keyed fingerprint, never the secret.
+ *
+ * Names are unique on the node, across tenants and the config file's sources, whatever
+ * http.routing is: hooks, delivery rows, the dead-letter set, the pen and dedupe keys all
+ * name their source by name. */
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -836,7 +838,7 @@ static const ak_opt_t source_store_rows[] = {
    .env = "ANKUSA_SOURCE_STORE_SECRET_KEY_FILE", AK_AT(source_store_cfg_t, secret_key_file),
    .doc = "persistent: a file holding secret_key (read at start; e.g. a mounted container secret); not with "
           "secret_key"},
-  {.key = "previous_secret_keys", .type = AK_OPT_STRLIST, .def = "[]", .flags = AK_OPTF_SECRET,
+  {.key = "previous_secret_keys", .type = AK_OPT_STRLIST, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET,
    .env = "ANKUSA_SOURCE_STORE_PREVIOUS_SECRET_KEYS", AK_AT(source_store_cfg_t, previous),
    .doc = "persistent: older keys, only to read secrets sealed before a rotation; `ankusa rotate-secrets` "
           "re-seals them with secret_key, then they can go"},

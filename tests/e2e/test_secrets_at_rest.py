@@ -273,7 +273,13 @@ def test_persistent_without_key_is_a_config_error(ankusa, tmp_path):
     assert p.returncode == 0, p.stderr
     p = run_cli("print-config", "--config", node.config_path, env={"ANKUSA_SOURCE_STORE_SECRET_KEY": KEY_B})
     assert p.returncode == 0 and KEY_B not in p.stdout
-    assert json.loads(p.stdout)["source_store"]["secret_key"] == "[REDACTED]"
+    shown = json.loads(p.stdout)["source_store"]
+    assert shown["secret_key"] == "[REDACTED]" and shown["previous_secret_keys"] is None
+    p = run_cli("print-config", "--config", node.config_path,
+                env={"ANKUSA_SOURCE_STORE_SECRET_KEY": KEY_B,
+                     "ANKUSA_SOURCE_STORE_PREVIOUS_SECRET_KEYS": f"{SOURCE_STORE_KEY},{KEY_B}"})
+    assert p.returncode == 0 and KEY_B not in p.stdout and SOURCE_STORE_KEY not in p.stdout, p.stdout
+    assert json.loads(p.stdout)["source_store"]["previous_secret_keys"] == "[REDACTED]"
 
 
 def test_bad_key_text_is_a_config_error_never_echoed(ankusa, tmp_path):

@@ -23,6 +23,7 @@
 #include "edge/edge.h"
 #include "modules.h"
 #include "queue/writer.h"
+#include "store/audit.h"
 #include "store/store.h"
 
 extern char **environ;
@@ -228,8 +229,20 @@ static int cmd_rotate(const char *path) {
     ak_config_free(cfg);
     return 1;
   }
+  /* the trail of the store, so the rotation is one of its rows */
+  ak_instance_t inst = {.name = "default", .cfg = cfg, .store = st};
+  ak_audit_t *audit = ak_audit_open(&inst, &err);
+  if (!audit) {
+    fprintf(stderr, "ankusa: rotate-secrets: %s\n", err ? err : "cannot open the audit trail");
+    free(err);
+    ak_store_free(st);
+    free(sp);
+    ak_config_free(cfg);
+    return 1;
+  }
   ak_sources_rotate_t r;
-  rc = ak_sources_api_rotate(cfg, st, &r, &err);
+  rc = ak_sources_api_rotate(cfg, st, audit, &r, &err);
+  ak_audit_free(audit);
   if (rc != 0) {
     fprintf(stderr, "ankusa: rotate-secrets: %s; nothing was rewritten\n", err ? err : "failed");
     free(err);

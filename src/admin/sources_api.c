@@ -429,7 +429,8 @@ static int rotate_one(const char *k, size_t kl, const char *v, size_t vl, void *
   return ret;
 }
 
-int ak_sources_api_rotate(const ak_config_t *cfg, ak_store_t *st, ak_sources_rotate_t *out, char **err) {
+int ak_sources_api_rotate(const ak_config_t *cfg, ak_store_t *st, ak_audit_t *audit, ak_sources_rotate_t *out,
+                          char **err) {
   *err = NULL;
   memset(out, 0, sizeof *out);
   const ak_sealed_keyring_t *kr = keyring(cfg);
@@ -443,10 +444,24 @@ int ak_sources_api_rotate(const ak_config_t *cfg, ak_store_t *st, ak_sources_rot
   int scan = ak_store_scan(st, AK_CF_DEFAULT, AK_KEY_SOURCE, strlen(AK_KEY_SOURCE), rotate_one, &rc);
   if (!rc.err && scan != 0) rc.err = strdup("the stored sources cannot be read from the store");
   if (!rc.err && rc.wb) {
-    /* every row or none: a rotation that stopped half-way would still need the old key */
+    /* every row or none: a rotation that stopped half-way would still need the old key.
+     * One audit row in the same batch says what happened (counts and the key id): the
+     * rows' fingerprints are keyed by the new key from now on, and this row is why. */
     ak_wf_class_t cls = AK_WF_OTHER;
     char *werr = NULL;
-    if (ak_store_write(st, rc.wb, true, &cls, &werr) != 0) {
+    ak_audit_who_t who = {.actor = "rotate-secrets"};
+    json_t *detail = json_pack("{s:I,s:I,s:s}", "sources", (json_int_t)out->rewritten, "secrets",
+                               (json_int_t)out->values, "key_id", out->key_id);
+    ak_audit_entry_t e = {.who = &who, .action = "source_store.rotate_secrets", .subject = "source_store",
+                          .detail = detail};
+    int wrc = !detail || ak_store_pin(st) != 0 ? -1 : 0;
+    if (wrc == 0) {
+      wrc = ak_audit_put(audit, rc.wb, &e);
+      if (wrc == 0) wrc = ak_audit_commit(audit, st, rc.wb, &cls, &werr); /* synced; a NULL trail: the batch alone */
+      ak_store_unpin(st);
+    }
+    json_decref(detail);
+    if (wrc != 0) {
       if (asprintf(&rc.err, "cannot write the re-sealed rows: %s", werr ? werr : ak_wf_class_names[cls]) < 0)
         rc.err = strdup("cannot write the re-sealed rows");
     } else {

@@ -340,6 +340,11 @@ def test_rotation(ankusa, rx):
     live = rows(node, "s:")
     assert f"enc:v1:{old}:" not in live and f"enc:v1:{new}:" in live
     assert f"enc:v1:{old}:".encode() not in raw_files(node), "the old key's rows left the files"
+    (audit,) = [line for line in rows(node).splitlines()
+                if line.startswith("audit\t") and "source_store.rotate_secrets" in line]
+    row = json.loads(audit.split("\t", 2)[2])
+    assert row["actor"] == "rotate-secrets" and row["subject"] == "source_store"
+    assert row["detail"] == {"sources": 2, "secrets": 10, "key_id": new}
     p = run_cli("rotate-secrets", "--config", node.config_path)
     assert p.returncode == 0 and "0 rows re-sealed" in p.stdout, p.stdout
     # the previous key can go

@@ -1,4 +1,5 @@
-/* CLI: serve (default), check-config, print-config, healthcheck, version, inspect hooks|rows. The only
+/* CLI: serve (default), check-config, print-config, healthcheck, version, inspect hooks|rows,
+ * rotate-secrets. The only
  * place that calls exit(): every module returns errors here, and here they become exit
  * codes (78 for an invalid configuration). */
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include "admin/admin.h"
 #include "admin/healthcheck.h"
 #include "admin/hooks_api.h"
+#include "admin/sources_api.h"
 #include "core/config.h"
 #include "core/config_view.h"
 #include "core/envelope.h"
@@ -21,6 +23,7 @@
 #include "edge/edge.h"
 #include "modules.h"
 #include "queue/writer.h"
+#include "store/audit.h"
 #include "store/store.h"
 
 extern char **environ;
@@ -31,7 +34,9 @@ static void usage(FILE *f) {
           "       ankusa check-config [--config FILE]\n"
           "       ankusa print-config [--config FILE]\n"
           "       ankusa healthcheck [--config FILE]   (GET /ready on ingest, then admin; exit 0 or 1)\n"
-          "       ankusa inspect hooks|rows --data-dir DIR\n"
+          "       ankusa inspect hooks --data-dir DIR\n"
+          "       ankusa inspect rows --data-dir DIR [--cf NAME] [--prefix TEXT]   (every row, raw)\n"
+          "       ankusa rotate-secrets [--config FILE]   (node stopped: re-seal stored secrets)\n"
           "       ankusa options --markdown | --secrets\n"
           "       ankusa version\n");
 }
@@ -91,7 +96,6 @@ static int cmd_print(const char *path) {
 typedef struct {
   unsigned long long n;
   int bad;
-  int cf; /* inspect rows: the column family being listed */
 } inspect_ctx_t;
 
 static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
@@ -114,31 +118,61 @@ static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void 
   return 0;
 }
 
-/* inspect rows: every row of every column family as "<cf>\t<key hex>\t<value hex>", read
- * through the store's iterator (so compression cannot hide a byte from a search). */
-static int inspect_row(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
-  inspect_ctx_t *ic = ctx;
-  static const char hex[] = "0123456789abcdef";
-  fputs(ak_cf_names[ic->cf], stdout);
+/* A key or value as text: printable ASCII as is, every other byte (and the backslash) as
+ * \xNN, so a line is one row whatever its bytes. */
+static void put_escaped(const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if (c >= 0x20 && c < 0x7f && c != '\\') fputc(c, stdout);
+    else printf("\\x%02x", c);
+  }
+}
+
+static int rows_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  fputs((const char *)ctx, stdout);
   fputc('\t', stdout);
-  for (size_t i = 0; i < kl; i++) fputc(hex[(unsigned char)k[i] >> 4], stdout), fputc(hex[(unsigned char)k[i] & 15], stdout);
+  put_escaped(k, kl);
   fputc('\t', stdout);
-  for (size_t i = 0; i < vl; i++) fputc(hex[(unsigned char)v[i] >> 4], stdout), fputc(hex[(unsigned char)v[i] & 15], stdout);
+  put_escaped(v, vl);
   fputc('\n', stdout);
-  ic->n++;
+  return 0;
+}
+
+/* Every row of one column family (or all) whose key starts with prefix, read through the
+ * store's iterator: values as the store holds them, after any block compression, so a
+ * test can look for a secret that must not be there. */
+static int inspect_rows(ak_store_t *st, const char *cf, const char *prefix) {
+  int found = 0, rc = 0;
+  for (int i = 0; i < AK_CF_COUNT && rc == 0; i++) {
+    if (cf && strcmp(cf, ak_cf_names[i]) != 0) continue;
+    found = 1;
+    if (!ak_store_has_cf(st, i)) continue;
+    rc = ak_store_scan(st, i, prefix, prefix ? strlen(prefix) : 0, rows_one, (void *)ak_cf_names[i]);
+  }
+  fflush(stdout);
+  if (!found) {
+    fprintf(stderr, "ankusa: no column family %s\n", cf);
+    return 64;
+  }
+  if (rc != 0) {
+    fprintf(stderr, "ankusa: reading the store failed part-way (corruption?); output is incomplete\n");
+    return 1;
+  }
   return 0;
 }
 
 static int cmd_inspect(int argc, char **argv) {
-  const char *data_dir = NULL;
+  const char *data_dir = NULL, *cf = NULL, *prefix = NULL;
   bool rows = argc >= 1 && strcmp(argv[0], "rows") == 0;
-  if (argc < 1 || (!rows && strcmp(argv[0], "hooks") != 0)) {
+  if (argc < 1 || (strcmp(argv[0], "hooks") != 0 && !rows)) {
     usage(stderr);
     return 64;
   }
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--data-dir") == 0 && i + 1 < argc) data_dir = argv[++i];
     else if (strncmp(argv[i], "--data-dir=", 11) == 0) data_dir = argv[i] + 11;
+    else if (rows && strcmp(argv[i], "--cf") == 0 && i + 1 < argc) cf = argv[++i];
+    else if (rows && strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) prefix = argv[++i];
     else {
       fprintf(stderr, "ankusa: unknown argument %s\n", argv[i]);
       return 64;
@@ -158,16 +192,14 @@ static int cmd_inspect(int argc, char **argv) {
     free(sp);
     return 1;
   }
-  inspect_ctx_t ic = {0, 0, 0};
-  int rc = 0;
   if (rows) {
-    for (int cf = 0; cf < AK_CF_COUNT && rc == 0; cf++) {
-      ic.cf = cf;
-      rc = ak_store_scan(st, cf, NULL, 0, inspect_row, &ic);
-    }
-  } else {
-    rc = ak_store_scan(st, AK_CF_HOOKS, NULL, 0, inspect_one, &ic);
+    int r = inspect_rows(st, cf, prefix);
+    ak_store_free(st);
+    free(sp);
+    return r;
   }
+  inspect_ctx_t ic = {0, 0};
+  int rc = ak_store_scan(st, AK_CF_HOOKS, NULL, 0, inspect_one, &ic);
   fflush(stdout);
   ak_store_free(st);
   free(sp);
@@ -176,6 +208,52 @@ static int cmd_inspect(int argc, char **argv) {
     return 1;
   }
   return ic.bad ? 1 : 0;
+}
+
+/* Offline (the node stopped: the store is opened for writing): every stored secret
+ * re-sealed with source_store.secret_key, so the previous keys can leave the config. */
+static int cmd_rotate(const char *path) {
+  ak_config_t *cfg;
+  int rc = load_config(path, &cfg);
+  if (rc) return rc;
+  const ak_node_cfg_t *nc = ak_node_cfg(cfg);
+  char *sp = ak_store_path_of(nc && nc->data_dir ? nc->data_dir : "./data", "default");
+  ak_store_t *st = sp ? ak_store_new(sp, false) : NULL;
+  char *err = NULL;
+  if (!st || ak_store_open(st, &err) != 0) {
+    fprintf(stderr, "ankusa: rotate-secrets: cannot open the store at %s (stop the node first): %s\n",
+            sp ? sp : "?", err ? err : "out of memory");
+    free(err);
+    ak_store_free(st);
+    free(sp);
+    ak_config_free(cfg);
+    return 1;
+  }
+  /* the trail of the store, so the rotation is one of its rows */
+  ak_instance_t inst = {.name = "default", .cfg = cfg, .store = st};
+  ak_audit_t *audit = ak_audit_open(&inst, &err);
+  if (!audit) {
+    fprintf(stderr, "ankusa: rotate-secrets: %s\n", err ? err : "cannot open the audit trail");
+    free(err);
+    ak_store_free(st);
+    free(sp);
+    ak_config_free(cfg);
+    return 1;
+  }
+  ak_sources_rotate_t r;
+  rc = ak_sources_api_rotate(cfg, st, audit, &r, &err);
+  ak_audit_free(audit);
+  if (rc != 0) {
+    fprintf(stderr, "ankusa: rotate-secrets: %s; nothing was rewritten\n", err ? err : "failed");
+    free(err);
+  } else {
+    printf("rotate-secrets: %zu stored sources; %zu rows re-sealed (%zu secrets) with key id %s; the others "
+           "were sealed with it already\n", r.rows, r.rewritten, r.values, r.key_id);
+  }
+  ak_store_free(st);
+  free(sp);
+  ak_config_free(cfg);
+  return rc ? 1 : 0;
 }
 
 /* The option reference (docs/configuration.md holds it between markers). */
@@ -286,6 +364,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "serve") == 0 || strcmp(cmd, "start") == 0) return cmd_serve(config);
   if (strcmp(cmd, "check-config") == 0) return cmd_check(config);
   if (strcmp(cmd, "print-config") == 0) return cmd_print(config);
+  if (strcmp(cmd, "rotate-secrets") == 0) return cmd_rotate(config);
   if (strcmp(cmd, "healthcheck") == 0) {
     ak_config_t *cfg;
     int rc = load_config(config, &cfg);

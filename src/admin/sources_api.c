@@ -5,12 +5,19 @@
  * serves it from the next request on and a crash after the 201 cannot lose it. Changes
  * are serialized by the table's write lock; readers never wait on it.
  *
- * A stored row is {"v":1, "tenant", "name", "spec" (as sent, tenant filled in),
- * "created_at", "updated_at", "revision"} and is checked again at every boot, so the
- * defaults and rules of the running version apply. Names are unique on the node, across
- * tenants and the config file's sources, whatever http.routing is: hooks, delivery rows,
- * the dead-letter set, the pen and dedupe keys all name their source by name. */
+ * A stored row is {"v":2, "tenant", "name", "spec" (as sent, tenant filled in, every
+ * secret sealed: core/sealed.h), "created_at", "updated_at", "revision"} and is checked
+ * again at every boot, so the defaults and rules of the running version apply. A secret
+ * is sealed with source_store.secret_key, bound to "source:<tenant>/<name>" and its JSON
+ * pointer in the spec; "v":1 rows (written before secrets were sealed) hold them plain
+ * and are sealed at the first boot with a key. The audit row of a change hashes the row
+ * with each secret replaced by its keyed fingerprint, never the secret.
+ *
+ * Names are unique on the node, across tenants and the config file's sources, whatever
+ * http.routing is: hooks, delivery rows, the dead-letter set, the pen and dedupe keys all
+ * name their source by name. */
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +25,14 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/log.h"
+#include "core/sealed.h"
 #include "core/sources.h"
 #include "edge/edge.h"
 #include "store/batch.h"
 #include "store/store.h"
 
-#define RECORD_VERSION 1
+#define RECORD_VERSION 2      /* secrets sealed */
+#define RECORD_VERSION_PLAIN 1 /* secrets in the clear: read, then sealed (a migration) */
 
 /* ------------------------------------------------------------------ store rows ---- */
 
@@ -44,6 +53,89 @@ static json_t *record(const char *tenant, const char *name, const json_t *spec, 
                    (json_int_t)revision);
 }
 
+static const ak_sealed_keyring_t *keyring(const ak_config_t *cfg);
+
+/* "source:<tenant>/<name>": the row every sealed value of it is bound to (the audit subject) */
+static void row_context(char out[200], const char *tenant, const char *name) {
+  snprintf(out, 200, "source:%s/%s", tenant, name);
+}
+
+/* rec (a record whose spec is plain) with its spec sealed (seal) or fingerprinted, under
+ * the current key. New reference, or NULL. */
+static json_t *record_with(const ak_config_t *cfg, const json_t *rec, bool seal, ak_sealed_stats_t *st) {
+  const ak_sealed_keyring_t *kr = keyring(cfg);
+  const char *tenant = json_string_value(json_object_get(rec, "tenant"));
+  const char *name = json_string_value(json_object_get(rec, "name"));
+  if (!kr || !kr->n || !tenant || !name) return NULL;
+  char ctx[200];
+  row_context(ctx, tenant, name);
+  ak_sealed_stats_t local;
+  const json_t *spec = json_object_get(rec, "spec");
+  json_t *t = seal ? ak_sealed_seal_tree(cfg, ak_sources_options(), &kr->v[0], ctx, spec, st ? st : &local)
+                   : ak_sealed_fingerprint_tree(cfg, ak_sources_options(), &kr->v[0], ctx, spec);
+  json_t *out = t ? json_copy((json_t *)rec) : NULL;
+  if (out) {
+    json_object_set_new(out, "spec", t);
+    json_object_set_new(out, "v", json_integer(RECORD_VERSION));
+  } else {
+    json_decref(t);
+  }
+  return out;
+}
+
+/* A stored row's spec opened: a new reference to the plain spec, or NULL with *why
+ * (malloc'd, naming the source and where in its spec; never a value). */
+static json_t *open_spec(const ak_config_t *cfg, const json_t *rec, const char *label, ak_sealed_stats_t *st,
+                         char **why) {
+  json_int_t ver = json_integer_value(json_object_get(rec, "v"));
+  const json_t *spec = json_object_get(rec, "spec");
+  memset(st, 0, sizeof *st);
+  if (ver == RECORD_VERSION_PLAIN) return json_incref((json_t *)spec);
+  const ak_sealed_keyring_t *kr = keyring(cfg);
+  char ctx[200];
+  row_context(ctx, json_string_value(json_object_get(rec, "tenant")), json_string_value(json_object_get(rec, "name")));
+  json_t *plain = ak_sealed_open_tree(kr, ctx, spec, st);
+  if (plain) return plain;
+  char ids[(AK_SEALED_KEY_ID_LEN + 2) * 9 + 8] = "";
+  for (size_t i = 0; kr && i < kr->n && i < 8; i++)
+    snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%s", i ? ", " : "", kr->v[i].id);
+  int n;
+  if (st->rc == AK_SEALED_UNKNOWN_KEY)
+    n = asprintf(why,
+                 "stored source %s: the secret at %s is sealed with key id %s, which matches no configured key "
+                 "(source_store.secret_key and previous_secret_keys have key ids %s); configure the key it was "
+                 "sealed with as source_store.previous_secret_keys",
+                 label, st->pointer, st->kid, ids[0] ? ids : "none");
+  else if (st->rc == AK_SEALED_FAILED)
+    n = asprintf(why,
+                 "stored source %s: the secret at %s does not open with key id %s: the row is damaged or the value "
+                 "was copied from another row",
+                 label, st->pointer, st->kid);
+  else
+    n = asprintf(why, "stored source %s: the secret at %s: %s", label, st->pointer, ak_sealed_rc_text(st->rc));
+  if (n < 0) *why = NULL;
+  return NULL;
+}
+
+/* What the audit trail hashes for a stored row's text: the row with its secrets
+ * fingerprinted. Malloc'd, or NULL. */
+static char *audit_text_of_row(const ak_config_t *cfg, const char *row, size_t len) {
+  json_t *rec = json_loadb(row, len, JSON_REJECT_DUPLICATES, NULL);
+  ak_sealed_stats_t st;
+  char *why = NULL;
+  json_t *plain = json_is_object(rec) ? open_spec(cfg, rec, "?", &st, &why) : NULL;
+  free(why);
+  char *text = NULL;
+  if (plain) {
+    json_object_set_new(rec, "spec", plain);
+    json_t *fp = record_with(cfg, rec, false, NULL);
+    text = fp ? json_dumps(fp, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(fp);
+  }
+  json_decref(rec);
+  return text;
+}
+
 /* The audit row of a change goes into wb, the batch that stores the change: the caller,
  * the action, the subject "source:<tenant>/<name>", the stored rows before and after
  * (NULL: none; the trail keeps only their keyed hash) and the revision after the change.
@@ -59,34 +151,50 @@ static int audit_source_change(ak_instance_t *inst, ak_batch_t *wb, const ak_aud
   return ak_audit_put(inst->audit, wb, &e);
 }
 
-static void scrub_free(char *p, size_t n) {
-  if (!p) return;
-  explicit_bzero(p, n); /* a row holds the spec's secrets */
-  free(p);
-}
-
-/* One synced batch: the row (put, or delete when rec is NULL) and its audit row. Under
- * the table's write lock, so the row read as "before" is the one being replaced. */
+/* One synced batch: the row (put, or delete when rec is NULL; rec's spec is plain and is
+ * sealed here) and its audit row. Under the table's write lock, so the row read as
+ * "before" is the one being replaced. */
 static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const char *action, const char *tenant,
                         const char *name, const json_t *rec, uint64_t revision) {
   char key[160];
   size_t kl = source_key(key, tenant, name);
-  char *val = rec ? json_dumps(rec, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-  if (rec && !val) return -1;
+  json_t *sealed = rec ? record_with(inst->cfg, rec, true, NULL) : NULL;
+#ifdef AK_TEST_HOOKS
+  /* the rows this build's predecessor wrote (secrets in the clear), for the migration's tests */
+  if (sealed && getenv("ANKUSA_TEST_SOURCE_ROWS_PLAIN")) {
+    json_decref(sealed);
+    sealed = json_copy((json_t *)rec);
+    json_object_set_new(sealed, "v", json_integer(RECORD_VERSION_PLAIN));
+  }
+#endif
+  json_t *fp = rec ? record_with(inst->cfg, rec, false, NULL) : NULL;
+  char *val = sealed ? json_dumps(sealed, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  char *after = fp ? json_dumps(fp, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(sealed);
+  json_decref(fp);
+  if (rec && (!val || !after)) {
+    free(val);
+    free(after);
+    return -1;
+  }
   size_t vl = val ? strlen(val) : 0;
-  char *before = NULL;
+  char *before = NULL, *before_text = NULL;
   size_t bl = 0;
   ak_batch_t *wb = NULL;
-  if (ak_store_get(inst->store, AK_CF_DEFAULT, key, kl, &before, &bl) < 0 || !(wb = ak_batch_new(inst->store)) ||
-      ak_store_pin(inst->store) != 0) {
+  int got = ak_store_get(inst->store, AK_CF_DEFAULT, key, kl, &before, &bl);
+  if (got == 0 && !(before_text = audit_text_of_row(inst->cfg, before, bl))) got = -1;
+  if (got < 0 || !(wb = ak_batch_new(inst->store)) || ak_store_pin(inst->store) != 0) {
     ak_batch_free(wb);
-    scrub_free(before, bl);
-    scrub_free(val, vl);
+    free(before);
+    free(before_text);
+    free(val);
+    free(after);
     return -1;
   }
   if (val) ak_batch_put(wb, AK_CF_DEFAULT, key, kl, val, vl);
   else ak_batch_delete(wb, AK_CF_DEFAULT, key, kl);
-  int rc = audit_source_change(inst, wb, who, action, tenant, name, before, bl, val, vl, revision);
+  int rc = audit_source_change(inst, wb, who, action, tenant, name, before_text,
+                               before_text ? strlen(before_text) : 0, after, after ? strlen(after) : 0, revision);
   if (rc == 0) {
     ak_wf_class_t cls = AK_WF_OTHER;
     char *err = NULL;
@@ -99,8 +207,10 @@ static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const ch
   }
   ak_store_unpin(inst->store);
   ak_batch_free(wb);
-  scrub_free(before, bl);
-  scrub_free(val, vl);
+  free(before);
+  free(before_text);
+  free(val);
+  free(after);
   return rc;
 }
 
@@ -110,7 +220,38 @@ typedef struct {
   ak_instance_t *inst;
   size_t n;
   char *err;
+  ak_batch_t *migrate;   /* plain rows sealed, written after the scan */
+  size_t migrated_rows, migrated_values, stale_rows;
 } load_ctx_t;
+
+/* The rows just re-sealed replaced versions that still sit in the store's files (in the
+ * clear, or under a key being retired, and compressed, so a grep would not even find
+ * them): the default column family is rewritten so they leave the disk. A failure leaves
+ * them there until RocksDB compacts on its own; it is logged, the change stands. */
+static void scrub_old_versions(ak_store_t *st) {
+  char *err = NULL;
+  if (ak_store_compact(st, AK_CF_DEFAULT, &err) != 0)
+    ak_log(AK_LOG_WARNING, "sources", "cannot compact the store: replaced rows stay in its files until RocksDB "
+           "compacts them", "reason=\"%s\"", err ? err : "?");
+  free(err);
+}
+
+/* A plain (v1) row sealed into wb. 0, or -1 (out of memory). */
+static int migrate_row(const ak_config_t *cfg, ak_batch_t **wb, ak_store_t *st, const char *k, size_t kl,
+                       const json_t *rec, size_t *values) {
+  ak_sealed_stats_t ss;
+  json_t *sealed = record_with(cfg, rec, true, &ss);
+  char *val = sealed ? json_dumps(sealed, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(sealed);
+  if (!val || (!*wb && !(*wb = ak_batch_new(st)))) {
+    free(val);
+    return -1;
+  }
+  ak_batch_put(*wb, AK_CF_DEFAULT, k, kl, val, strlen(val));
+  free(val);
+  *values += ss.values;
+  return 0;
+}
 
 static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
   load_ctx_t *lc = ctx;
@@ -122,19 +263,27 @@ static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ct
   json_t *rec = json_loadb(v, vl, JSON_REJECT_DUPLICATES, NULL);
   const char *name = json_string_value(json_object_get(rec, "name"));
   const char *rtenant = json_string_value(json_object_get(rec, "tenant"));
-  const json_t *spec = json_object_get(rec, "spec");
+  json_t *spec = NULL;
   json_int_t ver = json_integer_value(json_object_get(rec, "v"));
   char label[200];
   snprintf(label, sizeof label, "%.*s/%.*s", sep ? (int)(sep - tenant) : (int)(kl - pl), tenant,
            sep ? (int)(kl - pl - (size_t)(sep - tenant) - 1) : 0, sep ? sep + 1 : "");
   int rc = 1;
-  if (!rec || ver != RECORD_VERSION || !name || !rtenant || !json_is_object(spec) || !sep ||
+  if (!rec || (ver != RECORD_VERSION && ver != RECORD_VERSION_PLAIN) || !name || !rtenant ||
+      !json_is_object(json_object_get(rec, "spec")) || !sep ||
       strlen(rtenant) != (size_t)(sep - tenant) || memcmp(rtenant, tenant, strlen(rtenant)) ||
       strlen(name) != kl - pl - strlen(rtenant) - 1 || memcmp(name, sep + 1, strlen(name))) {
     if (asprintf(&lc->err, "stored source %s is damaged (row %s<tenant>\\0<name> of the default column family)",
                  label, AK_KEY_SOURCE) < 0)
       lc->err = NULL;
     goto out;
+  }
+  ak_sealed_stats_t ss;
+  if (!(spec = open_spec(inst->cfg, rec, label, &ss, &lc->err))) goto out;
+  if (ss.stale) lc->stale_rows++;
+  if (ver == RECORD_VERSION_PLAIN) {
+    if (migrate_row(inst->cfg, &lc->migrate, inst->store, k, kl, rec, &lc->migrated_values) != 0) goto out;
+    lc->migrated_rows++;
   }
   json_t *checked = NULL;
   char *warning = NULL, *why = NULL;
@@ -174,6 +323,7 @@ static int load_one(const char *k, size_t kl, const char *v, size_t vl, void *ct
   ak_source_release(ak_sources_put(inst->sources, s));
   rc = 0;
 out:
+  json_decref(spec);
   json_decref(rec);
   if (rc && !lc->err) lc->err = strdup("out of memory");
   return rc;
@@ -184,6 +334,23 @@ int ak_sources_api_load(ak_instance_t *inst, char **err) {
   load_ctx_t lc = {.inst = inst};
   ak_sources_write_lock(inst->sources);
   int rc = ak_store_scan(inst->store, AK_CF_DEFAULT, AK_KEY_SOURCE, strlen(AK_KEY_SOURCE), load_one, &lc);
+  if (!lc.err && rc == 0 && lc.migrate) {
+    /* rows written before secrets were sealed: sealed now, in one synced batch */
+    ak_wf_class_t cls = AK_WF_OTHER;
+    char *werr = NULL;
+    if (ak_store_write(inst->store, lc.migrate, true, &cls, &werr) != 0) {
+      if (asprintf(&lc.err, "cannot seal the secrets of %zu stored sources written in the clear (class %s)",
+                   lc.migrated_rows, ak_wf_class_names[cls]) < 0)
+        lc.err = NULL;
+      if (!lc.err) lc.err = strdup("out of memory");
+    } else {
+      ak_log(AK_LOG_INFO, "sources", "stored sources written in the clear: their secrets are sealed now",
+             "sources=%zu secrets=%zu key_id=%s", lc.migrated_rows, lc.migrated_values, keyring(inst->cfg)->v[0].id);
+      scrub_old_versions(inst->store);
+    }
+    free(werr);
+  }
+  ak_batch_free(lc.migrate);
   ak_sources_write_unlock(inst->sources);
   if (lc.err) {
     *err = lc.err;
@@ -193,12 +360,121 @@ int ak_sources_api_load(ak_instance_t *inst, char **err) {
     *err = strdup("the stored sources cannot be read from the store");
     return -1;
   }
+  if (lc.stale_rows)
+    ak_log(AK_LOG_WARNING, "sources",
+           "stored sources have secrets sealed with a previous key: run `ankusa rotate-secrets` (node stopped) "
+           "before removing it from source_store.previous_secret_keys", "sources=%zu", lc.stale_rows);
   if (lc.n && !ak_source_store_persistent(inst->cfg))
     ak_log(AK_LOG_WARNING, "sources",
            "the store holds sources created over the admin API, not served: source_store.type is static",
            "stored=%zu", lc.n);
   else if (lc.n)
     ak_log(AK_LOG_INFO, "sources", "stored sources loaded", "sources=%zu", lc.n);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ rotation ---- */
+
+typedef struct {
+  const ak_config_t *cfg;
+  ak_store_t *st;
+  ak_batch_t *wb;
+  ak_sources_rotate_t *out;
+  char *err;
+} rotate_ctx_t;
+
+static int rotate_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  rotate_ctx_t *rc = ctx;
+  rc->out->rows++;
+  size_t pl = strlen(AK_KEY_SOURCE);
+  const char *tenant = k + pl, *sep = memchr(tenant, '\0', kl - pl);
+  char label[200];
+  snprintf(label, sizeof label, "%.*s/%.*s", sep ? (int)(sep - tenant) : (int)(kl - pl), tenant,
+           sep ? (int)(kl - pl - (size_t)(sep - tenant) - 1) : 0, sep ? sep + 1 : "");
+  json_t *rec = json_loadb(v, vl, JSON_REJECT_DUPLICATES, NULL);
+  json_int_t ver = json_integer_value(json_object_get(rec, "v"));
+  const char *name = json_string_value(json_object_get(rec, "name"));
+  const char *rtenant = json_string_value(json_object_get(rec, "tenant"));
+  char ctxname[200];
+  if (name && rtenant) snprintf(ctxname, sizeof ctxname, "%s/%s", rtenant, name);
+  if (!json_is_object(rec) || (ver != RECORD_VERSION && ver != RECORD_VERSION_PLAIN) || !name || !rtenant ||
+      !json_is_object(json_object_get(rec, "spec")) || strcmp(ctxname, label) != 0) {
+    if (asprintf(&rc->err, "stored source %s is damaged (row %s<tenant>\\0<name> of the default column family)",
+                 label, AK_KEY_SOURCE) < 0)
+      rc->err = NULL;
+    json_decref(rec);
+    return 1;
+  }
+  ak_sealed_stats_t ss;
+  json_t *plain = open_spec(rc->cfg, rec, label, &ss, &rc->err);
+  if (!plain) {
+    json_decref(rec);
+    return 1;
+  }
+  int ret = 0;
+  if (ver == RECORD_VERSION_PLAIN || ss.stale) {
+    json_object_set_new(rec, "spec", plain);
+    size_t values = 0;
+    if (migrate_row(rc->cfg, &rc->wb, rc->st, k, kl, rec, &values) != 0) {
+      rc->err = strdup("out of memory");
+      ret = 1;
+    } else {
+      rc->out->rewritten++;
+      rc->out->values += values;
+    }
+  } else {
+    json_decref(plain);
+  }
+  json_decref(rec);
+  return ret;
+}
+
+int ak_sources_api_rotate(const ak_config_t *cfg, ak_store_t *st, ak_audit_t *audit, ak_sources_rotate_t *out,
+                          char **err) {
+  *err = NULL;
+  memset(out, 0, sizeof *out);
+  const ak_sealed_keyring_t *kr = keyring(cfg);
+  if (!kr) {
+    *err = strdup("source_store.secret_key is not set: there is no key to seal with (make one with `openssl rand "
+                  "-base64 32`)");
+    return -1;
+  }
+  snprintf(out->key_id, sizeof out->key_id, "%s", kr->v[0].id);
+  rotate_ctx_t rc = {.cfg = cfg, .st = st, .out = out};
+  int scan = ak_store_scan(st, AK_CF_DEFAULT, AK_KEY_SOURCE, strlen(AK_KEY_SOURCE), rotate_one, &rc);
+  if (!rc.err && scan != 0) rc.err = strdup("the stored sources cannot be read from the store");
+  if (!rc.err && rc.wb) {
+    /* every row or none: a rotation that stopped half-way would still need the old key.
+     * One audit row in the same batch says what happened (counts and the key id): the
+     * rows' fingerprints are keyed by the new key from now on, and this row is why. */
+    ak_wf_class_t cls = AK_WF_OTHER;
+    char *werr = NULL;
+    ak_audit_who_t who = {.actor = "rotate-secrets"};
+    json_t *detail = json_pack("{s:I,s:I,s:s}", "sources", (json_int_t)out->rewritten, "secrets",
+                               (json_int_t)out->values, "key_id", out->key_id);
+    ak_audit_entry_t e = {.who = &who, .action = "source_store.rotate_secrets", .subject = "source_store",
+                          .detail = detail};
+    int wrc = !detail || ak_store_pin(st) != 0 ? -1 : 0;
+    if (wrc == 0) {
+      wrc = ak_audit_put(audit, rc.wb, &e);
+      if (wrc == 0) wrc = ak_audit_commit(audit, st, rc.wb, &cls, &werr); /* synced; a NULL trail: the batch alone */
+      ak_store_unpin(st);
+    }
+    json_decref(detail);
+    if (wrc != 0) {
+      if (asprintf(&rc.err, "cannot write the re-sealed rows: %s", werr ? werr : ak_wf_class_names[cls]) < 0)
+        rc.err = strdup("cannot write the re-sealed rows");
+    } else {
+      scrub_old_versions(st);
+    }
+    free(werr);
+  }
+  ak_batch_free(rc.wb);
+  if (rc.err) {
+    *err = rc.err;
+    out->rewritten = out->values = 0;
+    return -1;
+  }
   return 0;
 }
 
@@ -545,6 +821,14 @@ void ak_sources_api_delete(ak_admin_call_t *c, const ak_admin_path_t *path) {
 
 /* ------------------------------------------------------------------- the module ---- */
 
+typedef struct {
+  const char *secret_key;       /* bound */
+  const char *secret_key_file;  /* bound */
+  ak_strlist_t previous;        /* bound */
+  bool persistent;
+  ak_sealed_keyring_t ring;     /* secret_key (or the file's) first, then previous_secret_keys */
+} source_store_cfg_t;
+
 /* Where sources come from besides the config file. redis (shared by a fleet) is Ankusa's
  * third type; url, namespace and tick_ms belong to it alone. A url without a type means
  * redis, so type has no default here: check_source_store() resolves it. */
@@ -559,6 +843,20 @@ static const ak_opt_t source_store_rows[] = {
    .doc = "redis only: key namespace (ankusa:sources:<instance>)"},
   {.key = "tick_ms", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
    .doc = "redis only: how often the shared store is re-read (30000)"},
+  /* secrets at rest: the key that seals the secrets of API-managed sources in the store */
+  {.key = "secret_key", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET,
+   .env = "ANKUSA_SOURCE_STORE_SECRET_KEY", AK_AT(source_store_cfg_t, secret_key),
+   .doc = "persistent: the key (base64 of 32 bytes: `openssl rand -base64 32`) that encrypts every secret of "
+          "an API-managed source in the store (AES-256-GCM); required with type persistent unless "
+          "secret_key_file is set"},
+  {.key = "secret_key_file", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE,
+   .env = "ANKUSA_SOURCE_STORE_SECRET_KEY_FILE", AK_AT(source_store_cfg_t, secret_key_file),
+   .doc = "persistent: a file holding secret_key (read at start; e.g. a mounted container secret); not with "
+          "secret_key"},
+  {.key = "previous_secret_keys", .type = AK_OPT_STRLIST, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET,
+   .env = "ANKUSA_SOURCE_STORE_PREVIOUS_SECRET_KEYS", AK_AT(source_store_cfg_t, previous),
+   .doc = "persistent: older keys, only to read secrets sealed before a rotation; `ankusa rotate-secrets` "
+          "re-seals them with secret_key, then they can go"},
   {0},
 };
 
@@ -583,19 +881,94 @@ static void source_store_check(ak_check_t *c, json_t *ss, json_t *root) {
   for (size_t i = 0; i < sizeof redis_only / sizeof redis_only[0]; i++)
     if (!json_is_null(json_object_get(ss, redis_only[i])) && json_object_get(ss, redis_only[i]))
       ak_check_error(c, "source_store.%s: only valid with type redis, not %s", redis_only[i], t);
+
+  /* the key text is checked here (never echoed); a key file is read by finish */
+  ak_sealed_key_t k;
+  const char *key = json_string_value(json_object_get(ss, "secret_key"));
+  const char *file = json_string_value(json_object_get(ss, "secret_key_file"));
+  if (key && !*key) key = NULL;
+  if (file && !*file) file = NULL;
+  if (key && ak_sealed_key_parse(key, &k) != 0)
+    ak_check_error(c, "source_store.secret_key: not a key: expected the base64 of exactly 32 bytes (make one "
+                      "with `openssl rand -base64 32`)");
+  if (key && file)
+    ak_check_error(c, "source_store.secret_key_file: set secret_key or secret_key_file, not both");
+  size_t i;
+  json_t *item;
+  json_array_foreach(json_object_get(ss, "previous_secret_keys"), i, item)
+    if (ak_sealed_key_parse(json_string_value(item), &k) != 0)
+      ak_check_error(c, "source_store.previous_secret_keys[%zu]: not a key: expected the base64 of exactly 32 "
+                        "bytes", i);
+  OPENSSL_cleanse(&k, sizeof k);
+  if (!strcmp(t, "persistent") && !key && !file)
+    ak_check_error(c, "source_store.secret_key: required with type persistent: the secrets of API-managed "
+                      "sources are encrypted with it in the store. Make a key with `openssl rand -base64 32` and "
+                      "set it as source_store.secret_key, in the environment as ANKUSA_SOURCE_STORE_SECRET_KEY, "
+                      "or in a file named by source_store.secret_key_file");
 }
 
 
-typedef struct {
-  bool persistent;
-} source_store_cfg_t;
+/* The key in a file: at most a line of base64 (and a newline). 0, or -1 with *err. */
+static int read_key_file(const char *path, ak_sealed_key_t *k, char **err) {
+  char buf[256];
+  FILE *f = fopen(path, "re");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  int e = errno;
+  bool too_long = f && n == sizeof buf - 1;
+  if (f) fclose(f);
+  buf[n] = '\0';
+  int rc = 0;
+  if (!f) {
+    if (asprintf(err, "source_store.secret_key_file: cannot read %s: %s", path, strerror(e)) < 0) *err = NULL;
+    rc = -1;
+  } else if (too_long || ak_sealed_key_parse(buf, k) != 0) {
+    if (asprintf(err,
+                 "source_store.secret_key_file: %s does not hold a key: expected the base64 of exactly 32 bytes "
+                 "(make one with `openssl rand -base64 32 > %s`)", path, path) < 0)
+      *err = NULL;
+    rc = -1;
+  }
+  OPENSSL_cleanse(buf, sizeof buf);
+  return rc;
+}
+
+static void source_store_release(void *typed) {
+  ak_sealed_keyring_clear(&((source_store_cfg_t *)typed)->ring);
+}
 
 static int source_store_finish(void *typed, const json_t *section, const json_t *root, char **err) {
   (void)root;
-  (void)err;
+  source_store_cfg_t *sc = typed;
   const char *t = json_string_value(json_object_get(section, "type"));
-  ((source_store_cfg_t *)typed)->persistent = t && !strcmp(t, "persistent");
+  sc->persistent = t && !strcmp(t, "persistent");
+  bool has_key = sc->secret_key && *sc->secret_key, has_file = sc->secret_key_file && *sc->secret_key_file;
+  if (!has_key && !has_file) return 0; /* a static store needs none (the check asks it of persistent) */
+  sc->ring.v = calloc(1 + sc->previous.n, sizeof *sc->ring.v);
+  if (!sc->ring.v) {
+    *err = strdup("source_store: out of memory");
+    return -1;
+  }
+  if (has_file ? read_key_file(sc->secret_key_file, &sc->ring.v[0], err) != 0
+               : ak_sealed_key_parse(sc->secret_key, &sc->ring.v[0]) != 0) {
+    if (!has_file) *err = strdup("source_store.secret_key: not a key");
+    ak_sealed_keyring_clear(&sc->ring);
+    return -1;
+  }
+  sc->ring.n = 1;
+  for (size_t i = 0; i < sc->previous.n; i++) {
+    ak_sealed_key_t k;
+    if (ak_sealed_key_parse(sc->previous.v[i], &k) != 0) continue; /* the check refused it */
+    bool dup = false;
+    for (size_t j = 0; j < sc->ring.n; j++) dup |= !memcmp(sc->ring.v[j].id, k.id, sizeof k.id);
+    if (!dup) sc->ring.v[sc->ring.n++] = k;
+    OPENSSL_cleanse(&k, sizeof k);
+  }
   return 0;
+}
+
+static const ak_sealed_keyring_t *keyring(const ak_config_t *cfg) {
+  const source_store_cfg_t *sc = ak_config_of(cfg, &ak_mod_source_store);
+  return sc && sc->ring.n ? &sc->ring : NULL;
 }
 
 bool ak_source_store_persistent(const ak_config_t *cfg) {
@@ -628,5 +1001,6 @@ const ak_module_t ak_mod_source_store = {
   .cfg_size = sizeof(source_store_cfg_t),
   .check = source_store_check,
   .finish = source_store_finish,
+  .release = source_store_release,
   .open = source_store_open,
 };

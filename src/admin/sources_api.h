@@ -20,6 +20,21 @@
  * stored sources are left alone (a warning says how many). */
 int ak_sources_api_load(ak_instance_t *inst, char **err);
 
+/* `ankusa rotate-secrets` (node stopped, st open for writing): every stored source whose
+ * secrets are not all sealed with the current source_store.secret_key (sealed with a
+ * previous key, or a row written in the clear) re-sealed with it, in one synced batch
+ * with one audit row (source_store.rotate_secrets; audit may be NULL: none): every row or
+ * none. 0 with *out, or -1 with *err (malloc'd) naming the source (a key id no configured
+ * key has, a damaged row). */
+typedef struct ak_sources_rotate {
+  size_t rows;       /* stored sources */
+  size_t rewritten;  /* rows re-sealed */
+  size_t values;     /* secrets in them */
+  char key_id[16];   /* the current key's id */
+} ak_sources_rotate_t;
+int ak_sources_api_rotate(const ak_config_t *cfg, struct ak_store *st, struct ak_audit *audit,
+                          ak_sources_rotate_t *out, char **err);
+
 /* The `source_store` section; its open loads the stored sources. */
 extern const ak_module_t ak_mod_source_store;
 /* source_store.type is persistent: the admin API's sources are served and kept. */

@@ -1292,7 +1292,18 @@ static json_t *mask_url(const json_t *v) {
   return out ? out : json_string(REDACTED);
 }
 
-static json_t *redact_obj(const ak_schema_t *s, const json_t *obj, const ak_opt_t *rows);
+/* One walk of a tree by the redaction's rules, shared by the redaction (fn NULL) and
+ * by whoever must find the same secrets (ak_config_map_secrets: sealing at rest), so
+ * there is one list of what is secret. path is the JSON pointer of the node walked. */
+typedef struct {
+  const ak_schema_t *s;
+  ak_config_secret_fn fn;
+  void *ctx;
+  ak_buf_t path;
+  bool failed;
+} walk_t;
+
+static json_t *walk_obj(walk_t *w, const json_t *obj, const ak_opt_t *rows);
 
 /* A plug-in's rows live in its kind's registry, found by the mapping's own type. */
 static const ak_opt_t *plugin_rows(const ak_schema_t *s, const ak_opt_t *row, const json_t *obj) {
@@ -1300,29 +1311,77 @@ static const ak_opt_t *plugin_rows(const ak_schema_t *s, const ak_opt_t *row, co
   return p ? p->options : NULL;
 }
 
-static json_t *redact_node(const ak_schema_t *s, const json_t *v, const ak_opt_t *row, const char *key) {
+/* RFC 6901: "~" and "/" inside a key are escaped. Returns the length to pop back to. */
+static size_t path_push_key(walk_t *w, const char *k) {
+  size_t at = w->path.len;
+  ak_buf_puts(&w->path, "/");
+  for (; *k; k++) {
+    if (*k == '~') ak_buf_puts(&w->path, "~0");
+    else if (*k == '/') ak_buf_puts(&w->path, "~1");
+    else ak_buf_append(&w->path, k, 1);
+  }
+  return at;
+}
+
+static size_t path_push_idx(walk_t *w, size_t i) {
+  size_t at = w->path.len;
+  ak_buf_printf(&w->path, "/%zu", i);
+  return at;
+}
+
+static void path_pop(walk_t *w, size_t at) {
+  if (w->path.p && at <= w->path.len) {
+    w->path.len = at;
+    w->path.p[at] = '\0';
+  }
+}
+
+/* A leaf: shown is what the redaction prints (new reference); secret when that hides
+ * the value or part of it. */
+static json_t *walk_leaf(walk_t *w, const json_t *v, json_t *shown, bool secret) {
+  if (!w->fn) return shown;
+  json_decref(shown);
+  if (w->path.failed) {
+    w->failed = true;
+    return NULL;
+  }
+  json_t *r = w->fn(w->ctx, w->path.p ? w->path.p : "", v, secret);
+  if (!r) w->failed = true;
+  return r;
+}
+
+static json_t *walk_node(walk_t *w, const json_t *v, const ak_opt_t *row, const char *key) {
   /* Header names stay (an operator sees a sink sends `authorization`), values go. */
   if (key && !strcmp(key, "headers") && json_is_object(v)) {
     json_t *out = json_object();
     const char *k;
     json_t *item;
-    json_object_foreach((json_t *)v, k, item) json_object_set_new(out, k, json_string(REDACTED));
+    json_object_foreach((json_t *)v, k, item) {
+      size_t at = path_push_key(w, k);
+      json_object_set_new(out, k, walk_leaf(w, item, json_string(REDACTED), true));
+      path_pop(w, at);
+    }
     return out;
   }
   if (!json_is_null(v) && ((row && (row->flags & AK_OPTF_SECRET)) || (key && secret_key_name(key))))
-    return json_string(REDACTED);
-  if (json_is_string(v) && key && (!strcmp(key, "url") || !strcmp(key, "endpoint") || !strcmp(key, "resource")))
-    return ak_config_view_url(json_string_value(v));
-  if (json_is_string(v)) return mask_url(v);
+    return walk_leaf(w, v, json_string(REDACTED), true);
+  if (json_is_string(v)) {
+    /* a URL shown with its password or query values hidden holds a secret in part */
+    json_t *shown = key && (!strcmp(key, "url") || !strcmp(key, "endpoint") || !strcmp(key, "resource"))
+                      ? ak_config_view_url(json_string_value(v)) : mask_url(v);
+    return walk_leaf(w, v, shown, !json_equal(shown, (json_t *)v));
+  }
   if (json_is_array(v)) {
     json_t *out = json_array();
     size_t i;
     json_t *item;
     json_array_foreach(v, i, item) {
       json_t *r = NULL;
-      if (row && row->type == AK_OPT_PLUGIN_LIST && json_is_object(item)) r = redact_obj(s, item, plugin_rows(s, row, item));
-      else if (row && row->type == AK_OPT_LIST_OF && json_is_object(item)) r = redact_obj(s, item, row->children);
-      else r = redact_node(s, item, NULL, row && row->type == AK_OPT_PLUGIN_LIST ? NULL : key);
+      size_t at = path_push_idx(w, i);
+      if (row && row->type == AK_OPT_PLUGIN_LIST && json_is_object(item)) r = walk_obj(w, item, plugin_rows(w->s, row, item));
+      else if (row && row->type == AK_OPT_LIST_OF && json_is_object(item)) r = walk_obj(w, item, row->children);
+      else r = walk_node(w, item, NULL, row && row->type == AK_OPT_PLUGIN_LIST ? NULL : key);
+      path_pop(w, at);
       json_array_append_new(out, r);
     }
     return out;
@@ -1333,32 +1392,54 @@ static json_t *redact_node(const ak_schema_t *s, const json_t *v, const ak_opt_t
       const char *k;
       json_t *item;
       json_object_foreach((json_t *)v, k, item) {
-        json_t *r = json_is_object(item) ? redact_obj(s, item, row->children) : redact_node(s, item, NULL, k);
+        size_t at = path_push_key(w, k);
+        json_t *r = json_is_object(item) ? walk_obj(w, item, row->children) : walk_node(w, item, NULL, k);
+        path_pop(w, at);
         json_object_set_new(out, k, r);
       }
       return out;
     }
-    if (row && row->type == AK_OPT_PLUGIN) return redact_obj(s, v, plugin_rows(s, row, v));
+    if (row && row->type == AK_OPT_PLUGIN) return walk_obj(w, v, plugin_rows(w->s, row, v));
     bool typed = row && row->type == AK_OPT_MAP;
-    return redact_obj(s, v, typed ? row->children : NULL);
+    return walk_obj(w, v, typed ? row->children : NULL);
   }
-  return json_copy((json_t *)v);
+  return walk_leaf(w, v, json_copy((json_t *)v), false);
 }
 
-static json_t *redact_obj(const ak_schema_t *s, const json_t *obj, const ak_opt_t *rows) {
+static json_t *walk_obj(walk_t *w, const json_t *obj, const ak_opt_t *rows) {
   json_t *out = json_object();
   const char *k;
   json_t *v;
-  json_object_foreach((json_t *)obj, k, v)
-    json_object_set_new(out, k, redact_node(s, v, row_find(rows, k, NULL), k));
+  json_object_foreach((json_t *)obj, k, v) {
+    size_t at = path_push_key(w, k);
+    json_object_set_new(out, k, walk_node(w, v, row_find(rows, k, NULL), k));
+    path_pop(w, at);
+  }
+  return out;
+}
+
+static json_t *walk_tree(walk_t *w, const ak_config_t *cfg, const json_t *tree, const ak_opt_t *rows) {
+  if (!tree) return NULL;
+  w->s = cfg ? cfg->schema : NULL;
+  json_t *out = !json_is_object(tree) ? walk_node(w, tree, NULL, NULL)
+                                      : walk_obj(w, tree, rows ? rows : cfg ? cfg->root_rows : NULL);
+  ak_buf_free(&w->path);
+  if (w->failed) {
+    json_decref(out);
+    return NULL;
+  }
   return out;
 }
 
 json_t *ak_config_redact_tree(const ak_config_t *cfg, const json_t *tree, const ak_opt_t *rows) {
-  if (!tree) return NULL;
-  const ak_schema_t *s = cfg ? cfg->schema : NULL;
-  if (!json_is_object(tree)) return redact_node(s, tree, NULL, NULL);
-  return redact_obj(s, tree, rows ? rows : cfg ? cfg->root_rows : NULL);
+  walk_t w = {.path = AK_BUF_INIT};
+  return walk_tree(&w, cfg, tree, rows);
+}
+
+json_t *ak_config_map_secrets(const ak_config_t *cfg, const json_t *tree, const ak_opt_t *rows,
+                              ak_config_secret_fn fn, void *ctx) {
+  walk_t w = {.fn = fn, .ctx = ctx, .path = AK_BUF_INIT};
+  return walk_tree(&w, cfg, tree, rows);
 }
 
 json_t *ak_config_redacted(const ak_config_t *cfg) {

@@ -61,6 +61,16 @@ json_t *ak_config_redacted(const ak_config_t *cfg);
  * password of scheme://user:pass@ URLs. New reference. */
 json_t *ak_config_redact_tree(const ak_config_t *cfg, const json_t *tree, const ak_opt_t *rows);
 
+/* The same walk for a caller that must find the same secrets (core/sealed.c seals them
+ * at rest): the tree rebuilt with fn's answer for every leaf, a leaf being every scalar
+ * and every value the redaction hides whole (a secret list or mapping is one leaf).
+ * pointer is the leaf's JSON pointer (RFC 6901, "" for the root); secret is true when the
+ * redaction hides the value or part of it (a URL's password or query values). fn answers
+ * a new reference, or NULL to fail the walk. NULL when fn failed or out of memory. */
+typedef json_t *(*ak_config_secret_fn)(void *ctx, const char *pointer, const json_t *v, bool secret);
+json_t *ak_config_map_secrets(const ak_config_t *cfg, const json_t *tree, const ak_opt_t *rows,
+                              ak_config_secret_fn fn, void *ctx);
+
 /* ------------------------------------------------ what check hooks may use ---- */
 
 /* An error list. literal: strings are taken as written (no ${VAR}: a spec sent over the

@@ -466,6 +466,26 @@ int ak_store_pin(ak_store_t *st) {
 
 void ak_store_unpin(ak_store_t *st) { pthread_rwlock_unlock(&st->lock); }
 
+int ak_store_compact(ak_store_t *st, int cf, char **err) {
+  if (cf < 0 || cf >= AK_CF_COUNT || ak_store_pin(st) != 0) {
+    *err = strdup("the store is not open");
+    return -1;
+  }
+  if (st->read_only || !st->cf[cf]) {
+    ak_store_unpin(st);
+    *err = strdup("the store is open read-only");
+    return -1;
+  }
+  rocksdb_compactoptions_t *o = rocksdb_compactoptions_create();
+  rocksdb_compactoptions_set_exclusive_manual_compaction(o, 1);
+  /* kForce: the last level is rewritten too, or an old version kept there would stay */
+  rocksdb_compactoptions_set_bottommost_level_compaction(o, 2);
+  rocksdb_compact_range_cf_opt(st->db, st->cf[cf], o, NULL, 0, NULL, 0);
+  rocksdb_compactoptions_destroy(o);
+  ak_store_unpin(st);
+  return 0;
+}
+
 static int refuse_closed(ak_wf_class_t *cls, char **err) {
   if (cls) *cls = AK_WF_OTHER;
   if (err) *err = strdup("store is closed");

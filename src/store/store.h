@@ -74,6 +74,12 @@ int ak_store_write_pinned(ak_store_t *st, ak_batch_t *b, bool sync, ak_wf_class_
  * (closed, or an op of the batch met it closed) or failed, with *cls and *err. */
 int ak_store_write(ak_store_t *st, ak_batch_t *b, bool sync, ak_wf_class_t *cls, char **err);
 
+/* Rewrite every file of one column family (its memtable flushed first), so the versions of
+ * its keys that were overwritten or deleted leave the disk (a row that held a secret in the
+ * clear before it was sealed). Blocks until done; for boot and offline tools. 0, or -1
+ * with *err (malloc'd). */
+int ak_store_compact(ak_store_t *st, int cf, char **err);
+
 /* Point read: 0 found (*val malloc'd), 1 not found, -1 unavailable or error. */
 int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
 /* The same for a caller that holds a pin (no second lock taken). */

@@ -32,6 +32,10 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime
 # Config fragments many tests share (never mutate them: they are module-level).
 LOG = [{"type": "log"}]  # a source's sinks: the log sink only
 LOOPBACK = {"egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"]}}  # http sinks on 127/8
+# source_store.type persistent needs a key to seal the stored secrets (docs/deployment.md,
+# "Secrets at rest"); the tests' own, never a real one
+SOURCE_STORE_KEY = "dGVzdC1rZXktMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDA="
+PERSISTENT_STORE = {"type": "persistent", "secret_key": SOURCE_STORE_KEY}
 
 
 # --------------------------------------------------------------------------- basics

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from helpers import LOG, SANITIZER_MARKERS, RawConn, Server, github_sig, principal, run_cli, sha256_hex
+from helpers import LOG, PERSISTENT_STORE, SANITIZER_MARKERS, RawConn, Server, github_sig, principal, run_cli, sha256_hex
 
 TOKENS = {"root": "tok-root-7Q2xZ9w1", "acme": "tok-acme-K3m8Pq4r", "nobody": "tok-nobody-V6n2Lc0s"}
 ALL_SCOPES = ["sources:read", "sources:write", "dlq:read", "replays:read", "replays:write", "quarantine:read",
@@ -45,7 +45,7 @@ def forge(s, source, body):
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     s = Server(tmp_path_factory.mktemp("auth"), name="auth", sources=SOURCES,
-               config={"admin": {"principals": principals()}, "source_store": {"type": "persistent"}})
+               config={"admin": {"principals": principals()}, "source_store": PERSISTENT_STORE})
     s.start()
     st = {}
     for src in ("acme_src", "beta_src"):

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from helpers import LOG, github_sig, principal
+from helpers import LOG, PERSISTENT_STORE, github_sig, principal
 
 TOKENS = {"root": "tok-audit-root-Zr71Qm", "acme": "tok-audit-acme-Lp04Xe", "beta": "tok-audit-beta-Wd55Hn"}
 OLD_SECRET = "whsec-audit-old-Vq28Tk"   # the hooks are signed with it
@@ -339,7 +339,7 @@ def test_source_changes_are_audited_in_their_batch(ankusa, tmp_path):
     flag = tmp_path / "audit-fails"
     scopes = ["sources:read", "sources:write", "audit:read"]
     cfg = {"admin": {"principals": [principal("root", TOKENS["root"], scopes, "*")]},
-           "source_store": {"type": "persistent"}}
+           "source_store": PERSISTENT_STORE}
     s = ankusa(config=cfg, env={"ANKUSA_TEST_AUDIT_FAIL": str(flag)})
     spec = {"verify": {"type": "github", "secret": "src-secret-Xy81Kq"}, "sinks": LOG}
     r = adm(s, "POST", "/v1/tenants/acme/sources", dict(spec, name="gh"))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import (LOOPBACK, REPO, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, admin_json, github_sig,
+from helpers import (LOOPBACK, PERSISTENT_STORE, REPO, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, admin_json, github_sig,
                      reserve_port)
 from receiver import Receiver
 
@@ -315,7 +315,7 @@ def test_ingest_and_verify_series_per_source_at_detail_source(ankusa):
 @pytest.mark.slow
 def test_series_count_stays_bounded_across_api_sources(ankusa):
     """metrics.detail tenant (default): 200 API-made sources, each with traffic, add no series."""
-    node = ankusa(config={**LOOPBACK, "source_store": {"type": "persistent"}})
+    node = ankusa(config={**LOOPBACK, "source_store": PERSISTENT_STORE})
     assert node.post("/webhooks/demo", b"{}").status == 201
     before = sample_count(node.admin("/metrics").body.decode())
 

@@ -6,11 +6,11 @@ dead-letter them; ingest keeps working while sources change under it."""
 import threading
 import time
 
-from helpers import LOOPBACK, SLOW, admin_json, github_sig, wait_until
+from helpers import LOOPBACK, PERSISTENT_STORE, SLOW, admin_json, github_sig, wait_until
 from receiver import Receiver
 
 FAST = {"retry": {"base_ms": 50, "max_ms": 300, "max_attempts": 84, "jitter": False}, "breaker_failures": 0}
-PERSISTENT = dict(LOOPBACK, source_store={"type": "persistent"}, dispatch=FAST)
+PERSISTENT = dict(LOOPBACK, source_store=PERSISTENT_STORE, dispatch=FAST)
 SECRET_A = "gh-secret-number-one"
 SECRET_B = "gh-secret-number-two"
 
@@ -189,7 +189,7 @@ def test_api_sinks_are_guarded_with_the_default_egress(ankusa, rx):
     # the quickstart's sink is trusted in the config file, refused over the API: its URL
     # comes from a tenant-scoped principal (default egress: no allow_http, no allow list)
     url = f"http://127.0.0.1:{rx.port}/hooks"
-    node = ankusa(config={"source_store": {"type": "persistent"}, "dispatch": FAST},
+    node = ankusa(config={"source_store": PERSISTENT_STORE, "dispatch": FAST},
                   sources={"demo": {"tenant": "acme", "sinks": [{"type": "http", "url": url}]}})
     sinks = [{"type": "http", "url": url}]
     for method, path, body in (("POST", "/v1/tenants/acme/sources", {"name": "x", "sinks": sinks}),
@@ -216,7 +216,7 @@ def test_api_sinks_are_guarded_with_the_default_egress(ankusa, rx):
 def test_api_sink_whose_name_resolves_to_loopback_is_refused_at_delivery(ankusa, rx):
     # http:// allowed, no allow list: a name passes the check (it is not resolved then) and
     # the address connected to is refused, permanently; the static source is not guarded
-    node = ankusa(config={"source_store": {"type": "persistent"}, "dispatch": FAST, "egress": {"allow_http": True}},
+    node = ankusa(config={"source_store": PERSISTENT_STORE, "dispatch": FAST, "egress": {"allow_http": True}},
                   sources={"static": {"tenant": "acme",
                                       "sinks": [{"type": "http", "url": f"http://localhost:{rx.port}/s"}]}})
     r = admin_json(node, "POST", "/v1/tenants/acme/sources",

@@ -132,7 +132,7 @@ Test(config, defaults_from_empty_document) {
               "\"log\":{\"level\":\"info\"},"
               "\"metrics\":{\"detail\":\"tenant\"},"
               "\"sources\":{},"
-              "\"source_store\":{\"type\":\"static\",\"url\":null,\"namespace\":null,\"tick_ms\":null},"
+              "\"source_store\":{\"type\":\"static\",\"url\":null,\"namespace\":null,\"tick_ms\":null,\"secret_key\":null,\"secret_key_file\":null,\"previous_secret_keys\":null},"
               "\"audit\":{\"retention_days\":365},"
               "\"store_headers\":{\"drop\":[],\"hash\":[],\"keep\":[]},"
               "\"routes\":{\"enabled\":false,\"max_routes\":10000,\"log_sample\":100,\"ip_denied_status\":403,"

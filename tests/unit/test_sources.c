@@ -35,7 +35,7 @@ static ak_config_t *load(const char *yaml) {
   return cfg;
 }
 
-static const char *BASE = "source_store: {type: persistent}\n"
+static const char *BASE = "source_store: {type: persistent, secret_key: AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=}\n"
                           "sources:\n"
                           "  zeta: {tenant: acme, sinks: [{type: log}]}\n"
                           "  alpha: {sinks: [{type: log}], verify: {type: github, secret: s3cr3t}}\n";
@@ -431,7 +431,7 @@ Test(source_check, literal_defaults_and_the_trust_rule) {
 }
 
 Test(source_check, source_store_section) {
-  ak_config_t *cfg = load("source_store: {type: persistent}\n");
+  ak_config_t *cfg = load("source_store: {type: persistent, secret_key: AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=}\n");
   cr_expect(ak_source_store_persistent(cfg));
   ak_config_free(cfg);
   const char *const env[] = {NULL};
@@ -442,7 +442,7 @@ Test(source_check, source_store_section) {
   cr_expect_str_eq(err, "source_store.type: \"redis\" is not supported yet (a url without a type means redis); "
                         "use static or persistent");
   free(err);
-  const char *y2 = "source_store: {type: persistent, tick_ms: 5}\n";
+  const char *y2 = "source_store: {type: persistent, tick_ms: 5, secret_key: AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=}\n";
   cr_assert_eq(ak_config_load_string(ak_modules(), y2, strlen(y2), env, &bad, &err), -1);
   cr_expect_str_eq(err, "source_store.tick_ms: only valid with type redis, not persistent");
   free(err);

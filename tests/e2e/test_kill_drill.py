@@ -376,8 +376,20 @@ def test_kill_drill(ankusa):
         # ---- the store: every 201 is there with its body, under the id it was answered
         for hid in rnd.sample(sorted(drill.acked), min(100, len(drill.acked))):
             assert node.hook(hid)["sha256"] == drill.acked[hid][1]
+        m = node.metrics()
         assert node.stop() == 0, node.log_tail()
         hooks = node.inspect()
+        # the counters a node keeps in the store beside what they count (written in the
+        # same batches, read back at the last start) agree with what is there
+        gauges = {g: m.value(g, instance="default") for g in (
+            "ankusa_store_hooks", "ankusa_dedupe_keys", "ankusa_quarantine_entries", "ankusa_quarantine_bytes",
+            "ankusa_queue_dead")}
+        assert gauges == {
+            "ankusa_store_hooks": len(hooks),
+            "ankusa_dedupe_keys": sum(1 for h in hooks if h.get("dedupe_key")),
+            "ankusa_quarantine_entries": len(held),
+            "ankusa_quarantine_bytes": sum(e["size"] for e in held),
+            "ankusa_queue_dead": 0}, gauges
         stored = {h["id"]: h for h in hooks}
         assert len(stored) == len(hooks), "an id appears twice in the store"
         lost = [i for i in drill.acked if i not in stored]
@@ -404,6 +416,7 @@ def test_kill_drill(ankusa):
             "refused": dict(drill.refused),
             "dedupe": {"duplicates": drill.duplicates, "resends": dict(drill.resends)},
             "dead_seen": len(dead_seen), "replayed": len(replayed),
+            "replay_job": {k: job[k] for k in ("moved", "scanned", "skipped", "delivered", "dead")},
             "first_attempt_failures": len(retried),
             "deliveries": len(rx.snapshot()) + len(rx_dl.snapshot()),
             "restart_s": {"mean": sum(restart_s) / len(restart_s), "max": max(restart_s)},

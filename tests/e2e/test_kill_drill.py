@@ -28,7 +28,7 @@ from collections import Counter
 from helpers import LOOPBACK, SANITIZER, SLOW, admin_json, github_sig, http_request, is_uuid7, sha256_hex
 from receiver import Receiver
 
-KILLS = int(os.environ.get("ANKUSA_DRILL_KILLS") or (6 if SANITIZER else 12))
+KILLS = int(os.environ.get("ANKUSA_DRILL_KILLS") or 12)
 P99_BOUND_MS = 250.0
 SECRET = "drill-secret"
 FORGED_CAP = 700       # the pen lists at most 1000 entries in one answer
@@ -63,6 +63,7 @@ class Drill:
         self.key_id = {}              # event id -> the hook id its 201s name
         self.key_gen = {}             # event id -> kill generation of its first 201
         self.acked_keys = []          # the event ids of key_id, to pick re-sends from
+        self.key_new = {}             # event id -> 201s that were not a duplicate (at most 1)
         self.unanswered = []          # event ids sent without an answer yet
         self.resends = Counter()      # acked-same-gen, acked-across-kill, unanswered
         self.duplicates = 0
@@ -107,7 +108,7 @@ class Drill:
         while not self.stop_ev.is_set():
             with self.lock:
                 pick = rnd.random()
-                if pick < 0.15 and self.key_id:
+                if pick < 0.15 and self.acked_keys:
                     key = rnd.choice(self.acked_keys)
                     kind = "acked-across-kill" if self.key_gen[key] < self.gen else "acked-same-gen"
                 elif pick < 0.25 and self.unanswered:
@@ -117,45 +118,60 @@ class Drill:
                     n += 1
                     key = f"evt-{k}-{n}-{rnd.getrandbits(32):08x}"
                     self.key_body[key] = json.dumps({"event": key, "pad": "x" * rnd.randint(0, 1500)}).encode()
-                    kind = None
-                body = self.key_body[key]
+                    # a provider that timed out early sends the event again while its
+                    # first request is still on the wire: two occurrences at once
+                    kind = "twin" if pick > 0.97 else None
                 gen = self.gen
-            r, ms = self._post("/webhooks/dd", body, {"Content-Type": "application/json", "X-Event-Id": key})
-            if r is None or r.status == 503:
-                with self.lock:
-                    if key not in self.key_id:
-                        self.unanswered.append(key)
-                self._refused("dd" if r is None else "dd-503")
-                continue
-            if r.status != 201:
-                with self.lock:
-                    self.problems.append(f"dd: unexpected answer {r!r}")
-                continue
-            j = r.json
-            hid = j.get("id")
+            if kind == "twin":
+                twin = threading.Thread(target=self.dd_send, args=(key, kind, gen))
+                twin.start()
+                self.dd_send(key, kind, gen)
+                twin.join()
+            else:
+                self.dd_send(key, kind, gen)
+
+    def dd_send(self, key, kind, gen):
+        """One POST of event `key`: every 201 for a key names the same hook, and only one
+        of them (the first occurrence the writer took) is not a duplicate."""
+        body = self.key_body[key]
+        r, ms = self._post("/webhooks/dd", body, {"Content-Type": "application/json", "X-Event-Id": key})
+        if r is None or r.status == 503:
             with self.lock:
-                self.lat_ms.append(ms)
-                if kind:
-                    self.resends[kind] += 1
-                if j.get("duplicate"):
-                    self.duplicates += 1
-                known = self.key_id.get(key)
-                if known is not None and hid != known:
-                    self.problems.append(f"dd: {key} answered {j} after {known} (resend {kind}, gen {gen})")
-                elif known is not None and not j.get("duplicate"):
-                    self.problems.append(f"dd: {key} stored again as {hid} (first {known})")
-                elif known is None:
-                    if j.get("duplicate") and kind is None:
-                        self.problems.append(f"dd: a first send of {key} answered duplicate {j}")
-                    if not is_uuid7(hid or ""):
-                        self.problems.append(f"dd: 201 with a bad id {r.body!r}")
-                    elif hid in self.acked:
-                        self.problems.append(f"dd: id {hid} handed out for two keys")
-                    else:
-                        self.key_id[key] = hid
-                        self.key_gen[key] = gen
-                        self.acked_keys.append(key)
-                        self.acked[hid] = ("dd", sha256_hex(body))
+                if key not in self.key_id and key not in self.unanswered:
+                    self.unanswered.append(key)
+            self._refused("dd" if r is None else "dd-503")
+            return
+        if r.status != 201:
+            with self.lock:
+                self.problems.append(f"dd: unexpected answer {r!r}")
+            return
+        j = r.json
+        hid, dup = j.get("id"), bool(j.get("duplicate"))
+        with self.lock:
+            self.lat_ms.append(ms)
+            if kind:
+                self.resends[kind] += 1
+            self.duplicates += dup
+            if not dup:
+                self.key_new[key] = self.key_new.get(key, 0) + 1
+                if self.key_new[key] > 1:
+                    self.problems.append(f"dd: {key} stored again as {hid} (first {self.key_id.get(key)})")
+            known = self.key_id.get(key)
+            if known is not None:
+                if hid != known:
+                    self.problems.append(f"dd: {key} answered {j} after {known} (send {kind}, gen {gen})")
+                return
+            if dup and kind is None:
+                self.problems.append(f"dd: the only send of {key} answered duplicate {j}")
+            if not is_uuid7(hid or ""):
+                self.problems.append(f"dd: 201 with a bad id {r.body!r}")
+            elif hid in self.acked:
+                self.problems.append(f"dd: id {hid} handed out for two keys")
+            else:
+                self.key_id[key] = hid
+                self.key_gen[key] = gen
+                self.acked_keys.append(key)
+                self.acked[hid] = ("dd", sha256_hex(body))
 
     # ---------------------------------------------------------------- qq
     def qq_client(self, k):
@@ -360,6 +376,10 @@ def test_kill_drill(ankusa):
         assert not lost, f"{len(lost)} dead-lettered hooks neither in the DLQ nor delivered, e.g. {lost[:3]}"
         replayed = {d.id for d in rx_dl.snapshot() if d.headers.get("x-ankusa-replay-id") and d.status == 204}
         assert replayed, "the replay delivered nothing"
+        jobs = {j["id"] for j in node.admin("/v1/replays").json["replays"]}
+        strays = {d.headers["x-ankusa-replay-id"] for d in rx_dl.snapshot() if d.headers.get("x-ankusa-replay-id")}
+        assert strays <= jobs, f"deliveries name replay jobs that do not exist: {strays - jobs}"
+        assert not any(d.headers.get("x-ankusa-replay-id") for d in rx.snapshot()), "replayed what never died"
 
         # ---- the quarantine pen: every forged hook answered 202 is held, none delivered
         r = node.admin("/v1/quarantine?source_id=qq&limit=1000")
@@ -402,6 +422,23 @@ def test_kill_drill(ankusa):
         assert not twice, f"an event id stored as two hooks: {twice[:3]}"
         for key, hid in drill.key_id.items():
             assert stored[hid].get("dedupe_key") == key, (key, stored[hid])
+        # what was stored without an answer: at most the requests on the wire at each kill
+        unanswered = len(stored) - len(drill.acked)
+        assert 0 <= unanswered <= len(clients) * (KILLS + early_kills), f"{unanswered} stored hooks never answered"
+        # no seq twice; two writers may lose at most one (unanswered) batch each per kill
+        seqs = sorted(h["seq"] for h in hooks)
+        assert len(seqs) == len(set(seqs)), "a seq appears twice in the store"
+        gap = seqs[-1] - seqs[0] + 1 - len(seqs)
+        assert gap <= 2 * 256 * (KILLS + early_kills), f"{gap} seqs missing"
+        # nothing was delivered that the store does not hold, and a dedupe source's
+        # deliveries carry their event id
+        phantom = {d.id for d in rx.snapshot() + rx_dl.snapshot()} - set(stored)
+        assert not phantom, f"delivered hooks the store does not hold: {sorted(phantom)[:3]}"
+        for d in rx.snapshot():
+            key = stored[d.id].get("dedupe_key")
+            if stored[d.id]["source_id"] == "dd":
+                assert key and d.headers.get("x-ankusa-dedupe-key") == key, (d.headers, stored[d.id])
+                assert d.headers.get("x-ankusa-idempotency-key") == f"default:dd:{key}", d.headers
         assert node.starts == KILLS + early_kills + 1
 
         # ---- the figures
@@ -417,7 +454,7 @@ def test_kill_drill(ankusa):
             "dedupe": {"duplicates": drill.duplicates, "resends": dict(drill.resends)},
             "dead_seen": len(dead_seen), "replayed": len(replayed),
             "replay_job": {k: job[k] for k in ("moved", "scanned", "skipped", "delivered", "dead")},
-            "first_attempt_failures": len(retried),
+            "first_attempt_failures": len(retried), "stored_unanswered": unanswered, "seq_gap": gap,
             "deliveries": len(rx.snapshot()) + len(rx_dl.snapshot()),
             "restart_s": {"mean": sum(restart_s) / len(restart_s), "max": max(restart_s)},
             "duration_s": {"load": round(t_load, 2), "drain": round(t_drain, 2),

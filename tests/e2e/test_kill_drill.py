@@ -31,7 +31,11 @@ from receiver import Receiver
 KILLS = int(os.environ.get("ANKUSA_DRILL_KILLS") or 12)
 P99_BOUND_MS = 250.0
 SECRET = "drill-secret"
-FORGED_CAP = 700       # the pen lists at most 1000 entries in one answer
+OLD_FORGERY = "forged-before"  # the forged hooks' key until the release; then trusted
+NEW_FORGERY = "forged-after"   # the forged hooks' key afterwards: never trusted
+# forged hooks held per key: the old ones make a release long enough for a kill to land
+# in it; the new ones stay, and the pen lists at most 1000 entries in one answer
+FORGED_CAP = {OLD_FORGERY: 2500, NEW_FORGERY: 700}
 DL_CAP = 600           # likewise the DLQ
 
 
@@ -68,10 +72,13 @@ class Drill:
         self.resends = Counter()      # acked-same-gen, acked-across-kill, unanswered
         self.duplicates = 0
         # qq: quarantine source
-        self.forged_sent = 0
-        self.forged_held = []         # body sizes answered 202
-        self.forged_unanswered = 0
-        self.forged_bodies = set()    # sha256 of every forged body
+        self.forge_with = OLD_FORGERY
+        self.forged_sent = Counter()
+        # per forgery key: body sizes answered 202, sent without an answer, every body's sha256
+        self.forged_held = {OLD_FORGERY: [], NEW_FORGERY: []}
+        self.forged_unanswered = Counter()
+        self.forged_bodies = {OLD_FORGERY: set(), NEW_FORGERY: set()}
+        self.forged_held_sha = set()  # sha256 of the OLD_FORGERY bodies answered 202
         # every delivering source: hook id -> (source, sha256 of its body)
         self.acked = {}
         self.dl_acked = 0
@@ -181,23 +188,26 @@ class Drill:
             n += 1
             body = json.dumps({"q": f"{k}-{n}", "pad": "y" * rnd.randint(0, 800)}).encode()
             with self.lock:
-                forged = rnd.random() < 0.2 and self.forged_sent < FORGED_CAP
+                forgery = self.forge_with
+                forged = rnd.random() < 0.25 and self.forged_sent[forgery] < FORGED_CAP[forgery]
                 if forged:
-                    self.forged_sent += 1
-                    self.forged_bodies.add(sha256_hex(body))
-            sig = github_sig("not-" + SECRET if forged else SECRET, body)
+                    self.forged_sent[forgery] += 1
+                    self.forged_bodies[forgery].add(sha256_hex(body))
+            sig = github_sig(forgery if forged else SECRET, body)
             r, ms = self._post("/webhooks/qq", body, {"Content-Type": "application/json", "X-GitHub-Event": "push",
                                                       "X-Hub-Signature-256": sig})
             if r is None or r.status == 503:
                 if forged:
                     with self.lock:
-                        self.forged_unanswered += 1
+                        self.forged_unanswered[forgery] += 1
                 self._refused("qq" if r is None else "qq-503")
                 continue
             if forged:
                 with self.lock:
                     if r.status == 202 and r.json == {"status": "quarantined", "reason": ":no_match"}:
-                        self.forged_held.append(len(body))
+                        self.forged_held[forgery].append(len(body))
+                        if forgery == OLD_FORGERY:
+                            self.forged_held_sha.add(sha256_hex(body))
                         self.lat_202_ms.append(ms)
                     else:
                         self.problems.append(f"qq: forged hook answered {r!r}")
@@ -286,12 +296,25 @@ def test_kill_drill(ankusa):
 
         rnd = random.Random()
         fix_at = max(1, KILLS // 3)
+        release_at = min(KILLS - 1, max(fix_at + 1, 2 * KILLS // 3))
+        releases = []       # the answers of the quarantine releases (an exception: killed under it)
+
+        def release():
+            t0 = time.monotonic()
+            try:
+                r = admin_json(node, "POST", "/v1/replays", {"kind": "quarantine", "source_id": "qq"})
+            except Exception as e:  # noqa: BLE001 - the node was killed while it released
+                r = e
+            releases.append((r, time.monotonic() - t0))
+
+        release_threads = []
         dead_seen = set()   # every id the DLQ listed at some point
         replay_id = None
         restart_s = []
         early_kills = 0     # extra kills during a start (not counted in KILLS)
         for kill in range(KILLS):
-            time.sleep(rnd.uniform(0.3, 2.0))
+            # the kill after the first release comes while it commits, most of the time
+            time.sleep(rnd.uniform(0.0, 0.04) if kill == release_at + 1 else rnd.uniform(0.3, 2.0))
             if kill == fix_at:
                 # the dead rows so far; then the sink is fixed and a replay moves them back
                 # while the kills go on
@@ -304,6 +327,14 @@ def test_kill_drill(ankusa):
                 time.sleep(rnd.uniform(0.1, 0.6))
             elif kill < fix_at:
                 dead_seen |= dlq_ids(node)
+            if kill == release_at:
+                # from now on hooks are forged with another key, so the ones held so far
+                # are told apart from those held later; then the node restarts trusting
+                # the old forgery key (a secret rotation), so the held hooks pass
+                # re-verification, and is released after each restart while kills go on
+                with drill.lock:
+                    drill.forge_with = NEW_FORGERY
+                time.sleep(0.3)  # every request forged with the old key is answered
             node.kill9()
             with drill.lock:
                 drill.gen += 1
@@ -315,13 +346,25 @@ def test_kill_drill(ankusa):
                 assert node.proc.poll() is None, f"exited {node.proc.returncode} while starting\n{node.log_tail()}"
                 node.kill9()
                 early_kills += 1
+            if kill == release_at:
+                node.config["sources"]["qq"]["verify"]["secret"] = [SECRET, OLD_FORGERY]
+                node.write_config()
             t0 = time.monotonic()
             node.start()
             restart_s.append(time.monotonic() - t0)
+            if kill >= release_at and kill < KILLS - 1:
+                release_threads.append(threading.Thread(target=release, daemon=True))
+                release_threads[-1].start()
         time.sleep(1.0)  # the clients see the last restart too
         drill.stop_ev.set()
-        for t in clients:
+        for t in clients + release_threads:
             t.join(30)
+        assert drill.forged_held[OLD_FORGERY], "no forged hook held before the release"
+        assert drill.forged_held[NEW_FORGERY], "no forged hook held after the release"
+        # and once more after the last restart: what an interrupted release left moves now
+        release()
+        r = releases[-1][0]
+        assert not isinstance(r, Exception) and r.status == 202 and r.json["state"] == "done", r
         t_load = time.monotonic() - t_start
 
         # ---- drain: every 201 of a delivering source delivered (2xx) at least once
@@ -353,6 +396,8 @@ def test_kill_drill(ankusa):
         while True:
             got, got_dl = delivered_ok(rx), delivered_ok(rx_dl)
             missing = [i for i in main_ids if i not in got] + [i for i in want["dl"] if i not in got_dl]
+            # and every released hook (their ids were never answered: known by body)
+            missing += sorted(drill.forged_held_sha - set().union(*got.values()))
             if not missing and settled(node):
                 break
             assert time.monotonic() < deadline, (f"{len(missing)} acked hooks never delivered, e.g. "
@@ -381,17 +426,24 @@ def test_kill_drill(ankusa):
         assert strays <= jobs, f"deliveries name replay jobs that do not exist: {strays - jobs}"
         assert not any(d.headers.get("x-ankusa-replay-id") for d in rx.snapshot()), "replayed what never died"
 
-        # ---- the quarantine pen: every forged hook answered 202 is held, none delivered
+        # ---- the quarantine pen: every hook forged with the new key and answered 202 is
+        # held and none was delivered; none forged with the old key is left: released
         r = node.admin("/v1/quarantine?source_id=qq&limit=1000")
         assert r.status == 200, r
         held = r.json["entries"]
         assert all(e["reason"] == ":no_match" for e in held), held[:3]
         sizes = Counter(e["size"] for e in held)
-        short = Counter(drill.forged_held) - sizes
+        short = Counter(drill.forged_held[NEW_FORGERY]) - sizes
         assert not short, f"forged hooks answered 202 are not in the pen (sizes {dict(short)})"
-        assert len(held) <= len(drill.forged_held) + drill.forged_unanswered, "more held than sent"
-        leaked = [d.id for d in rx.snapshot() if sha256_hex(d.body) in drill.forged_bodies]
+        assert len(held) <= len(drill.forged_held[NEW_FORGERY]) + drill.forged_unanswered[NEW_FORGERY], \
+            f"{len(held)} held: more than were forged since the release, or a released hook is still held"
+        leaked = [d.id for d in rx.snapshot() if sha256_hex(d.body) in drill.forged_bodies[NEW_FORGERY]]
         assert not leaked, f"forged hooks were delivered: {leaked[:3]}"
+        # a release interrupted by a kill is marked so at the next start, never left pending
+        r = node.admin("/v1/audit?action=quarantine.release&limit=1000")
+        assert r.status == 200, r
+        outcomes = Counter(e["outcome"] for e in r.json["entries"])
+        assert outcomes["ok"] >= 1 and not set(outcomes) - {"ok", "failed", "interrupted"}, outcomes
 
         # ---- the store: every 201 is there with its body, under the id it was answered
         for hid in rnd.sample(sorted(drill.acked), min(100, len(drill.acked))):
@@ -422,8 +474,15 @@ def test_kill_drill(ankusa):
         assert not twice, f"an event id stored as two hooks: {twice[:3]}"
         for key, hid in drill.key_id.items():
             assert stored[hid].get("dedupe_key") == key, (key, stored[hid])
+        # every hook held with the old forgery key and answered 202 was released: once
+        released = Counter(h["sha256"] for h in hooks if h["sha256"] in drill.forged_bodies[OLD_FORGERY])
+        assert set(released) >= drill.forged_held_sha, \
+            f"{len(drill.forged_held_sha - set(released))} held hooks neither in the pen nor released"
+        twice = [sha for sha, c in released.items() if c > 1]
+        assert not twice, f"{len(twice)} held hooks released twice, e.g. {twice[:3]}"
+        assert all(stored_h["source_id"] == "qq" for stored_h in hooks if stored_h["sha256"] in released)
         # what was stored without an answer: at most the requests on the wire at each kill
-        unanswered = len(stored) - len(drill.acked)
+        unanswered = len(stored) - len(drill.acked) - len(released)
         assert 0 <= unanswered <= len(clients) * (KILLS + early_kills), f"{unanswered} stored hooks never answered"
         # no seq twice; two writers may lose at most one (unanswered) batch each per kill
         seqs = sorted(h["seq"] for h in hooks)
@@ -448,7 +507,10 @@ def test_kill_drill(ankusa):
             "acked": len(lat), "hooks_acked": len(drill.acked),
             "acked_by_source": {s: len(v) for s, v in want.items()},
             "ack_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "max": lat[-1] if lat else None},
-            "quarantined_202": len(drill.forged_held),
+            "quarantined_202": {k: len(v) for k, v in drill.forged_held.items()},
+            "released": len(released), "releases": [(r.json.get("moved") if hasattr(r, "json") else type(r).__name__, round(t, 3))
+                                                    for r, t in releases],
+            "release_outcomes": dict(outcomes),
             "quarantined_ms": {"p50": pct(sorted(drill.lat_202_ms), 50), "p99": pct(sorted(drill.lat_202_ms), 99)},
             "refused": dict(drill.refused),
             "dedupe": {"duplicates": drill.duplicates, "resends": dict(drill.resends)},

@@ -1,22 +1,28 @@
 """The kill drill at full scale (issue 19, item 2): one node doing everything at once is
-killed with SIGKILL (by PID) at random moments and restarted, ANKUSA_DRILL_KILLS times
-(default 12; `make drill` runs 100), while
+killed with SIGKILL (by PID) at random moments, a quarter of the times once more while it
+starts, and restarted, ANKUSA_DRILL_KILLS times (default 12; `make drill` runs 100), while
 
 - client threads post to a dedupe source (`dd`, key in X-Event-Id) and re-send event
-  ids already answered, and ids whose first try got no answer;
+  ids already answered, ids whose first try got no answer, and now and then a new event
+  twice at once;
 - others post to a quarantine source (`qq`, GitHub signatures, good and forged);
 - a receiver fails the first attempt of a fifth of the hooks (chosen by a hash of the
   id), so retries cross the kills;
 - a third source (`dl`) dead-letters every hook until its receiver is fixed; then a dlq
-  replay job is started and runs while the kills go on.
+  replay job is started and runs while the kills go on;
+- two thirds in, the key the forged hooks were signed with becomes trusted at a restart
+  (new ones are forged with another key) and the pen is released after each restart,
+  the first release most often killed while it commits.
 
 After the last restart the node drains, and the drill checks the seed's promises: every
 201 is in the store with its body and was delivered (2xx) at least once, with its body;
 every row seen in the DLQ is still there or was delivered; a re-send of an answered event
-id always got that event's first id; the forged hooks are in the pen and never delivered;
-the ack latency (every 201, measured by the client) has p99 <= 250 ms (reported only
-under a sanitizer). The figures are printed and, with ANKUSA_DRILL_REPORT set, written
-there as JSON."""
+id always got that event's first id, and an event is stored once; the hooks forged with
+the new key are in the pen and never delivered, those with the old one were released
+exactly once; the store's counters agree with what it holds; the ack latency (every 201,
+measured by the client; requests the node was not there to answer are counted apart)
+has p99 <= 250 ms (reported only under a sanitizer). The figures are printed and, with
+ANKUSA_DRILL_REPORT set, written there as JSON."""
 import hashlib
 import json
 import os
@@ -443,7 +449,10 @@ def test_kill_drill(ankusa):
         r = node.admin("/v1/audit?action=quarantine.release&limit=1000")
         assert r.status == 200, r
         outcomes = Counter(e["outcome"] for e in r.json["entries"])
-        assert outcomes["ok"] >= 1 and not set(outcomes) - {"ok", "failed", "interrupted"}, outcomes
+        # (a release killed after its last commit, before its row settled, is interrupted
+        # having moved them all: the later ones move nothing and write no row)
+        assert outcomes["ok"] + outcomes["interrupted"] >= 1 and \
+            not set(outcomes) - {"ok", "failed", "interrupted"}, (outcomes, releases, r.json["entries"])
 
         # ---- the store: every 201 is there with its body, under the id it was answered
         for hid in rnd.sample(sorted(drill.acked), min(100, len(drill.acked))):
@@ -508,8 +517,9 @@ def test_kill_drill(ankusa):
             "acked_by_source": {s: len(v) for s, v in want.items()},
             "ack_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "max": lat[-1] if lat else None},
             "quarantined_202": {k: len(v) for k, v in drill.forged_held.items()},
-            "released": len(released), "releases": [(r.json.get("moved") if hasattr(r, "json") else type(r).__name__, round(t, 3))
-                                                    for r, t in releases],
+            "released": len(released),
+            "releases": [(type(r).__name__ if isinstance(r, Exception) else r.json.get("moved"), round(t, 3))
+                         for r, t in releases],
             "release_outcomes": dict(outcomes),
             "quarantined_ms": {"p50": pct(sorted(drill.lat_202_ms), 50), "p99": pct(sorted(drill.lat_202_ms), 99)},
             "refused": dict(drill.refused),

@@ -270,6 +270,7 @@ def delivered_ok(rx):
 
 
 def test_kill_drill(ankusa):
+    assert KILLS >= 2, f"ANKUSA_DRILL_KILLS={KILLS}: the drill needs a kill before the replay and one after"
     t_start = time.monotonic()
     rx = Receiver(behavior=lambda d, n: (500, {}, 0) if n == 0 and fails_first(d.id or "") else (204, {}, 0))
     fixed = threading.Event()

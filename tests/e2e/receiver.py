@@ -18,6 +18,7 @@ class Delivery:
         self.headers = headers  # lowercased name -> value (last one wins)
         self.raw_headers = None  # list of (name, value) in received order
         self.body = body
+        self.status = None  # what the receiver answered (set once behavior has decided)
 
     @property
     def id(self):
@@ -28,6 +29,7 @@ class Receiver:
     def __init__(self, behavior=None):
         self.lock = threading.Lock()
         self.deliveries = []
+        self.seen = {}  # hook id -> requests received for it (so far)
         # behavior(delivery, n_seen_for_this_id) -> (status, headers dict, delay seconds)
         self.behavior = behavior or (lambda d, n: (204, {}, 0))
         rx = self
@@ -44,9 +46,11 @@ class Receiver:
                 d = Delivery(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 d.raw_headers = [(k.lower(), v) for k, v in self.headers.items()]
                 with rx.lock:
-                    seen = sum(1 for x in rx.deliveries if x.id == d.id)
+                    seen = rx.seen.get(d.id, 0)  # a count kept per id: a drill sends thousands
+                    rx.seen[d.id] = seen + 1
                     rx.deliveries.append(d)
                 status, hdrs, delay = rx.behavior(d, seen)
+                d.status = status
                 if delay:
                     time.sleep(delay)
                 self.send_response(status)

@@ -14,9 +14,16 @@
  * cut answers EIO from then on, so a process that outlives the cut cannot write into the
  * new world (nor read from the old one).
  *
+ * A torn cut is what a real disk may also do: some of what was never synced reached the
+ * platter anyway. Each directory keeps, at random, either its durable entries or all of
+ * its live ones (a metadata journal commits whole); each file with unsynced changes keeps,
+ * at random, a prefix of them, cut at any byte (writeback got that far), and its size
+ * grows with it. What was synced is kept either way.
+ *
  * Control (outside the mount, so the mount's own contents never change for it):
  *   --ctl PATH   a Unix stream socket; one command line per connection, one answer line:
  *                  "cut"   -> "ok epoch=N" once the cut is done
+ *                  "cut torn SEED" -> the same, torn (SEED: an integer, for a rerun)
  *                  "stats" -> "ok epoch=N inodes=N live_bytes=N durable_bytes=N"
  *   SIGUSR1      a cut too (no answer: for a shell; the socket says when it is done).
  *
@@ -78,6 +85,7 @@ struct pf_inode {
   uint32_t nopen;   /* handles: freed only when none is left */
   bool dead;        /* dropped by a cut while open: freed at the last release */
   bool mark;        /* reachability, during a cut */
+  bool adopt;       /* a torn cut keeps this directory's live entries */
   struct timespec mtime, ctime;
   /* regular files: [dirty_lo, dirty_hi) is where live may differ from durable, so an
    * fsync copies only that (a WAL synced per commit must not cost its whole length) */
@@ -372,15 +380,44 @@ static pf_inode_t *target(const char *path, struct fuse_file_info *fi, int *err)
 
 /* ---------------------------------------------------------------------- cut ---- */
 
+/* xorshift64*: a torn cut is reproducible from its seed */
+static uint64_t rng;
+static uint64_t rnd(void) {
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return rng * 2685821657736338717ull;
+}
+
+/* The entries a directory has after the cut. */
+static pf_dir_t *kept(pf_inode_t *d) { return d->adopt ? &d->dlive : &d->ddur; }
+
 static void mark_from(pf_inode_t *n) {
   if (n->mark) return;
   n->mark = true;
-  for (size_t i = 0; i < n->ddur.n; i++) mark_from(n->ddur.v[i].ino);
+  pf_dir_t *k = kept(n);
+  for (size_t i = 0; i < k->n; i++) mark_from(k->v[i].ino);
 }
 
-static void power_cut(void) {
+/* Torn: the synced bytes plus a prefix of the unsynced changes reached the disk. */
+static void tear(pf_inode_t *n) {
+  if (n->dirty_lo >= n->dirty_hi || rnd() % 2) return;
+  size_t end = n->dirty_lo + (size_t)(rnd() % (n->dirty_hi - n->dirty_lo + 1));
+  if (bytes_reserve(&n->dur, end) != 0) abort();
+  memcpy(n->dur.p + n->dirty_lo, n->live.p + n->dirty_lo, end - n->dirty_lo);
+  if (end > n->dur.len) {
+    g.dur_bytes += end - n->dur.len;
+    n->dur.len = end;
+  }
+}
+
+static void power_cut(bool torn, uint64_t seed) {
   g.epoch++;
-  for (pf_inode_t *n = g.all; n; n = n->next) n->mark = false;
+  rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+  for (pf_inode_t *n = g.all; n; n = n->next) {
+    n->mark = false;
+    n->adopt = torn && S_ISDIR(n->mode) && rnd() % 2;
+  }
   mark_from(g.root);
   pf_inode_t *next;
   for (pf_inode_t *n = g.all; n; n = next) {
@@ -388,9 +425,11 @@ static void power_cut(void) {
     n->nlink = n->dnlink = 0;
     if (n->mark) {
       if (S_ISDIR(n->mode)) {
-        dir_clear(&n->dlive);
-        if (dir_copy(&n->dlive, &n->ddur) != 0) abort(); /* half a tree is no test */
+        pf_dir_t *from = kept(n), *to = n->adopt ? &n->ddur : &n->dlive;
+        dir_clear(to);
+        if (dir_copy(to, from) != 0) abort(); /* half a tree is no test */
       } else {
+        if (torn) tear(n);
         if (bytes_reserve(&n->live, n->dur.len) != 0) abort();
         if (n->dur.len) memcpy(n->live.p, n->dur.p, n->dur.len);
         g.live_bytes += n->dur.len;
@@ -438,7 +477,7 @@ static void fill_stat(const pf_inode_t *n, struct stat *st) {
   memset(st, 0, sizeof *st);
   st->st_ino = n->ino;
   st->st_mode = n->mode;
-  st->st_nlink = S_ISDIR(n->mode) ? 2 : (n->nlink ? n->nlink : 0);
+  st->st_nlink = S_ISDIR(n->mode) ? 2 : n->nlink;
   st->st_size = S_ISDIR(n->mode) ? 4096 : (off_t)n->live.len;
   st->st_blksize = 4096;
   st->st_blocks = (blkcnt_t)((st->st_size + 511) / 512);
@@ -801,20 +840,21 @@ static void *ctl_main(void *arg) {
       perror("powerfs: accept");
       return NULL;
     }
-    char cmd[64] = "";
+    char cmd[96] = "";
     ssize_t k = read(c, cmd, sizeof cmd - 1);
     if (k > 0) cmd[k] = 0;
     cmd[strcspn(cmd, "\r\n")] = 0;
     char out[256];
     pthread_mutex_lock(&g.mu);
-    if (strcmp(cmd, "cut") == 0) {
-      power_cut();
+    unsigned long long seed = 0;
+    if (strcmp(cmd, "cut") == 0 || sscanf(cmd, "cut torn %llu", &seed) == 1) {
+      power_cut(strcmp(cmd, "cut") != 0, seed);
       snprintf(out, sizeof out, "ok epoch=%llu\n", (unsigned long long)g.epoch);
     } else if (strcmp(cmd, "stats") == 0) {
       snprintf(out, sizeof out, "ok epoch=%llu inodes=%llu live_bytes=%zu durable_bytes=%zu\n",
                (unsigned long long)g.epoch, (unsigned long long)g.inodes, g.live_bytes, g.dur_bytes);
     } else {
-      snprintf(out, sizeof out, "error unknown command %.32s (cut, stats)\n", cmd);
+      snprintf(out, sizeof out, "error unknown command %.32s (cut, cut torn SEED, stats)\n", cmd);
     }
     pthread_mutex_unlock(&g.mu);
     if (write(c, out, strlen(out)) < 0) perror("powerfs: write");
@@ -828,7 +868,7 @@ static void *sig_main(void *arg) {
     int sig;
     if (sigwait(set, &sig) == 0 && sig == SIGUSR1) {
       pthread_mutex_lock(&g.mu);
-      power_cut();
+      power_cut(false, 0);
       pthread_mutex_unlock(&g.mu);
     }
   }
@@ -871,11 +911,19 @@ int main(int argc, char **argv) {
   g.root = inode_new(S_IFDIR | 0755);
   g.root->nlink = 1;
 
-  /* SIGUSR1 is taken by its own thread: blocked here, before any thread exists */
+  /* SIGUSR1 is taken by its own thread: blocked here, before any thread exists. The
+   * control threads block the signals that unmount too, so those reach the FUSE loop's
+   * thread and interrupt its read (libfuse's handler only flags the session). */
   static sigset_t set;
+  sigset_t stop;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
+  pthread_sigmask(SIG_BLOCK, &stop, NULL);
   int ls = ctl_listen(ctl);
   if (ls < 0) return 1;
   pthread_t t1, t2;
@@ -886,6 +934,7 @@ int main(int argc, char **argv) {
   }
   pthread_detach(t1);
   pthread_detach(t2);
+  pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
 
   char *fargv[8];
   int fargc = 0;

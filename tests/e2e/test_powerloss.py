@@ -16,6 +16,8 @@ from several threads and, at random moments, cuts the power in one of two orders
   - cut while the node runs, then kill -9 it within 0.4 s: the node meets the cut in the
     middle of its commits (every file it has open answers EIO from then on, so a commit
     whose sync comes after the cut fails and is answered 503).
+One cycle in four then cuts again within 0.5 s of the restart: while the store recovers
+(WAL replay, a flush of it, old logs deleted) or just after.
 After every cut, whatever the order, every hook answered 201 before the kill must be in
 the store, byte for byte (`ankusa inspect hooks` hashes the stored body), no id or body
 twice, and the node must start again on what is left (with one writer thread or two, in
@@ -393,6 +395,16 @@ def test_power_cuts_lose_no_acked_hook(powerfs, ankusa):
             # and each writer keeps its own seq marker (test_durability.py)
             s.config["batcher"]["partitions"] = 2 if cycle % 2 == 0 else 1
             s.write_config()
+            if cycle % 4 == 3:
+                # and once in four, the power goes again while the node recovers (RocksDB
+                # replays the WAL, flushes it to a table, drops old logs) or just after
+                s.start(wait=False)
+                time.sleep(rnd.uniform(0.0, 0.5) * (2 if SANITIZER else 1))
+                fs.cut()
+                s.kill9()
+                orders[-1] += ", cut in restart"
+                acked, sent = load.snapshot()
+                check_after_cut(s.inspect(), acked, sent, f"cut {cycle + 1} in the restart ({len(acked)} acked)")
             try:
                 s.start()
             except AssertionError as e:
@@ -410,12 +422,14 @@ def test_power_cuts_lose_no_acked_hook(powerfs, ankusa):
         assert base64.b64decode(h["body"]) == body, f"hook {hid}: body differs from what was acked"
     assert s.stop() == 0, s.log_tail()
     check_after_cut(s.inspect(), acked, sent, "after the clean stop")
-    assert s.starts == CUTS + 1
+    assert s.starts == CUTS + 1 + sum(o.endswith("cut in restart") for o in orders)
     min_acked = 30 * CUTS if SANITIZER else 100 * CUTS
     assert len(acked) >= min_acked, f"only {len(acked)} hooks acked; the drill did not load the node"
     n_torn = sum(o.startswith("kill+torn") for o in orders)
-    print(f"powerloss: {CUTS} cuts ({orders.count('kill+cut')} kill+cut, {n_torn} kill+torn cut, "
-          f"{orders.count('cut+kill')} cut+kill) "
+    n_restart = sum(o.endswith("cut in restart") for o in orders)
+    print(f"powerloss: {CUTS} cycles ({sum(o.startswith('kill+cut') for o in orders)} kill+cut, "
+          f"{n_torn} kill+torn cut, {sum(o.startswith('cut+kill') for o in orders)} cut+kill; "
+          f"{n_restart} more cuts in the restart after) "
           f"in {time.monotonic() - t0:.1f}s, acked={len(acked)} statuses={load.statuses} "
           f"client errors={load.errors}; node exited by itself after {len(self_exits)} "
           f"running cuts {self_exits}; {fs.command('stats')}")

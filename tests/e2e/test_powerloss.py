@@ -21,7 +21,8 @@ One cycle in four then cuts again within 0.5 s of the restart: while the store r
 After every cut, whatever the order, every hook answered 201 before the kill must be in
 the store, byte for byte (`ankusa inspect hooks` hashes the stored body), no id or body
 twice, and the node must start again on what is left (with one writer thread or two, in
-turn, so commits also overlap). In the second order nothing acked after the
+turn, so commits also overlap) and know the acked events of a source with dedupe: a
+provider's retry of one is answered as its duplicate, with its id. In the second order nothing acked after the
 cut is excused: an ack needs a sync, and a sync on a pre-cut file fails; had the node
 reopened its store on the post-cut files, what it acked then was synced after the cut.
 """
@@ -276,9 +277,14 @@ def test_powerfs_torn_cut_keeps_a_prefix_of_what_was_not_synced(powerfs):
 
 # --------------------------------------------------------------------------- the drill
 
+DEDUPE_SOURCE = {"dd": {"sinks": [{"type": "log"}], "dedupe": {"header": "X-Event-ID", "ttl_seconds": 3600}}}
+
+
 class Load:
     """Client threads POSTing distinct bodies until stopped; never retried, so a body is
-    stored at most once. Some bodies are large enough to go to RocksDB blob files."""
+    stored at most once. Some bodies are large enough to go to RocksDB blob files. One
+    request in four goes to a source with dedupe, under a fresh event key, so that a
+    provider's retry of an acked event can be played after a cut (check_dedupe)."""
 
     def __init__(self, port, threads=8, timeout=10.0):
         self.port, self.timeout = port, timeout
@@ -286,6 +292,7 @@ class Load:
         self.acked = {}       # id -> sha256 of the body, for every 201
         self.bodies = {}      # id -> body, for a sample, read back byte for byte at the end
         self.sent = set()     # sha256 of every body put on the wire
+        self.keyed = {}       # event key -> (id, body) of every 201 from the dedupe source
         self.statuses = {}
         self.errors = 0
         self.problems = []
@@ -311,14 +318,21 @@ class Load:
         n = 0
         while not self.stop_ev.is_set():
             n += 1
-            size = rnd.randint(6000, 40000) if rnd.random() < 0.1 else rnd.randint(8, 3000)
+            key = f"ev{k}-{n}-{rnd.getrandbits(48):x}" if n % 4 == 0 else None
+            if key:
+                size = rnd.randint(8, 200)  # kept for the retries: small
+            else:
+                size = rnd.randint(6000, 40000) if rnd.random() < 0.1 else rnd.randint(8, 3000)
             body = f"pl{k}-{n}-".encode() + rnd.randbytes(size)
             sha = sha256_hex(body)
+            headers = {"Content-Type": "application/octet-stream"}
+            if key:
+                headers["X-Event-ID"] = key
             with self.lock:
                 self.sent.add(sha)
             try:
-                r = http_request(self.port, "POST", "/webhooks/demo", body=body, timeout=self.timeout,
-                                 headers={"Content-Type": "application/octet-stream"})
+                r = http_request(self.port, "POST", "/webhooks/dd" if key else "/webhooks/demo", body=body,
+                                 timeout=self.timeout, headers=headers)
             except Exception:  # noqa: BLE001 - node killed or restarting
                 with self.lock:
                     self.errors += 1
@@ -332,8 +346,12 @@ class Load:
                         self.problems.append(f"201 with a bad id: {r.body!r}")
                     elif hid in self.acked:
                         self.problems.append(f"id {hid} handed out twice")
+                    elif r.json.get("duplicate"):
+                        self.problems.append(f"a fresh event key {key} answered as a duplicate: {r.json}")
                     else:
                         self.acked[hid] = sha
+                        if key:
+                            self.keyed[key] = (hid, body)
                         if rnd.random() < 0.05:
                             self.bodies[hid] = body
                 elif r.status != 503:
@@ -359,9 +377,24 @@ def check_after_cut(hooks, acked, sent, what):
     return stored
 
 
+def check_dedupe(s, load, rnd, what, n=20):
+    """A provider's retry of an acked event, after the cut, is that event: answered with
+    the first hook's id as a duplicate, not stored again."""
+    with load.lock:
+        items = rnd.sample(sorted(load.keyed.items()), min(n, len(load.keyed)))
+    for key, (hid, body) in items:
+        for _ in range(10):
+            r = s.post("/webhooks/dd", body, headers={"X-Event-ID": key})
+            if r.status != 503:
+                break
+            time.sleep(0.1)
+        assert r.status == 201 and r.json.get("duplicate") is True and r.json.get("id") == hid, (
+            f"{what}: the retry of acked event {key} (hook {hid}) got {r!r}")
+
+
 def test_power_cuts_lose_no_acked_hook(powerfs, ankusa):
     fs = powerfs()
-    s = ankusa(data_dir=fs.mnt / "data")
+    s = ankusa(data_dir=fs.mnt / "data", config={"sources": DEDUPE_SOURCE})
     rnd = random.Random()
     load = Load(s.http_port).start()
     orders = []
@@ -409,6 +442,7 @@ def test_power_cuts_lose_no_acked_hook(powerfs, ankusa):
                 s.start()
             except AssertionError as e:
                 raise AssertionError(f"{what}: the node does not start on what the cut left\n{e}")
+            check_dedupe(s, load, rnd, what)
         time.sleep(0.5)
     finally:
         load.stop()
@@ -425,12 +459,14 @@ def test_power_cuts_lose_no_acked_hook(powerfs, ankusa):
     assert s.starts == CUTS + 1 + sum(o.endswith("cut in restart") for o in orders)
     min_acked = 30 * CUTS if SANITIZER else 100 * CUTS
     assert len(acked) >= min_acked, f"only {len(acked)} hooks acked; the drill did not load the node"
+    assert len(load.keyed) >= 20, f"only {len(load.keyed)} events acked on the dedupe source"
     n_torn = sum(o.startswith("kill+torn") for o in orders)
     n_restart = sum(o.endswith("cut in restart") for o in orders)
     print(f"powerloss: {CUTS} cycles ({sum(o.startswith('kill+cut') for o in orders)} kill+cut, "
           f"{n_torn} kill+torn cut, {sum(o.startswith('cut+kill') for o in orders)} cut+kill; "
           f"{n_restart} more cuts in the restart after) "
-          f"in {time.monotonic() - t0:.1f}s, acked={len(acked)} statuses={load.statuses} "
+          f"in {time.monotonic() - t0:.1f}s, acked={len(acked)} (with an event key {len(load.keyed)}) "
+          f"statuses={load.statuses} "
           f"client errors={load.errors}; node exited by itself after {len(self_exits)} "
           f"running cuts {self_exits}; {fs.command('stats')}")
 

@@ -8,9 +8,9 @@ PYTEST ?= /usr/bin/python3 -m pytest
 CONFIG ?= examples/quickstart/ankusa.yml
 
 # Reconfigure when a source file appears or disappears (meson lists them at setup).
-SRCLIST := $(shell ls src/*/*.c src/*.c tests/unit/*.c 2>/dev/null | sort | md5sum | cut -c1-12)
+SRCLIST := $(shell ls src/*/*.c src/*.c tests/unit/*.c tests/powerfs/*.c 2>/dev/null | sort | md5sum | cut -c1-12)
 
-.PHONY: all deps run test layers unit e2e asan test-build bench fuzz clean format
+.PHONY: all deps run test layers unit e2e asan test-build bench fuzz clean format drill
 
 all: $(BUILD)/ankusa
 
@@ -64,6 +64,12 @@ e2e: test-build asan
 FUZZ_SECONDS ?= 10
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# The long drills, by hand: 100 power cuts under tests/powerfs, 100 kills at random moments.
+# `make test` runs the same files with their short defaults.
+DRILLS := $(wildcard tests/e2e/test_powerloss.py tests/e2e/test_kill_drill.py)
+drill: deps test-build
+	ANKUSA_DRILL_CUTS=100 ANKUSA_DRILL_KILLS=100 ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q $(DRILLS)
 
 # The include order of src/ (DESIGN.md §5): a folder includes only the folders before it.
 layers:

@@ -12,6 +12,7 @@ PKGS=(
   clang libclang-rt-14-dev
   wrk nginx-light
   e2fsprogs util-linux
+  libfuse3-dev fuse3
   prometheus
 )
 

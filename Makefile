@@ -68,8 +68,11 @@ fuzz:
 # The long drills, by hand: 100 power cuts under tests/powerfs, 100 kills at random moments.
 # `make test` runs the same files with their short defaults.
 DRILLS := $(wildcard tests/e2e/test_powerloss.py tests/e2e/test_kill_drill.py)
+# Their figures print (-s) and land in bench/out/drill-kill.json; docs/drills.md records them.
 drill: deps test-build
-	ANKUSA_DRILL_CUTS=100 ANKUSA_DRILL_KILLS=100 ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q $(DRILLS)
+	mkdir -p bench/out
+	ANKUSA_DRILL_CUTS=100 ANKUSA_DRILL_KILLS=100 ANKUSA_DRILL_REPORT=$(abspath bench/out)/drill-kill.json \
+	  ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q -s $(DRILLS)
 
 # The include order of src/ (DESIGN.md §5): a folder includes only the folders before it.
 layers:

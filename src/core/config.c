@@ -20,7 +20,6 @@
 #include <sys/stat.h>
 #include "core/buf.h"
 #include "core/config.h"
-#include "core/config_view.h"
 #include "core/yamltree.h"
 
 #define REDACTED "[REDACTED]"
@@ -1272,6 +1271,61 @@ static bool secret_key_name(const char *k) {
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(k, names[i])) return true;
   return false;
+}
+
+/* Hide userinfo (user:pass@ keeps the user; a lone token@ goes whole) and every query
+ * value (names stay); the rest of the URL as written. */
+json_t *ak_config_view_url(const char *s) {
+  size_t n = strlen(s);
+  char *out = malloc(n * 12 + sizeof REDACTED * 2 + 1);
+  if (!out) return json_string(REDACTED);
+  size_t o = 0;
+  const char *p = s;
+  const char *auth = strstr(s, "://");
+  if (auth) {
+    auth += 3;
+    size_t alen = strcspn(auth, "/?#");
+    const char *at = NULL;
+    for (size_t i = 0; i < alen; i++)
+      if (auth[i] == '@') at = auth + i;
+    if (at) {
+      const char *colon = memchr(auth, ':', (size_t)(at - auth));
+      size_t keep = colon ? (size_t)(colon + 1 - s) : (size_t)(auth - s);
+      memcpy(out, s, keep);
+      o = keep;
+      memcpy(out + o, REDACTED, sizeof REDACTED - 1);
+      o += sizeof REDACTED - 1;
+      p = at;
+    }
+  }
+  const char *q = strchr(p, '?');
+  const char *hash = q ? strchr(q, '#') : NULL;
+  if (!q || q[1] == '\0' || q + 1 == hash) {
+    strcpy(out + o, p);
+    json_t *r = json_string(out);
+    free(out);
+    return r ? r : json_string(REDACTED);
+  }
+  memcpy(out + o, p, (size_t)(q + 1 - p));
+  o += (size_t)(q + 1 - p);
+  const char *end = hash ? hash : q + strlen(q);
+  for (const char *part = q + 1; part < end;) {
+    const char *amp = memchr(part, '&', (size_t)(end - part));
+    const char *stop = amp ? amp : end;
+    const char *eq = memchr(part, '=', (size_t)(stop - part));
+    if (eq) {
+      memcpy(out + o, part, (size_t)(eq + 1 - part));
+      o += (size_t)(eq + 1 - part);
+    }
+    memcpy(out + o, REDACTED, sizeof REDACTED - 1);
+    o += sizeof REDACTED - 1;
+    if (amp) out[o++] = '&';
+    part = amp ? amp + 1 : end;
+  }
+  strcpy(out + o, end);
+  json_t *r = json_string(out);
+  free(out);
+  return r ? r : json_string(REDACTED);
 }
 
 /* scheme://user:pass@host -> scheme://user:[REDACTED]@host; anything else unchanged. */

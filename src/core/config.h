@@ -59,6 +59,10 @@ json_t *ak_config_redacted(const ak_config_t *cfg);
 /* Redaction of any tree: values of rows flagged AK_OPTF_SECRET (rows NULL = the root
  * rows; plug-ins by their own rows, found in s), any key named like a secret, and the
  * password of scheme://user:pass@ URLs. New reference. */
+/* A URL with its userinfo secret and every query value replaced by "[REDACTED]" (the
+ * rule print-config applies under url/endpoint/resource keys). New reference. */
+json_t *ak_config_view_url(const char *url);
+
 json_t *ak_config_redact_tree(const ak_config_t *cfg, const json_t *tree, const ak_opt_t *rows);
 
 /* The same walk for a caller that must find the same secrets (core/sealed.c seals them

@@ -34,61 +34,6 @@ static bool url_key(const char *k) {
   return k && (!strcmp(k, "url") || !strcmp(k, "endpoint") || !strcmp(k, "resource"));
 }
 
-/* Hide userinfo (user:pass@ keeps the user; a lone token@ goes whole) and every query
- * value (names stay); the rest of the URL as written. */
-json_t *ak_config_view_url(const char *s) {
-  size_t n = strlen(s);
-  char *out = malloc(n * 12 + sizeof REDACTED * 2 + 1);
-  if (!out) return json_string(REDACTED);
-  size_t o = 0;
-  const char *p = s;
-  const char *auth = strstr(s, "://");
-  if (auth) {
-    auth += 3;
-    size_t alen = strcspn(auth, "/?#");
-    const char *at = NULL;
-    for (size_t i = 0; i < alen; i++)
-      if (auth[i] == '@') at = auth + i;
-    if (at) {
-      const char *colon = memchr(auth, ':', (size_t)(at - auth));
-      size_t keep = colon ? (size_t)(colon + 1 - s) : (size_t)(auth - s);
-      memcpy(out, s, keep);
-      o = keep;
-      memcpy(out + o, REDACTED, sizeof REDACTED - 1);
-      o += sizeof REDACTED - 1;
-      p = at;
-    }
-  }
-  const char *q = strchr(p, '?');
-  const char *hash = q ? strchr(q, '#') : NULL;
-  if (!q || q[1] == '\0' || q + 1 == hash) {
-    strcpy(out + o, p);
-    json_t *r = json_string(out);
-    free(out);
-    return r ? r : json_string(REDACTED);
-  }
-  memcpy(out + o, p, (size_t)(q + 1 - p));
-  o += (size_t)(q + 1 - p);
-  const char *end = hash ? hash : q + strlen(q);
-  for (const char *part = q + 1; part < end;) {
-    const char *amp = memchr(part, '&', (size_t)(end - part));
-    const char *stop = amp ? amp : end;
-    const char *eq = memchr(part, '=', (size_t)(stop - part));
-    if (eq) {
-      memcpy(out + o, part, (size_t)(eq + 1 - part));
-      o += (size_t)(eq + 1 - part);
-    }
-    memcpy(out + o, REDACTED, sizeof REDACTED - 1);
-    o += sizeof REDACTED - 1;
-    if (amp) out[o++] = '&';
-    part = amp ? amp + 1 : end;
-  }
-  strcpy(out + o, end);
-  json_t *r = json_string(out);
-  free(out);
-  return r ? r : json_string(REDACTED);
-}
-
 static json_t *closed(const char *key, const json_t *v);
 
 static json_t *closed_map(const json_t *obj, const char *skip) {

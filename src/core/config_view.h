@@ -15,7 +15,7 @@ json_t *ak_config_view(const struct ak_config *cfg);
  * on_verify_failure, verifier/dedup/sinks as {module, opts}, opts by allowlist. */
 json_t *ak_config_view_source(const json_t *src);
 
-/* A URL with its userinfo secret and every query value replaced by "[REDACTED]". */
-json_t *ak_config_view_url(const char *url);
+/* ak_config_view_url (the URL rule of this view) lives with the redaction in
+ * core/config.h. */
 
 #endif

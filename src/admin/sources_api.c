@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "admin/sources_api.h"
+#include "dispatch/dispatch.h"
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/log.h"
@@ -720,6 +721,15 @@ static void delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audi
       ak_admin_error(c, 503, "store_unavailable");
       goto out;
     }
+    /* and its deliveries still on the hook log (docs/storage.md): the dispatcher knows them,
+     * or, on a node without one, the store's group markers above the cursors */
+    int64_t on_log = 0;
+    if (inst->dispatch) on_log = ak_dispatch_log_pending(inst->dispatch, s->cfg.id);
+    else if (ak_dispatch_store_log_pending(inst->store, s->cfg.id, s->cfg.tenant, &on_log) != 0) {
+      ak_admin_error(c, 503, "store_unavailable");
+      goto out;
+    }
+    cc.rows += on_log;
     int64_t inflight = atomic_load(s->inflight);
     if (cc.rows > 0 || inflight > 0) {
       int64_t pending = cc.rows > inflight ? cc.rows - inflight : 0;

@@ -458,6 +458,10 @@ static void check_source(ak_check_t *c, const char *id, json_t *s, const json_t 
   char path[160];
   size_t i;
   json_t *sink;
+  /* the dispatcher keeps a hook's deliveries as one bit per sink (store/marker.h) */
+  size_t nsinks = json_array_size(json_object_get(s, "sinks"));
+  if (nsinks > AK_SOURCE_MAX_SINKS)
+    ak_check_error(c, "sources.%s.sinks has %zu sinks; a source has at most %d", id, nsinks, AK_SOURCE_MAX_SINKS);
   json_array_foreach(json_object_get(s, "sinks"), i, sink) {
     snprintf(path, sizeof path, "sources.%s.sinks[%zu]", id, i);
     ak_check_plugin(c, "sink", path, sink, root);

@@ -34,6 +34,8 @@ typedef enum { AK_OVF_REJECT = 0, AK_OVF_QUARANTINE = 1, AK_OVF_ACCEPT_FLAG = 2 
 /* Where a source's provider event key comes from (sources.<id>.dedupe). */
 typedef enum { AK_DEDUPE_NONE = 0, AK_DEDUPE_HEADER = 1, AK_DEDUPE_JSON = 2 } ak_dedupe_from_t;
 
+#define AK_SOURCE_MAX_SINKS 32 /* sinks of one source, at most: the store's group marker holds no more */
+
 typedef struct ak_sink_cfg {
   char *type;     /* e.g. "log" */
   json_t *opts;   /* the validated mapping with defaults filled in (owned reference) */

@@ -39,6 +39,7 @@
 #include "sinks/egress.h"
 #include "sinks/sink.h"
 #include "store/batch.h"
+#include "store/marker.h"
 #include "store/store.h"
 
 #define TICK_MS 100
@@ -47,6 +48,14 @@
 #define FLUSH_MS 10
 #define TOP_TENANTS 100
 #define CLAIM_CHUNK 256 /* due rows one claim_tenant call reads before their hooks */
+/* The hook log (docs/storage.md): what a tenant keeps in memory of its pending hooks, and
+ * how cursors follow deliveries. */
+#define LOG_TENANT_MAX (1u << 20) /* log entries one tenant keeps in memory; the rest wait in the store */
+#define LOG_MAX (2u << 20)        /* log entries all tenants keep (32 bytes each) */
+#define CURSOR_MS 10              /* moved cursors are written this often, at most */
+#define SPILL_MS 50               /* an unsettled delivery holding back settled ones longer is spilled */
+#define SPILL_COUNT 5000          /* ... or once this many settled since the last cursor write */
+#define RECLAIM_CHUNK 4096        /* hooks one reclaim pass deletes, at most */
 
 typedef struct tenant tenant_t;
 typedef struct skey skey_t;
@@ -76,6 +85,7 @@ typedef struct row {
   int64_t deadline_ms;
   bool running;
   bool zombie;                   /* timed out: settled, waiting for the sink's late callback */
+  bool from_log;                 /* claimed from the hook log: no row of its own in the store */
   ak_sink_outcome_t out;
 } row_t;
 
@@ -106,6 +116,18 @@ struct tenant {
   int64_t inflight, inflight_bytes, running;
   int64_t need_bytes;            /* the next row did not fit the bytes window: its size (0: none) */
   size_t queued;
+  int64_t exc_due;               /* earliest unclaimed exception row's due time; INT64_MAX: none */
+  /* the hook log: this tenant's hooks with unsettled deliveries, in seq order (a ring) */
+  struct lentry *lq;
+  size_t lq_head, lq_n, lq_cap;
+  size_t lq_scan;                /* entries before it have nothing left to claim */
+  uint64_t overflow_from;        /* 0, or: its hooks from this seq on wait in the store (memory bound) */
+  uint64_t boot_cursor;          /* dc:<tenant> as read at start */
+  uint64_t cursor_written;       /* dc:<tenant> as last written */
+  int64_t behind;                /* settled deliveries of entries past the first */
+  int64_t held_since;            /* behind > 0 since (ms); 0: not held */
+  bool dirty;                    /* its cursor may have moved since it was written */
+  ak_list_t lactive_link;        /* in d->lactive while it has log entries or overflow */
   bool due_now;                  /* placed with rows due now (ready, or blocked by its window) */
   bool waiting;                  /* due_now or queued rows: counted in d->nwaiting */
 };
@@ -205,6 +227,28 @@ struct ak_dispatch {
   int64_t last_tick_ms;
   bool store_down_logged;
   bool ops_lost;                 /* an outcome never reached the store: rescan everything */
+
+  /* the hook log (dispatch thread, but lsets under lsmu for readers) */
+  pthread_mutex_t lsmu;
+  struct lset **lsets;           /* interned {tenant, source, sink types} */
+  size_t nlsets, caplsets;
+  ak_tmap_t lset_ix;             /* source -> uint32_t index of its first lset (chained) */
+  size_t log_entries;
+  uint64_t safe;                 /* seqs below: committed and their notices applied */
+  uint64_t dlow_written, dlow_batch; /* m:dlow as written, and as put in the open batch (0: none) */
+  uint64_t reclaimed_to;
+  tenant_t **dirty;
+  size_t ndirty, capdirty;
+  ak_list_t lactive;             /* tenants with log entries or overflow */
+  size_t nheld;
+  int64_t last_persist_ms;
+  int64_t settled_since_persist;
+  bool cursors_frozen;           /* an outcome batch was lost: cursors stay until the next start */
+  struct mnotice *minbox;        /* marker notices, under mu */
+  size_t nminbox, capminbox;
+  uint64_t notice_lost_from;     /* under mu: a notice could not be queued (memory): rescan from here */
+  uint32_t *settle_after;        /* lsets whose pending count drops once the open batch is written */
+  size_t nsettle_after, capsettle_after;
 
   /* published for other threads */
   _Atomic int64_t pub_oldest_due_ms; /* 0 = none */
@@ -466,6 +510,7 @@ static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
   if (!t || !created) return t;
   t->name = ak_tmap_key(t, &t->nlen);
   t->next_due = INT64_MAX;
+  t->exc_due = INT64_MAX;
   t->heap_idx = SIZE_MAX;
   ak_list_init(&t->keys);
   return t;
@@ -476,6 +521,7 @@ static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
  * keys of rows already delivered leave tombstones there until compaction); the claimed
  * rows it passes again are skipped. */
 static void tenant_note_due(tenant_t *t, int64_t at) {
+  if (at < t->exc_due) t->exc_due = at;
   if (at < t->next_due) t->next_due = at;
   if (t->cursor_len) {
     int64_t cat = (int64_t)ak_get_u64(t->cursor + t->cursor_len - 18);
@@ -532,6 +578,372 @@ static row_t *key_pop(ak_dispatch_t *d, skey_t *k) {
   return r;
 }
 
+/* ------------------------------------------------------------------ the hook log ---- */
+
+/* A hook with unsettled deliveries (docs/storage.md, "The hook log"): a bit per sink of
+ * its set, in todo (not claimed) or open (claimed, not settled); settled is neither. */
+typedef struct lentry {
+  uint64_t seq;
+  int64_t at_ms;                 /* its commit time: due since then */
+  uint32_t set;                  /* d->lsets index */
+  uint32_t todo, open;
+  uint32_t pad;
+} lentry_t;
+
+/* {tenant, source, the sink types the hooks were acked for}: interned, never freed
+ * before the dispatcher. */
+typedef struct lset {
+  tenant_t *t;
+  char *source;
+  size_t source_len;
+  unsigned nsinks;
+  char *types[AK_MARKER_MAX_SINKS];
+  size_t tlens[AK_MARKER_MAX_SINKS];
+  uint32_t next_same;            /* the next lset of the same source, UINT32_MAX: none */
+  _Atomic int64_t pending;       /* log deliveries not settled (claimed or not) */
+} lset_t;
+
+typedef struct mnotice {
+  uint64_t first_seq, safe;
+  size_t len;
+  uint8_t *marker;
+} mnotice_t;
+
+static void count_unclaimed(ak_dispatch_t *d, tenant_t *t, uint32_t attempts, int64_t delta);
+
+static lentry_t *lq_at(const tenant_t *t, size_t i) { return &t->lq[(t->lq_head + i) & (t->lq_cap - 1)]; }
+
+static uint32_t full_mask(unsigned n) { return n >= 32 ? 0xffffffffu : (1u << n) - 1; }
+
+static unsigned settled_bits(const ak_dispatch_t *d, const lentry_t *e) {
+  return d->lsets[e->set]->nsinks - (unsigned)__builtin_popcount(e->todo | e->open);
+}
+
+static int lq_grow(tenant_t *t) {
+  size_t nc = t->lq_cap ? t->lq_cap * 2 : 64;
+  lentry_t *n = malloc(nc * sizeof *n);
+  if (!n) return -1;
+  for (size_t i = 0; i < t->lq_n; i++) n[i] = *lq_at(t, i);
+  free(t->lq);
+  t->lq = n;
+  t->lq_cap = nc;
+  t->lq_head = 0;
+  return 0;
+}
+
+/* The position of seq, or where it would go. */
+static size_t lq_find(const tenant_t *t, uint64_t seq, bool *found) {
+  size_t lo = 0, hi = t->lq_n;
+  if (hi && lq_at(t, 0)->seq == seq) lo = hi = 0; /* settles mostly hit the front */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (lq_at(t, mid)->seq < seq) lo = mid + 1;
+    else hi = mid;
+  }
+  *found = lo < t->lq_n && lq_at(t, lo)->seq == seq;
+  return lo;
+}
+
+static void tenant_dirty(ak_dispatch_t *d, tenant_t *t) {
+  if (t->dirty) return;
+  if (d->ndirty == d->capdirty && ak_buf_grow(&d->dirty, &d->capdirty, d->ndirty + 1, sizeof *d->dirty) != 0)
+    return; /* written with the next change that finds room */
+  t->dirty = true;
+  d->dirty[d->ndirty++] = t;
+}
+
+static void tenant_lactive(ak_dispatch_t *d, tenant_t *t) {
+  bool a = t->lq_n || t->overflow_from;
+  if (a == ak_list_linked(&t->lactive_link)) return;
+  if (a) ak_list_insert_tail(&d->lactive, &t->lactive_link);
+  else ak_list_remove(&t->lactive_link);
+}
+
+static void held_update(ak_dispatch_t *d, tenant_t *t, int64_t now) {
+  bool h = t->behind > 0;
+  if (h == (t->held_since != 0)) return;
+  t->held_since = h ? (now > 0 ? now : 1) : 0;
+  if (h) d->nheld++;
+  else d->nheld--;
+}
+
+/* Entries whose every delivery settled leave from the front; the cursor moves. */
+static void lq_pop_settled(ak_dispatch_t *d, tenant_t *t, int64_t now) {
+  bool popped = false;
+  while (t->lq_n) {
+    lentry_t *h = lq_at(t, 0);
+    if (h->todo | h->open) break;
+    t->lq_head = (t->lq_head + 1) & (t->lq_cap - 1);
+    t->lq_n--;
+    d->log_entries--;
+    if (t->lq_scan) t->lq_scan--;
+    popped = true;
+    if (t->lq_n) t->behind -= settled_bits(d, lq_at(t, 0));
+  }
+  if (popped) {
+    tenant_dirty(d, t);
+    tenant_lactive(d, t);
+  }
+  held_update(d, t, now);
+}
+
+/* The due time of t's first delivery not claimed yet (INT64_MAX: none); skips the
+ * entries with nothing left to claim for good. */
+static int64_t log_due(tenant_t *t) {
+  while (t->lq_scan < t->lq_n && !lq_at(t, t->lq_scan)->todo) t->lq_scan++;
+  for (size_t i = t->lq_scan; i < t->lq_n; i++) {
+    const lentry_t *e = lq_at(t, i);
+    if (e->todo) return e->at_ms;
+  }
+  return INT64_MAX;
+}
+
+static void tenant_due_update(tenant_t *t) {
+  int64_t l = log_due(t);
+  t->next_due = t->exc_due < l ? t->exc_due : l;
+}
+
+/* A committed hook joins its tenant's log (in seq order; a seq already there is skipped),
+ * or, past the memory bound, waits in the store for a refill. */
+static void log_add(ak_dispatch_t *d, tenant_t *t, uint64_t seq, int64_t at, uint32_t set) {
+  lset_t *ls = d->lsets[set];
+  if (!ls->nsinks) return;
+  if (t->overflow_from) {
+    if (seq < t->overflow_from) {
+      t->overflow_from = seq;
+      tenant_dirty(d, t);
+    }
+    return;
+  }
+  if (t->lq_n >= LOG_TENANT_MAX || d->log_entries >= LOG_MAX || (t->lq_n == t->lq_cap && lq_grow(t) != 0)) {
+    t->overflow_from = seq;
+    tenant_dirty(d, t);
+    tenant_lactive(d, t);
+    return;
+  }
+  lentry_t e = {.seq = seq, .at_ms = at, .set = set, .todo = full_mask(ls->nsinks)};
+  if (!t->lq_n || lq_at(t, t->lq_n - 1)->seq < seq) {
+    *lq_at(t, t->lq_n) = e;
+    t->lq_n++;
+  } else { /* a later commit landed first (batcher.partitions > 1), or a refill met a notice */
+    bool found;
+    size_t p = lq_find(t, seq, &found);
+    if (found) return;
+    for (size_t i = t->lq_n; i > p; i--) *lq_at(t, i) = *lq_at(t, i - 1);
+    *lq_at(t, p) = e;
+    t->lq_n++;
+    if (p < t->lq_scan) t->lq_scan = p;
+    if (p == 0) t->behind += settled_bits(d, lq_at(t, 1));
+  }
+  if (t->lq_n == 1 || lq_at(t, 0)->seq == seq) tenant_dirty(d, t);
+  d->log_entries++;
+  atomic_fetch_add(&ls->pending, ls->nsinks);
+  count_unclaimed(d, t, 0, ls->nsinks);
+  if (at < t->next_due) t->next_due = at;
+  tenant_lactive(d, t);
+}
+
+static lentry_t *log_find(tenant_t *t, uint64_t seq, size_t *pos) {
+  bool found;
+  size_t p = lq_find(t, seq, &found);
+  if (pos) *pos = p;
+  return found ? lq_at(t, p) : NULL;
+}
+
+static void log_claimed(tenant_t *t, uint64_t seq, uint16_t sink) {
+  lentry_t *e = log_find(t, seq, NULL);
+  if (!e) return;
+  e->todo &= ~(1u << sink);
+  e->open |= 1u << sink;
+}
+
+/* A claimed log delivery goes back unclaimed (its outcome could not be stored). */
+static void log_unclaim(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sink) {
+  size_t p;
+  lentry_t *e = log_find(t, seq, &p);
+  if (!e || !(e->open & (1u << sink))) return;
+  e->open &= ~(1u << sink);
+  e->todo |= 1u << sink;
+  if (p < t->lq_scan) t->lq_scan = p;
+  count_unclaimed(d, t, 0, +1);
+  if (e->at_ms < t->next_due) t->next_due = e->at_ms;
+}
+
+/* A log delivery settled: delivered, or (via_row) moved into an exception row in the open
+ * batch; the source's count of log deliveries drops only once that row is written, so a
+ * count (DELETE of a source) never misses a delivery between the two. */
+static void log_settle(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sink, bool via_row, int64_t now) {
+  size_t p;
+  lentry_t *e = log_find(t, seq, &p);
+  uint32_t bit = 1u << sink;
+  if (!e || !((e->open | e->todo) & bit)) return;
+  e->open &= ~bit;
+  e->todo &= ~bit;
+  if (!via_row || ak_buf_grow(&d->settle_after, &d->capsettle_after, d->nsettle_after + 1,
+                              sizeof *d->settle_after) != 0)
+    atomic_fetch_sub(&d->lsets[e->set]->pending, 1);
+  else
+    d->settle_after[d->nsettle_after++] = e->set;
+  d->settled_since_persist++;
+  if (p > 0) t->behind++;
+  else if (!(e->todo | e->open)) lq_pop_settled(d, t, now);
+  held_update(d, t, now);
+}
+
+/* Interns a marker's set: its index, or UINT32_MAX when memory ran out. */
+static uint32_t lset_intern(ak_dispatch_t *d, const ak_marker_set_t *ms) {
+  bool created;
+  uint32_t *head = ak_tmap_get(&d->lset_ix, ms->source, ms->source_len, &created);
+  if (!head) return UINT32_MAX;
+  if (created) *head = UINT32_MAX;
+  for (uint32_t i = *head; i != UINT32_MAX; i = d->lsets[i]->next_same) {
+    lset_t *l = d->lsets[i];
+    if (l->t->nlen != ms->tenant_len || memcmp(l->t->name, ms->tenant, ms->tenant_len) || l->nsinks != ms->nsinks)
+      continue;
+    bool same = true;
+    for (unsigned j = 0; same && j < ms->nsinks; j++) {
+      const char *ty;
+      size_t tl;
+      ak_marker_set_type(ms, j, &ty, &tl);
+      same = l->tlens[j] == tl && !memcmp(l->types[j], ty, tl);
+    }
+    if (same) return i;
+  }
+  tenant_t *t = tenant_get(d, ms->tenant, ms->tenant_len);
+  lset_t *l = t ? calloc(1, sizeof *l) : NULL;
+  if (!l) return UINT32_MAX;
+  l->t = t;
+  l->source = strndup(ms->source, ms->source_len);
+  l->source_len = ms->source_len;
+  l->nsinks = ms->nsinks;
+  bool ok = l->source != NULL;
+  for (unsigned j = 0; ok && j < ms->nsinks; j++) {
+    const char *ty;
+    ak_marker_set_type(ms, j, &ty, &l->tlens[j]);
+    ok = (l->types[j] = strndup(ty, l->tlens[j])) != NULL;
+  }
+  pthread_mutex_lock(&d->lsmu);
+  if (ok && d->nlsets == d->caplsets)
+    ok = ak_buf_grow(&d->lsets, &d->caplsets, d->nlsets + 1, sizeof *d->lsets) == 0;
+  if (ok) d->lsets[d->nlsets++] = l;
+  pthread_mutex_unlock(&d->lsmu);
+  if (!ok) {
+    for (unsigned j = 0; j < l->nsinks; j++) free(l->types[j]);
+    free(l->source);
+    free(l);
+    return UINT32_MAX;
+  }
+  l->next_same = *head;
+  *head = (uint32_t)(d->nlsets - 1);
+  return *head;
+}
+
+/* A marker's hooks join the log: every one from `from` on (boot: above its tenant's
+ * cursor; only: that tenant's alone). -1 when a set could not be interned. */
+static int log_add_marker(ak_dispatch_t *d, uint64_t first, const ak_marker_t *m, uint64_t from, tenant_t *only,
+                          bool boot, int64_t now) {
+  uint32_t local[64], *map = m->nsets <= 64 ? local : malloc(m->nsets * sizeof *map);
+  if (!map) return -1;
+  const uint8_t *pos = NULL;
+  int rc = 0;
+  for (unsigned i = 0; i < m->nsets; i++) {
+    ak_marker_set_t ms;
+    if (ak_marker_next_set(m, &pos, &ms) != 0 || (map[i] = lset_intern(d, &ms)) == UINT32_MAX) {
+      rc = -1;
+      goto out;
+    }
+  }
+  tenant_t *last = NULL;
+  for (uint32_t i = 0; i < m->count; i++) {
+    uint64_t seq = first + i;
+    if (seq < from) continue;
+    uint32_t set = map[ak_marker_hook_set(m, i)];
+    tenant_t *t = d->lsets[set]->t;
+    if (only && t != only) continue;
+    if (boot && seq < t->boot_cursor) continue;
+    if (last && last != t) tenant_place(d, last, now);
+    last = t;
+    log_add(d, t, seq, m->committed_at_ms, set);
+  }
+  if (last) tenant_place(d, last, now);
+out:
+  if (map != local) free(map);
+  return rc;
+}
+
+typedef struct {
+  ak_dispatch_t *d;
+  uint64_t from;
+  tenant_t *only;
+  bool boot;
+  int64_t now;
+  int rc;
+  uint64_t hooks, start;
+} lscan_t;
+
+static int lscan_prev(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  lscan_t *s = ctx;
+  if (kl == AK_GROUP_KEY_LEN) s->start = ak_get_u64((const uint8_t *)k + 1);
+  return 1;
+}
+
+static int lscan_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  lscan_t *s = ctx;
+  ak_marker_t m;
+  if (kl != AK_GROUP_KEY_LEN || ak_marker_decode((const uint8_t *)v, vl, &m) != 0) {
+    ak_log(AK_LOG_ERROR, "dispatch", "a group marker in the store is damaged", "key_len=%zu", kl);
+    s->rc = -2;
+    return 1;
+  }
+  uint64_t first = ak_get_u64((const uint8_t *)k + 1);
+  if (first + m.count <= s->from) return 0;
+  if (log_add_marker(s->d, first, &m, s->from, s->only, s->boot, s->now) != 0) {
+    s->rc = -1;
+    return 1;
+  }
+  s->hooks += m.count;
+  return 0;
+}
+
+/* Reads the group markers from the one holding `from` to the end. 0, -1 (store or
+ * memory), -2 (a damaged marker). */
+static int log_scan(ak_dispatch_t *d, uint64_t from, tenant_t *only, bool boot, int64_t now, uint64_t *hooks) {
+  const char g = AK_IDX_GROUP;
+  uint8_t fk[AK_GROUP_KEY_LEN];
+  ak_key_group(fk, from);
+  lscan_t s = {.d = d, .from = from, .only = only, .boot = boot, .now = now, .start = from};
+  if (ak_store_scan_from(d->inst->store, AK_CF_INDEX, &g, 1, fk, sizeof fk, true, lscan_prev, &s) != 0) return -1;
+  ak_key_group(fk, s.start);
+  if (ak_store_scan_from(d->inst->store, AK_CF_INDEX, &g, 1, fk, sizeof fk, false, lscan_one, &s) != 0) return -1;
+  if (hooks) *hooks = s.hooks;
+  return s.rc;
+}
+
+/* A tenant over its memory bound gets its waiting hooks back once it has room. */
+static void log_refill(ak_dispatch_t *d, int64_t now) {
+  ak_list_foreach_safe(n, nx, &d->lactive) {
+    tenant_t *t = ak_list_entry(n, tenant_t, lactive_link);
+    if (!t->overflow_from || t->lq_n >= LOG_TENANT_MAX / 2 || d->log_entries >= LOG_MAX / 4 * 3) continue;
+    uint64_t from = t->overflow_from;
+    t->overflow_from = 0;
+    if (log_scan(d, from, t, false, now, NULL) != 0 && !t->overflow_from) t->overflow_from = from;
+    tenant_dirty(d, t);
+    tenant_lactive(d, t);
+    tenant_due_update(t);
+    tenant_place(d, t, now);
+  }
+}
+
+/* What t's cursor is now: every delivery of its hooks below it settled. */
+static uint64_t tenant_cursor(const ak_dispatch_t *d, const tenant_t *t) {
+  uint64_t c = d->safe;
+  if (t->lq_n && lq_at(t, 0)->seq < c) c = lq_at(t, 0)->seq;
+  if (t->overflow_from && t->overflow_from < c) c = t->overflow_from;
+  return c;
+}
+
 /* ------------------------------------------------------------------ outcome writes ---- */
 
 /* Between op_begin and op_end, which made the batch. */
@@ -581,7 +993,10 @@ static void reclaim(ak_dispatch_t *d) {
     size_t vl = 0;
     int rc = ak_store_get(st, AK_CF_INDEX, ak, sizeof ak, &v, &vl);
     free(v);
-    if (rc != 1) continue; /* obligation still there (or the store is down) */
+    if (rc != 1) continue; /* a format-1 obligation still there (or the store is down) */
+    /* at or above the reclaim pass's progress: that pass decides (its deliveries from the
+     * log may not all be settled yet) */
+    if (seq >= d->reclaimed_to) continue;
     ak_put_u64(pfx, seq);
     any_ctx_t a = {false};
     if (ak_store_scan(st, AK_CF_DELIVERIES, pfx, sizeof pfx, any_cb, &a) != 0 || a.found) continue;
@@ -594,8 +1009,12 @@ static void reclaim(ak_dispatch_t *d) {
     /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
      * sealed, or released from the pen) has */
     const uint8_t *idk = ak_store_id_key(st);
-    if (!idk || ak_uuid7_unseal(idk, d->reclaim[i].id) != seq)
+    if (!idk || ak_uuid7_unseal(idk, d->reclaim[i].id) != seq) {
+      uint8_t jk[AK_GROUP_KEY_LEN];
+      ak_key_unsealed(jk, seq);
       ak_batch_delete(wb, AK_CF_INDEX, ik, sizeof ik);
+      ak_batch_delete(wb, AK_CF_INDEX, jk, sizeof jk);
+    }
     ak_store_unpin(st);
   }
   d->nreclaim = 0;
@@ -609,6 +1028,8 @@ static void reclaim(ak_dispatch_t *d) {
     ak_batch_free(wb);
   }
 }
+
+static void log_reclaim(ak_dispatch_t *d);
 
 /* Write the outcome batch. On failure the rows' outcomes are lost, which only means
  * they are delivered again (their due keys stay): at-least-once holds. */
@@ -626,10 +1047,22 @@ static void flush(ak_dispatch_t *d) {
     free(err);
     d->nreclaim = 0;
     d->ops_lost = true;
+    /* rows that took deliveries off the log may be lost with it: the cursors stay where
+     * they are, so that the next start delivers those again from the log */
+    if (!d->cursors_frozen)
+      ak_log(AK_LOG_ERROR, "dispatch", "hook log cursors frozen until the next start", "class=%s",
+             ak_wf_class_names[cls]);
+    d->cursors_frozen = true;
+    d->dlow_batch = 0;
   } else {
     d->store_down_logged = false;
+    if (d->dlow_batch) d->dlow_written = d->dlow_batch;
+    d->dlow_batch = 0;
     reclaim(d);
+    log_reclaim(d);
   }
+  for (size_t i = 0; i < d->nsettle_after; i++) atomic_fetch_sub(&d->lsets[d->settle_after[i]]->pending, 1);
+  d->nsettle_after = 0;
   ak_batch_clear(d->wb);
   d->wb_ops = 0;
 }
@@ -658,10 +1091,15 @@ static const char *row_type(const row_t *r, size_t *len) {
   return r->type;
 }
 
-/* Reschedule: the due key moves to `at`, the row records `attempts`. */
-static void op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now) {
-  if (!op_begin(d)) return;
-  op_delete_due(d, r, now);
+/* Reschedule: the due key moves to `at`, the row records `attempts` (a row from the log
+ * gets its row and due key here). false when nothing could be written: a row from the
+ * log is then back on the log, unclaimed. */
+static bool op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now) {
+  if (!op_begin(d)) {
+    if (r->from_log) log_unclaim(d, r->t, r->seq, r->sink);
+    return false;
+  }
+  if (!r->from_log) op_delete_due(d, r, now);
   size_t tl;
   const char *ty = row_type(r, &tl);
   uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
@@ -673,9 +1111,19 @@ static void op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attem
                                  r->has_replay ? r->replay_id : NULL);
   ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
   op_end(d);
+  if (r->from_log) {
+    r->from_log = false;
+    log_settle(d, r->t, r->seq, r->sink, true, now);
+  }
+  return true;
 }
 
 static void op_clear(ak_dispatch_t *d, row_t *r, int64_t now) {
+  if (r->from_log) { /* nothing in the store: the cursor passes it */
+    r->from_log = false;
+    log_settle(d, r->t, r->seq, r->sink, false, now);
+    return;
+  }
   if (!op_begin(d)) return;
   op_delete_due(d, r, now);
   uint8_t dk[AK_DELIVERY_KEY_LEN];
@@ -685,9 +1133,12 @@ static void op_clear(ak_dispatch_t *d, row_t *r, int64_t now) {
   reclaim_note(d, r->seq, r->env.id);
 }
 
-static void op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *reason, int64_t now) {
-  if (!op_begin(d)) return;
-  op_delete_due(d, r, now);
+static bool op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *reason, int64_t now) {
+  if (!op_begin(d)) {
+    if (r->from_log) log_unclaim(d, r->t, r->seq, r->sink);
+    return false;
+  }
+  if (!r->from_log) op_delete_due(d, r, now);
   size_t tl;
   const char *ty = row_type(r, &tl);
   uint8_t dk[AK_DELIVERY_KEY_LEN], row[300], xk[AK_DEAD_KEY_LEN], xv[1024];
@@ -704,6 +1155,11 @@ static void op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *r
   size_t xl = ak_dead_entry_encode(xv, sizeof xv, &e);
   ak_batch_put(batch(d, now), AK_CF_INDEX, xk, sizeof xk, xv, xl);
   op_end(d);
+  if (r->from_log) {
+    r->from_log = false;
+    log_settle(d, r->t, r->seq, r->sink, true, now);
+  }
+  return true;
 }
 
 /* Outcomes that never reached the store leave their rows' old due keys behind the
@@ -714,9 +1170,239 @@ static void rescan_all(ak_dispatch_t *d, int64_t now) {
   size_t pos = 0;
   for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) {
     t->cursor_len = 0;
+    t->exc_due = now;
     t->next_due = now;
     tenant_place(d, t, now);
   }
+}
+
+/* ------------------------------------------------------------------ cursors ---- */
+
+/* A log delivery gets a row of its own, due now with the attempts it had, in the open
+ * batch; the row stays claimed (its attempt, if running, settles it as an exception).
+ * false when no batch could be made. */
+static bool spill_row(ak_dispatch_t *d, row_t *r, int64_t now) {
+  if (!op_begin(d)) return false;
+  size_t tl;
+  const char *ty = row_type(r, &tl);
+  uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
+  size_t kl = ak_key_due(k, r->t->name, r->t->nlen, now, r->seq, r->sink);
+  size_t vl = ak_due_value(v, sizeof v, r->attempts, ty, tl, r->has_replay ? r->replay_id : NULL);
+  ak_batch_put(batch(d, now), AK_CF_INDEX, k, kl, v, vl);
+  ak_key_delivery(dk, r->seq, r->sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, r->attempts, now, ty, tl,
+                                 r->has_replay ? r->replay_id : NULL);
+  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  op_end(d);
+  r->from_log = false;
+  r->due_at = now;
+  log_settle(d, r->t, r->seq, r->sink, true, now);
+  return true;
+}
+
+/* The same for a delivery nobody claimed: a pending row due now, attempts 0. */
+static bool spill_todo(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sink, const lset_t *ls, int64_t now) {
+  if (!op_begin(d)) return false;
+  uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
+  size_t kl = ak_key_due(k, t->name, t->nlen, now, seq, sink);
+  size_t vl = ak_due_value(v, sizeof v, 0, ls->types[sink], ls->tlens[sink], NULL);
+  ak_batch_put(batch(d, now), AK_CF_INDEX, k, kl, v, vl);
+  ak_key_delivery(dk, seq, sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, 0, now, ls->types[sink], ls->tlens[sink], NULL);
+  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  op_end(d);
+  /* still pending, now as a row: the scan finds it there */
+  log_settle(d, t, seq, sink, true, now);
+  if (now < t->exc_due) t->exc_due = now;
+  tenant_note_due(t, now);
+  return true;
+}
+
+/* Deliveries settled behind an unsettled first entry would be delivered again after a
+ * crash: past SPILL_MS (or SPILL_COUNT), the first entry's unsettled deliveries get rows
+ * of their own, so that the cursor passes them. */
+static void log_spill(ak_dispatch_t *d, tenant_t *t, int64_t now) {
+  while (t->behind > 0 && t->lq_n) {
+    lentry_t *h = lq_at(t, 0);
+    uint64_t seq = h->seq;
+    uint32_t open = h->open, todo = h->todo;
+    const lset_t *ls = d->lsets[h->set];
+    for (; open; open &= open - 1) {
+      uint16_t b = (uint16_t)__builtin_ctz(open);
+      row_t *r = umap_get(&d->claimed, row_id(seq, b));
+      if (!r || !r->from_log || !spill_row(d, r, now)) return;
+    }
+    for (; todo; todo &= todo - 1)
+      if (!spill_todo(d, t, seq, (uint16_t)__builtin_ctz(todo), ls, now)) return;
+  }
+}
+
+/* Puts the cursors that moved, and the log's low mark, into the open batch and writes
+ * it. Every CURSOR_MS at most. */
+static void log_persist(ak_dispatch_t *d, int64_t now) {
+  bool force = d->settled_since_persist >= SPILL_COUNT;
+  if (d->nheld)
+    ak_list_foreach_safe(n, nx, &d->lactive) {
+      tenant_t *t = ak_list_entry(n, tenant_t, lactive_link);
+      if (t->held_since && (force || now - t->held_since >= SPILL_MS)) log_spill(d, t, now);
+    }
+  d->last_persist_ms = now;
+  d->settled_since_persist = 0;
+  if (d->cursors_frozen) {
+    d->ndirty = 0;
+    return;
+  }
+  uint64_t low = d->safe;
+  ak_list_foreach(n, &d->lactive) {
+    uint64_t c = tenant_cursor(d, ak_list_entry(n, tenant_t, lactive_link));
+    if (c < low) low = c;
+  }
+  if (!d->ndirty && low == d->dlow_written) return;
+  if (!op_begin(d)) return;
+  for (size_t i = 0; i < d->ndirty; i++) {
+    tenant_t *t = d->dirty[i];
+    t->dirty = false;
+    uint64_t c = tenant_cursor(d, t);
+    if (c == t->cursor_written) continue;
+    char key[3 + 256];
+    memcpy(key, AK_KEY_TENANT_CURSOR, 3);
+    memcpy(key + 3, t->name, t->nlen);
+    uint8_t v[8];
+    ak_put_u64(v, c);
+    ak_batch_put(batch(d, now), AK_CF_DEFAULT, key, 3 + t->nlen, v, 8);
+    t->cursor_written = c;
+  }
+  d->ndirty = 0;
+  if (low != d->dlow_written) {
+    uint8_t v[8];
+    ak_put_u64(v, low);
+    ak_batch_put(batch(d, now), AK_CF_DEFAULT, AK_KEY_DISPATCH_LOW, strlen(AK_KEY_DISPATCH_LOW), v, 8);
+    d->dlow_batch = low;
+  }
+  op_end(d);
+  flush(d);
+}
+
+typedef struct {
+  uint64_t to;
+  uint64_t *keep;
+  size_t nkeep, capkeep;
+  struct { uint64_t seq; uint8_t id[16]; } *ids;
+  size_t nids, capids;
+  bool oom;
+} rscan_t;
+
+static int rscan_rows(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  rscan_t *s = ctx;
+  if (kl != AK_DELIVERY_KEY_LEN) return 0;
+  uint64_t seq = ak_get_u64((const uint8_t *)k);
+  if (seq >= s->to) return 1;
+  if (s->nkeep && s->keep[s->nkeep - 1] == seq) return 0;
+  if (ak_buf_grow(&s->keep, &s->capkeep, s->nkeep + 1, sizeof *s->keep) != 0) {
+    s->oom = true;
+    return 1;
+  }
+  s->keep[s->nkeep++] = seq;
+  return 0;
+}
+
+static int rscan_ids(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  rscan_t *s = ctx;
+  if (kl != AK_GROUP_KEY_LEN || vl != 16) return 0;
+  uint64_t seq = ak_get_u64((const uint8_t *)k + 1);
+  if (seq >= s->to) return 1;
+  if (ak_buf_grow(&s->ids, &s->capids, s->nids + 1, sizeof *s->ids) != 0) {
+    s->oom = true;
+    return 1;
+  }
+  s->ids[s->nids].seq = seq;
+  memcpy(s->ids[s->nids++].id, v, 16);
+  return 0;
+}
+
+typedef struct {
+  ak_batch_t *wb;
+  uint64_t to;
+} gscan_t;
+
+static int rscan_groups(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  gscan_t *g = ctx;
+  ak_marker_t m;
+  if (kl != AK_GROUP_KEY_LEN || ak_marker_decode((const uint8_t *)v, vl, &m) != 0) return 1;
+  if (ak_get_u64((const uint8_t *)k + 1) + m.count > g->to) return 1;
+  ak_batch_delete(g->wb, AK_CF_INDEX, k, kl);
+  return 0;
+}
+
+static bool has_seq(const uint64_t *v, size_t n, uint64_t seq) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (v[mid] < seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && v[lo] == seq;
+}
+
+/* Hooks below the log's low mark whose deliveries all settled without a row of their own
+ * are deleted, RECLAIM_CHUNK at a time, with their markers and unsealed id keys. Not while
+ * the storage role runs: the compactor (a later issue) has not archived them. */
+static void log_reclaim(ak_dispatch_t *d) {
+  if (d->inst->roles & AK_ROLE_STORAGE) return;
+  uint64_t from = d->reclaimed_to, to = d->dlow_written;
+  if (to <= from) return;
+  if (to - from > RECLAIM_CHUNK) to = from + RECLAIM_CHUNK;
+  ak_store_t *st = d->inst->store;
+  rscan_t s = {.to = to};
+  uint8_t fk[AK_GROUP_KEY_LEN];
+  ak_put_u64(fk, from);
+  const char j = AK_IDX_UNSEALED;
+  int rc = ak_store_scan_from(st, AK_CF_DELIVERIES, NULL, 0, fk, 8, false, rscan_rows, &s);
+  ak_key_unsealed(fk, from);
+  if (rc == 0) rc = ak_store_scan_from(st, AK_CF_INDEX, &j, 1, fk, sizeof fk, false, rscan_ids, &s);
+  ak_batch_t *wb = NULL;
+  if (rc != 0 || s.oom || ak_store_pin(st) != 0) goto out;
+  if (!(wb = ak_batch_new(st))) {
+    ak_store_unpin(st);
+    goto out;
+  }
+  for (uint64_t seq = from; seq < to; seq++) {
+    if (has_seq(s.keep, s.nkeep, seq)) continue;
+    uint8_t hk[AK_HOOK_KEY_LEN];
+    ak_key_hook(hk, seq);
+    ak_batch_delete(wb, AK_CF_HOOKS, hk, sizeof hk);
+  }
+  for (size_t i = 0; i < s.nids; i++) {
+    if (has_seq(s.keep, s.nkeep, s.ids[i].seq)) continue;
+    uint8_t ik[AK_ID_KEY_LEN], jk[AK_GROUP_KEY_LEN];
+    ak_key_id(ik, s.ids[i].id);
+    ak_key_unsealed(jk, s.ids[i].seq);
+    ak_batch_delete(wb, AK_CF_INDEX, ik, sizeof ik);
+    ak_batch_delete(wb, AK_CF_INDEX, jk, sizeof jk);
+  }
+  ak_store_unpin(st);
+  gscan_t g = {.wb = wb, .to = to};
+  const char gp = AK_IDX_GROUP;
+  if (ak_store_scan(st, AK_CF_INDEX, &gp, 1, rscan_groups, &g) != 0) goto out;
+  uint8_t v[8];
+  ak_put_u64(v, to);
+  if (ak_store_pin(st) != 0) goto out;
+  ak_batch_put(wb, AK_CF_DEFAULT, AK_KEY_RECLAIMED, strlen(AK_KEY_RECLAIMED), v, 8);
+  ak_store_unpin(st);
+  ak_wf_class_t cls;
+  char *err = NULL;
+  if (ak_store_write(st, wb, false, &cls, &err) != 0) {
+    ak_counter_add(d->c_write_fail, 1);
+    free(err);
+  } else {
+    d->reclaimed_to = to;
+  }
+out:
+  ak_batch_free(wb);
+  free(s.keep);
+  free(s.ids);
 }
 
 /* ------------------------------------------------------------------ rows ---- */
@@ -757,9 +1443,10 @@ static void count_unclaimed(ak_dispatch_t *d, tenant_t *t, uint32_t attempts, in
 
 /* The row goes back to the store's due set at `at` (retry or park). */
 static void row_requeue(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now) {
-  op_reschedule(d, r, at, attempts, now);
+  bool was_log = r->from_log;
+  bool ok = op_reschedule(d, r, at, attempts, now);
   tenant_t *t = r->t;
-  count_unclaimed(d, t, attempts, +1);
+  if (ok || !was_log) count_unclaimed(d, t, attempts, +1); /* else back on the log, counted there */
   row_release(d, r);
   tenant_note_due(t, at);
   tenant_place(d, t, now);
@@ -772,8 +1459,8 @@ static void format_reason(char *out, size_t len, const char *type, const char *w
 static void row_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *why, int64_t now) {
   char reason[256];
   format_reason(reason, sizeof reason, r->type_len ? r->type : "-", why);
-  op_dead(d, r, attempts, reason, now);
-  d->dead++;
+  bool was_log = r->from_log;
+  if (op_dead(d, r, attempts, reason, now) || !was_log) d->dead++;
   if (r->key && r->ds) {
     sink_inst_t *si = &r->ds->v[r->key->sink];
     ak_counter_add(si->del_dlq, 1);
@@ -908,6 +1595,8 @@ typedef struct cand {
   int64_t at;
   uint64_t seq;
   uint16_t sink;
+  bool from_log;                 /* a delivery of the hook log (k, v unused) */
+  uint32_t set;                  /* from_log: its lset */
   uint8_t hk[AK_HOOK_KEY_LEN];
 } cand_t;
 
@@ -927,7 +1616,10 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
     return CLAIM_STOP;
   }
   ak_due_value_t dv;
-  if (ak_due_value_decode(c->v, c->vl, &dv) != 0) {
+  if (c->from_log) {
+    const lset_t *ls = d->lsets[c->set];
+    dv = (ak_due_value_t){.attempts = 0, .sink_type = ls->types[sink], .sink_type_len = ls->tlens[sink]};
+  } else if (ak_due_value_decode(c->v, c->vl, &dv) != 0) {
     ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
     free(rec);
     return CLAIM_SKIP;
@@ -971,8 +1663,13 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
   t->inflight_bytes += (int64_t)r->rec_len;
   d->inflight++;
   d->inflight_bytes += (int64_t)r->rec_len;
-  memcpy(t->cursor, k, kl);
-  t->cursor_len = kl;
+  if (c->from_log) {
+    r->from_log = true;
+    log_claimed(t, seq, sink);
+  } else {
+    memcpy(t->cursor, k, kl);
+    t->cursor_len = kl;
+  }
 
   const char *why = NULL;
   int sk = -1;
@@ -1013,56 +1710,78 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
   return CLAIM_OK;
 }
 
-/* Claim up to `want` rows of tenant t. Returns rows claimed; updates t->next_due.
- * First the due rows are read off the index (key and value copied: the iterator moves
- * on), then their hooks in one batched read (neighbouring seqs share SST blocks: half
- * the cost of a read per row), then the rows are claimed in due order, each within the
- * windows as they stand after the one before. */
+/* Claim up to `want` rows of tenant t: its exception rows due now first (the due index),
+ * then its deliveries from the hook log. Returns rows claimed; updates t's due times.
+ * First the candidates are gathered (key and value copied: the iterator moves on), then
+ * their hooks are read in one batched read (neighbouring seqs share SST blocks: half the
+ * cost of a read per row), then the rows are claimed in order, each within the windows as
+ * they stand after the one before. */
 static size_t claim_tenant(ak_dispatch_t *d, ak_store_cursor_t *it, tenant_t *t, size_t want, int64_t now,
                            bool *store_err) {
   uint8_t pfx[AK_DUE_KEY_MAX];
   size_t pl = ak_key_due_prefix(pfx, t->name, t->nlen);
-  t->next_due = INT64_MAX;
   /* a bigger share is claimed over the scan's further rounds */
   if (want > CLAIM_CHUNK) want = CLAIM_CHUNK;
   if (ak_buf_grow(&d->cand, &d->capcand, want, sizeof *d->cand) != 0) {
     *store_err = true;
     return 0;
   }
-  if (t->cursor_len) ak_store_cursor_seek(it, t->cursor, t->cursor_len);
-  else ak_store_cursor_seek(it, pfx, pl);
-  int64_t stop_at = INT64_MAX; /* the first due row not taken by this pass */
+  int64_t stop_at = t->exc_due; /* the first exception row not taken by this pass */
   size_t n = 0;
-  for (; ak_store_cursor_valid(it); ak_store_cursor_next(it)) {
-    size_t kl, vl;
-    const uint8_t *k = (const uint8_t *)ak_store_cursor_key(it, &kl);
-    if (kl < pl || memcmp(k, pfx, pl) != 0) break;
-    int64_t at;
-    uint64_t seq;
-    uint16_t sink;
-    if (ak_key_due_parse(k, kl, NULL, NULL, &at, &seq, &sink) != 0) continue;
-    if (at > now || n >= want || !tenant_has_room(d, t) || !global_has_room(d)) {
-      stop_at = at;
-      break;
+  if (t->exc_due <= now) {
+    stop_at = INT64_MAX;
+    if (t->cursor_len) ak_store_cursor_seek(it, t->cursor, t->cursor_len);
+    else ak_store_cursor_seek(it, pfx, pl);
+    for (; ak_store_cursor_valid(it); ak_store_cursor_next(it)) {
+      size_t kl, vl;
+      const uint8_t *k = (const uint8_t *)ak_store_cursor_key(it, &kl);
+      if (kl < pl || memcmp(k, pfx, pl) != 0) break;
+      int64_t at;
+      uint64_t seq;
+      uint16_t sink;
+      if (ak_key_due_parse(k, kl, NULL, NULL, &at, &seq, &sink) != 0) continue;
+      if (at > now || n >= want || !tenant_has_room(d, t) || !global_has_room(d)) {
+        stop_at = at;
+        break;
+      }
+      if (umap_get(&d->claimed, row_id(seq, sink))) continue;
+      const char *v = ak_store_cursor_value(it, &vl);
+      if (kl > AK_DUE_KEY_MAX || vl > AK_DUE_VALUE_MAX) {
+        ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
+        continue;
+      }
+      cand_t *c = &d->cand[n++];
+      memcpy(c->k, k, kl);
+      c->kl = kl;
+      memcpy(c->v, v, vl);
+      c->vl = vl;
+      c->at = at;
+      c->seq = seq;
+      c->sink = sink;
+      c->from_log = false;
+      ak_key_hook(c->hk, seq);
     }
-    if (umap_get(&d->claimed, row_id(seq, sink))) continue;
-    const char *v = ak_store_cursor_value(it, &vl);
-    if (kl > AK_DUE_KEY_MAX || vl > AK_DUE_VALUE_MAX) {
-      ak_log(AK_LOG_ERROR, "dispatch", "damaged due entry skipped", "seq=%" PRIu64 " sink=%u", seq, sink);
-      continue;
-    }
-    cand_t *c = &d->cand[n++];
-    memcpy(c->k, k, kl);
-    c->kl = kl;
-    memcpy(c->v, v, vl);
-    c->vl = vl;
-    c->at = at;
-    c->seq = seq;
-    c->sink = sink;
-    ak_key_hook(c->hk, seq);
   }
+  /* the log: entries in seq order, each delivery not claimed yet */
+  (void)log_due(t);
+  for (size_t i = t->lq_scan; i < t->lq_n && n < want; i++) {
+    const lentry_t *e = lq_at(t, i);
+    for (uint32_t m = e->todo; m && n < want; m &= m - 1) {
+      cand_t *c = &d->cand[n++];
+      c->kl = c->vl = 0;
+      c->at = e->at_ms;
+      c->seq = e->seq;
+      c->sink = (uint16_t)__builtin_ctz(m);
+      c->from_log = true;
+      c->set = e->set;
+      ak_key_hook(c->hk, e->seq);
+    }
+  }
+  t->exc_due = INT64_MAX;
+  t->next_due = INT64_MAX;
   if (!n) {
-    t->next_due = stop_at;
+    t->exc_due = stop_at;
+    tenant_due_update(t);
     return 0;
   }
 
@@ -1080,24 +1799,23 @@ static size_t claim_tenant(ak_dispatch_t *d, ak_store_cursor_t *it, tenant_t *t,
   size_t got = 0, i = 0;
   for (; i < n; i++) {
     const cand_t *c = &d->cand[i];
-    if (!tenant_has_room(d, t) || !global_has_room(d)) {
-      t->next_due = c->at;
-      break;
-    }
+    if (!tenant_has_room(d, t) || !global_has_room(d)) break;
     claim_rc_t rc = claim_row(d, t, c, rcs[i], recs[i], rls[i], now);
     recs[i] = NULL;
     if (rc == CLAIM_STOP) {
-      t->next_due = c->at;
       *store_err = true;
+      if (!c->from_log && c->at < stop_at) stop_at = c->at; /* still due; a log row is still todo */
       i++;
       break;
     }
     if (rc == CLAIM_OK) got++;
   }
-  /* set only now, as a pass over the rows one by one did: a claim that dead-letters its
-   * row places the tenant meanwhile, and must see it as still being served; a row parked
-   * meanwhile may already have noted an earlier due time, which stands */
-  if (i == n && stop_at < t->next_due) t->next_due = stop_at;
+  /* the exception rows this pass did not take are due again; a row parked meanwhile may
+   * already have noted an earlier due time, which stands (tenant_note_due) */
+  for (size_t j = i; j < n; j++)
+    if (!d->cand[j].from_log && d->cand[j].at < stop_at) stop_at = d->cand[j].at;
+  if (stop_at < t->exc_due) t->exc_due = stop_at;
+  tenant_due_update(t);
   for (; i < n; i++) free(recs[i]);
   return got;
 }
@@ -1291,14 +2009,22 @@ static void inbox_add(inbox_t *in, const char *name, size_t n, int64_t at, uint6
   in->v[in->n++] = (notice_t){.name = nm, .nlen = n, .min_at = at, .rows = rows, .from_dead = from_dead};
 }
 
-static void on_commit(void *ctx, const ak_write_req_t *list, int64_t due_at) {
+/* A group committed (writer thread): its marker is queued for the dispatch thread. */
+static void on_commit(void *ctx, uint64_t first_seq, const uint8_t *marker, size_t len, uint64_t safe) {
   ak_dispatch_t *d = ctx;
+  uint8_t *copy = malloc(len ? len : 1);
+  if (copy) memcpy(copy, marker, len);
   pthread_mutex_lock(&d->mu);
   AK_ASSERT_HELD(&d->mu);
-  bool was_empty = !d->inbox.n;
-  for (const ak_write_req_t *r = list; r; r = r->next)
-    if (r->kind == AK_WRITE_HOOK && r->source->nsinks)
-      inbox_add(&d->inbox, r->tenant ? r->tenant : "", r->tenant ? r->tenant_len : 0, due_at, r->source->nsinks, 0);
+  bool was_empty = !d->inbox.n && !d->nminbox;
+  if (copy && (d->nminbox < d->capminbox ||
+               ak_buf_grow(&d->minbox, &d->capminbox, d->nminbox + 1, sizeof *d->minbox) == 0)) {
+    d->minbox[d->nminbox++] = (mnotice_t){.first_seq = first_seq, .safe = safe, .len = len, .marker = copy};
+  } else {
+    /* out of memory: the dispatch thread reads the markers back from the store */
+    free(copy);
+    if (!d->notice_lost_from || first_seq < d->notice_lost_from) d->notice_lost_from = first_seq ? first_seq : 1;
+  }
   if (was_empty) pthread_cond_signal(&d->cv);
   pthread_mutex_unlock(&d->mu);
 }
@@ -1326,6 +2052,22 @@ static void apply_inbox(ak_dispatch_t *d, inbox_t *in, int64_t now) {
     tenant_place(d, t, now);
   }
   in->n = 0;
+}
+
+static void apply_markers(ak_dispatch_t *d, mnotice_t *v, size_t n, uint64_t lost_from, int64_t now) {
+  AK_ASSERT_OWNER(&d->owner);
+  for (size_t i = 0; i < n; i++) {
+    ak_marker_t m;
+    if (ak_marker_decode(v[i].marker, v[i].len, &m) != 0 ||
+        log_add_marker(d, v[i].first_seq, &m, 0, NULL, false, now) != 0) {
+      if (!lost_from || v[i].first_seq < lost_from) lost_from = v[i].first_seq ? v[i].first_seq : 1;
+    }
+    if (v[i].safe > d->safe) d->safe = v[i].safe;
+    free(v[i].marker);
+  }
+  if (lost_from && log_scan(d, lost_from, NULL, false, now, NULL) != 0)
+    ak_log(AK_LOG_ERROR, "dispatch", "cannot read committed hooks back from the store; they are delivered after "
+           "the next start", "from_seq=%" PRIu64, lost_from);
 }
 
 /* ------------------------------------------------------------------ gauges ---- */
@@ -1420,6 +2162,12 @@ static void *run(void *arg) {
     d->inbox = spare;
     row_t *outs = d->ohead;
     d->ohead = d->otail = NULL;
+    mnotice_t *mv = d->minbox;
+    size_t mn = d->nminbox;
+    uint64_t lost_from = d->notice_lost_from;
+    d->minbox = NULL;
+    d->nminbox = d->capminbox = 0;
+    d->notice_lost_from = 0;
     bool stopping = d->stop;
     int64_t stop_deadline = d->stop_deadline_ms;
     pthread_mutex_unlock(&d->mu);
@@ -1427,6 +2175,8 @@ static void *run(void *arg) {
 
     apply_inbox(d, &in, now);
     spare = in;
+    apply_markers(d, mv, mn, lost_from, now);
+    free(mv);
     for (row_t *r = outs, *nx; r; r = nx) {
       nx = r->onext;
       if (r->zombie) {
@@ -1443,6 +2193,7 @@ static void *run(void *arg) {
       tenant_place(d, t, now);
     }
     if (stopping && (d->running == 0 || now >= stop_deadline)) {
+      log_persist(d, now);
       flush(d);
       break;
     }
@@ -1455,9 +2206,14 @@ static void *run(void *arg) {
       }
       start_attempts(d, now);
     }
+    if ((d->ndirty || d->nheld) &&
+        (now - d->last_persist_ms >= CURSOR_MS || d->settled_since_persist >= SPILL_COUNT))
+      log_persist(d, now);
     if (d->wb_ops && (d->wb_ops >= FLUSH_OPS || now - d->wb_first_ms >= FLUSH_MS)) flush(d);
     if (now - d->last_tick_ms >= TICK_MS) {
       d->last_tick_ms = now;
+      log_refill(d, now);
+      if (d->reclaimed_to < d->dlow_written && !(d->inst->roles & AK_ROLE_STORAGE)) log_reclaim(d);
       publish(d, now);
       if (d->tick && !stopping) d->tick(d->tick_ctx, now);
       if (now - last_gauge >= 1000) {
@@ -1474,10 +2230,11 @@ static void *run(void *arg) {
     row_t *oldest = first_running(d);
     if (oldest && oldest->deadline_ms < wake) wake = oldest->deadline_ms;
     if (d->wb_ops && d->wb_first_ms + FLUSH_MS < wake) wake = d->wb_first_ms + FLUSH_MS;
+    if ((d->ndirty || d->nheld) && d->last_persist_ms + CURSOR_MS < wake) wake = d->last_persist_ms + CURSOR_MS;
     if (d->last_tick_ms + TICK_MS < wake) wake = d->last_tick_ms + TICK_MS;
     if (!ak_list_empty(&d->ready) && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
     pthread_mutex_lock(&d->mu);
-    if (!d->inbox.n && !d->ohead && !(d->stop && !stopping) && wake > now) {
+    if (!d->inbox.n && !d->nminbox && !d->notice_lost_from && !d->ohead && !(d->stop && !stopping) && wake > now) {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       int64_t ms = wake - now;
@@ -1631,7 +2388,10 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   ak_list_init(&d->ready);
   ak_list_init(&d->slots);
   ak_list_init(&d->run);
+  ak_list_init(&d->lactive);
   ak_tmap_init(&d->tenants, sizeof(tenant_t));
+  ak_tmap_init(&d->lset_ix, sizeof(uint32_t));
+  pthread_mutex_init(&d->lsmu, NULL);
   const ak_dispatch_cfg_t *c = d->cfg;
   if (RAND_bytes((unsigned char *)&d->jitter_state, sizeof d->jitter_state) != 1)
     d->jitter_state = (uint64_t)ak_mono_ns() ^ ((uint64_t)getpid() << 32);
@@ -1699,6 +2459,7 @@ static int start_cb(const char *k, size_t kl, const char *v, size_t vl, void *ct
   ak_due_value_t dv;
   if (ak_due_value_decode((const uint8_t *)v, vl, &dv) != 0) dv.attempts = 0;
   count_unclaimed(s->d, t, dv.attempts, +1);
+  if (at < t->exc_due) t->exc_due = at;
   if (at < t->next_due) t->next_due = at;
   /* the tenant's first live key: the first pass seeks straight to it instead of walking
    * the tombstones its delivered rows left in front of it */
@@ -1719,8 +2480,58 @@ static int dead_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx
   return 0;
 }
 
+static int cursor_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  ak_dispatch_t *d = ctx;
+  if (kl < 3 || vl != 8) return 0;
+  tenant_t *t = tenant_get(d, k + 3, kl - 3);
+  if (!t) return 1;
+  t->boot_cursor = t->cursor_written = ak_get_u64((const uint8_t *)v);
+  return 0;
+}
+
+static uint64_t meta_u64(ak_store_t *st, const char *key, int *rc) {
+  char *v = NULL;
+  size_t vl = 0;
+  uint64_t x = 0;
+  int r = ak_store_get(st, AK_CF_DEFAULT, key, strlen(key), &v, &vl);
+  if (r == 0 && vl == 8) x = ak_get_u64((const uint8_t *)v);
+  else if (r == 0 || r < 0) *rc = -1;
+  free(v);
+  return x;
+}
+
+/* The hook log at start: the cursors, then every group marker from the low mark on. */
+static int log_load(ak_dispatch_t *d, uint64_t *hooks, char *err, size_t errlen) {
+  ak_store_t *st = d->inst->store;
+  int rc = 0;
+  uint64_t low = meta_u64(st, AK_KEY_DISPATCH_LOW, &rc);
+  d->reclaimed_to = meta_u64(st, AK_KEY_RECLAIMED, &rc);
+  if (rc != 0) {
+    snprintf(err, errlen, "the hook log's marks in the store are damaged (%s, %s)", AK_KEY_DISPATCH_LOW,
+             AK_KEY_RECLAIMED);
+    return -1;
+  }
+  d->dlow_written = low;
+  d->safe = ak_store_next_seq(st);
+  if (ak_store_scan(st, AK_CF_DEFAULT, AK_KEY_TENANT_CURSOR, 3, cursor_cb, d) != 0) {
+    snprintf(err, errlen, "cannot read the hook log's cursors from the store");
+    return -1;
+  }
+  int r = log_scan(d, low, NULL, true, ak_now_ms(), hooks);
+  if (r != 0) {
+    snprintf(err, errlen, r == -2 ? "a group marker in the store is damaged" : "cannot read the hook log from the store");
+    return -1;
+  }
+  size_t pos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) tenant_dirty(d, t);
+  return 0;
+}
+
 int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen) {
   int64_t t0 = ak_mono_ns();
+  uint64_t log_hooks = 0;
+  if (log_load(d, &log_hooks, err, errlen) != 0) return -1;
+  int64_t t1 = ak_mono_ns();
   start_scan_t s = {.d = d};
   const char pd = AK_IDX_DUE, px = AK_IDX_DEAD;
   if (ak_store_scan(d->inst->store, AK_CF_INDEX, &pd, 1, start_cb, &s) != 0 ||
@@ -1732,8 +2543,10 @@ int ak_dispatch_load(ak_dispatch_t *d, char *err, size_t errlen) {
   size_t pos = 0;
   for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &pos));) tenant_place(d, t, now);
   publish(d, now);
+  ak_log(AK_LOG_INFO, "dispatch", "hook log loaded", "hooks_read=%" PRIu64 " pending_hooks=%zu low=%" PRIu64
+         " seconds=%.3f", log_hooks, d->log_entries, d->dlow_written, (double)(t1 - t0) / 1e9);
   ak_log(AK_LOG_INFO, "dispatch", "due index loaded", "rows=%" PRIu64 " tenants=%zu dead=%lld seconds=%.3f", s.rows,
-         ak_tmap_count(&d->tenants), (long long)d->dead, (double)(ak_mono_ns() - t0) / 1e9);
+         ak_tmap_count(&d->tenants), (long long)d->dead, (double)(ak_mono_ns() - t1) / 1e9);
   return 0;
 }
 
@@ -1830,7 +2643,21 @@ void ak_dispatch_free(ak_dispatch_t *d) {
     }
   free(d->keys.keys);
   free(d->keys.vals);
+  size_t tpos = 0;
+  for (tenant_t *t; (t = ak_tmap_next(&d->tenants, &tpos));) free(t->lq);
   ak_tmap_fini(&d->tenants);
+  for (size_t i = 0; i < d->nlsets; i++) {
+    for (unsigned j = 0; j < d->lsets[i]->nsinks; j++) free(d->lsets[i]->types[j]);
+    free(d->lsets[i]->source);
+    free(d->lsets[i]);
+  }
+  free(d->lsets);
+  ak_tmap_fini(&d->lset_ix);
+  for (size_t i = 0; i < d->nminbox; i++) free(d->minbox[i].marker);
+  free(d->minbox);
+  free(d->dirty);
+  free(d->settle_after);
+  pthread_mutex_destroy(&d->lsmu);
   for (size_t i = 0; i < d->inbox.n; i++) free(d->inbox.v[i].name);
   free(d->inbox.v);
   free(d->heap);
@@ -1841,6 +2668,65 @@ void ak_dispatch_free(ak_dispatch_t *d) {
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->cv);
   free(d);
+}
+
+int64_t ak_dispatch_log_pending(ak_dispatch_t *d, const char *source) {
+  int64_t n = 0;
+  size_t sl = strlen(source);
+  pthread_mutex_lock(&d->lsmu);
+  for (size_t i = 0; i < d->nlsets; i++)
+    if (d->lsets[i]->source_len == sl && !memcmp(d->lsets[i]->source, source, sl))
+      n += atomic_load(&d->lsets[i]->pending);
+  pthread_mutex_unlock(&d->lsmu);
+  return n;
+}
+
+typedef struct {
+  const char *source;
+  size_t sl;
+  uint64_t low, from;
+  const char *tenant;
+  int64_t n;
+  bool bad;
+} spend_t;
+
+static int spend_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  spend_t *s = ctx;
+  ak_marker_t m;
+  if (kl != AK_GROUP_KEY_LEN || ak_marker_decode((const uint8_t *)v, vl, &m) != 0) {
+    s->bad = true;
+    return 1;
+  }
+  uint64_t first = ak_get_u64((const uint8_t *)k + 1);
+  const uint8_t *pos = NULL;
+  ak_marker_set_t ms;
+  for (unsigned i = 0; i < m.nsets && ak_marker_next_set(&m, &pos, &ms) == 0; i++) {
+    if (ms.source_len != s->sl || memcmp(ms.source, s->source, s->sl)) continue;
+    for (uint32_t h = 0; h < m.count; h++)
+      if (ak_marker_hook_set(&m, h) == i && first + h >= s->from) s->n += ms.nsinks;
+  }
+  return 0;
+}
+
+int ak_dispatch_store_log_pending(ak_store_t *st, const char *source, const char *tenant, int64_t *out) {
+  int rc = 0;
+  spend_t s = {.source = source, .sl = strlen(source), .tenant = tenant};
+  s.low = meta_u64(st, AK_KEY_DISPATCH_LOW, &rc);
+  if (rc != 0) return -1;
+  char key[3 + 256];
+  size_t tl = strlen(tenant) < 255 ? strlen(tenant) : 255;
+  memcpy(key, AK_KEY_TENANT_CURSOR, 3);
+  memcpy(key + 3, tenant, tl);
+  key[3 + tl] = 0;
+  uint64_t c = meta_u64(st, key, &rc);
+  s.from = c > s.low ? c : s.low;
+  if (rc != 0) s.from = s.low;
+  const char g = AK_IDX_GROUP;
+  uint8_t fk[AK_GROUP_KEY_LEN];
+  ak_key_group(fk, 0);
+  if (ak_store_scan_from(st, AK_CF_INDEX, &g, 1, fk, sizeof fk, false, spend_cb, &s) != 0 || s.bad) return -1;
+  *out = s.n;
+  return 0;
 }
 
 int64_t ak_dispatch_oldest_due_age_ms(ak_dispatch_t *d) {

@@ -82,6 +82,15 @@ void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int
 int64_t ak_dispatch_oldest_due_age_ms(ak_dispatch_t *d);
 bool ak_dispatch_has_room(ak_dispatch_t *d);
 
+/* Deliveries of a source still on the hook log, claimed or not (exception rows are in the
+ * due index). Thread-safe. */
+int64_t ak_dispatch_log_pending(ak_dispatch_t *d, const char *source);
+/* The same read from the store, for a node without the dispatcher: the source's hooks at
+ * or above its tenant's cursor (a shared source's hooks may belong to other tenants' cursors:
+ * counted from the low mark). 0, or -1 when the store cannot be read. */
+struct ak_store;
+int ak_dispatch_store_log_pending(struct ak_store *st, const char *source, const char *tenant, int64_t *out);
+
 /* Delivery rows as of the last scheduler pass (every ~100 ms): unclaimed first attempts,
  * unclaimed retries, claimed, dead. Thread-safe. */
 typedef struct {

@@ -26,6 +26,7 @@
 #include "queue/tenantshare.h"
 #include "queue/writer.h"
 #include "store/batch.h"
+#include "store/marker.h"
 #include "store/store.h"
 
 struct ak_writer {
@@ -48,7 +49,6 @@ struct ak_writer {
   bool started;
 
   int64_t max_queue, max_queue_bytes, max_batch, max_delay_ms;
-  bool write_archive;
 
   /* store health, read by submit and ready without the queue lock */
   _Atomic int store_ok;
@@ -65,6 +65,8 @@ struct ak_writer {
   bool probe_ok;
 
   uint64_t next_seq;        /* guarded by mu */
+  uint64_t *inflight_first; /* per writer thread: the first seq of its batch being committed, 0 = none
+                               (guarded by mu) */
   uint64_t *hook_count;     /* per writer thread: its own m:hook_count:<i> */
   int64_t *pen_bytes;       /* per writer thread: its own m:quarantine_bytes:<i> (may go negative) */
   _Atomic uint64_t hooks_total;
@@ -161,11 +163,11 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->max_delay_ms = c->max_delay_ms;
   w->tshare = ak_tenantshare_new_shared(c->tenant_max_queue, c->tenant_max_queue_bytes, c->max_queue,
                                         c->max_queue_bytes);
-  w->write_archive = (inst->roles & AK_ROLE_STORAGE) != 0;
   w->nthreads = c->partitions > 0 ? (int)c->partitions : 1;
   if (w->nthreads > 16) w->nthreads = 16;
   w->threads = calloc((size_t)w->nthreads, sizeof *w->threads);
   w->hook_count = calloc((size_t)w->nthreads, sizeof *w->hook_count);
+  w->inflight_first = calloc((size_t)w->nthreads, sizeof *w->inflight_first);
   w->pen_bytes = calloc((size_t)w->nthreads, sizeof *w->pen_bytes);
   atomic_store(&w->store_ok, ak_store_is_open(w->store) ? 1 : 0);
   load_counts(w);
@@ -406,6 +408,74 @@ static void finish_taken(ak_writer_t *w, ak_write_req_t *list) {
   }
 }
 
+/* Seqs below the answer are committed (their commit notices given) or void: this
+ * thread's batch is done, so only the other threads' batches in flight and the next seq
+ * bound it. */
+static uint64_t safe_below(ak_writer_t *w, int wi) {
+  pthread_mutex_lock(&w->mu);
+  uint64_t s = w->next_seq;
+  for (int i = 0; i < w->nthreads; i++)
+    if (i != wi && w->inflight_first[i] && w->inflight_first[i] < s) s = w->inflight_first[i];
+  pthread_mutex_unlock(&w->mu);
+  return s;
+}
+
+/* The group marker of a batch's hooks (store/marker.h): a set per {tenant, source} met,
+ * a set index per hook. 0, or -1 when out of memory or a field does not fit. */
+static int build_marker(ak_writer_t *w, const ak_write_req_t *keep, size_t nh, int64_t now_ms, uint64_t *first,
+                        uint8_t **out, size_t *outlen) {
+  (void)w;
+  ak_marker_set_in_t *sets = calloc(nh, sizeof *sets);
+  const ak_source_cfg_t **srcs = calloc(nh, sizeof *srcs);
+  uint16_t *hs = calloc(nh, sizeof *hs);
+  const char **types = NULL;
+  size_t ntypes = 0, nsets = 0, k = 0, last = 0;
+  int rc = -1;
+  if (!sets || !srcs || !hs) goto out;
+  for (const ak_write_req_t *r = keep; r; r = r->next)
+    if (r->kind == AK_WRITE_HOOK) ntypes += r->source->nsinks;
+  types = calloc(ntypes ? ntypes : 1, sizeof *types);
+  if (!types) goto out;
+  ntypes = 0;
+  for (const ak_write_req_t *r = keep; r; r = r->next) {
+    if (r->kind != AK_WRITE_HOOK) continue;
+    if (!k) *first = r->seq;
+    const char *tn = r->tenant ? r->tenant : "";
+    size_t tl = r->tenant ? r->tenant_len : 0;
+    size_t si = SIZE_MAX;
+    if (nsets && srcs[last] == r->source && sets[last].tenant_len == tl && !memcmp(sets[last].tenant, tn, tl))
+      si = last;
+    for (size_t j = 0; si == SIZE_MAX && j < nsets; j++)
+      if (srcs[j] == r->source && sets[j].tenant_len == tl && !memcmp(sets[j].tenant, tn, tl)) si = j;
+    if (si == SIZE_MAX) {
+      if (nsets == AK_MARKER_MAX_SETS) goto out;
+      si = nsets++;
+      srcs[si] = r->source;
+      sets[si] = (ak_marker_set_in_t){.tenant = tn, .tenant_len = tl, .source = r->source->id,
+                                      .source_len = strlen(r->source->id), .nsinks = r->source->nsinks,
+                                      .types = types + ntypes};
+      for (size_t i = 0; i < r->source->nsinks; i++) types[ntypes++] = r->source->sinks[i].type;
+    }
+    last = si;
+    hs[k++] = (uint16_t)si;
+  }
+  size_t cap = ak_marker_size((uint32_t)nh, sets, nsets);
+  if (!(*out = malloc(cap))) goto out;
+  *outlen = ak_marker_encode(*out, cap, now_ms, (uint32_t)nh, sets, nsets, hs);
+  if (!*outlen) {
+    free(*out);
+    *out = NULL;
+    goto out;
+  }
+  rc = 0;
+out:
+  free(sets);
+  free(srcs);
+  free(hs);
+  free(types);
+  return rc;
+}
+
 /* One group (seqs already assigned by take_locked): write one synced batch, answer. */
 static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk) {
   if (!keep) return;
@@ -454,35 +524,31 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     ak_key_hook(hk, r->seq);
     ak_batch_put(wb, AK_CF_HOOKS, hk, sizeof hk, r->rec, r->rec_len);
   }
-  for (ak_write_req_t *r = keep; r; r = r->next)
-    for (size_t i = 0; r->kind == AK_WRITE_HOOK && i < r->source->nsinks; i++) {
-      uint8_t dk[AK_DELIVERY_KEY_LEN], row[300];
-      ak_key_delivery(dk, r->seq, (uint16_t)i);
-      size_t rl = ak_delivery_row(row, sizeof row, AK_DELIVERY_PENDING, 0, now_ms, r->source->sinks[i].type);
-      ak_batch_put(wb, AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
-    }
-  if (w->write_archive)
-    for (ak_write_req_t *r = keep; r; r = r->next) {
-      if (r->kind != AK_WRITE_HOOK) continue;
-      uint8_t ak[AK_ARCHIVE_KEY_LEN], sz[4];
-      ak_key_archive(ak, r->seq);
-      ak_put_u32(sz, (uint32_t)r->rec_len);
-      ak_batch_put(wb, AK_CF_INDEX, ak, sizeof ak, sz, 4);
-    }
-  for (ak_write_req_t *r = keep; r; r = r->next)
-    for (size_t i = 0; r->kind == AK_WRITE_HOOK && i < r->source->nsinks; i++) {
-      uint8_t due[AK_DUE_KEY_MAX], dv[AK_DUE_VALUE_MAX];
-      size_t kl = ak_key_due(due, r->tenant, r->tenant_len, now_ms, r->seq, (uint16_t)i);
-      const char *type = r->source->sinks[i].type;
-      size_t vl = ak_due_value(dv, sizeof dv, 0, type, strlen(type), NULL);
-      ak_batch_put(wb, AK_CF_INDEX, due, kl, dv, vl);
-    }
+  /* The group marker: whose hooks these are and which sinks each was acked for. It is
+   * the only thing besides the records the dispatcher needs: no row per delivery. */
+  uint8_t *marker = NULL;
+  size_t mlen = 0;
+  uint64_t first_seq = 0;
+  if (nh && build_marker(w, keep, nh, now_ms, &first_seq, &marker, &mlen) != 0) {
+    ak_batch_free(wb);
+    ak_store_unpin(w->store);
+    finish_all(w, keep, AK_WR_STORE_UNAVAILABLE);
+    return;
+  }
+  if (nh) {
+    uint8_t gk[AK_GROUP_KEY_LEN];
+    ak_key_group(gk, first_seq);
+    ak_batch_put(wb, AK_CF_INDEX, gk, sizeof gk, marker, mlen);
+  }
   for (ak_write_req_t *r = keep; nidx && r; r = r->next) {
     if (r->kind != AK_WRITE_HOOK || r->id_sealed) continue;
-    uint8_t ik[AK_ID_KEY_LEN], sv[8];
+    uint8_t ik[AK_ID_KEY_LEN], sv[8], jk[AK_GROUP_KEY_LEN];
     ak_key_id(ik, r->id);
     ak_put_u64(sv, r->seq);
     ak_batch_put(wb, AK_CF_INDEX, ik, sizeof ik, sv, 8);
+    /* its reverse, so that reclaim finds the id key from the seq */
+    ak_key_unsealed(jk, r->seq);
+    ak_batch_put(wb, AK_CF_INDEX, jk, sizeof jk, r->id, 16);
   }
   if (w->inst->dedupe) ak_dedupe_put(w->inst->dedupe, wb, keep);
   /* The quarantine pen: entries held ('s' summary + 'b' record), and the pen rows of
@@ -561,10 +627,12 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     w->hook_count[wi] += nh;
     w->pen_bytes[wi] += pen_delta;
     ak_gauge_set(w->m_hooks, (double)(atomic_fetch_add(&w->hooks_total, nh) + nh));
-    if (nh && w->on_commit) w->on_commit(w->on_commit_ctx, keep, now_ms);
+    if (nh && w->on_commit) w->on_commit(w->on_commit_ctx, first_seq, marker, mlen, safe_below(w, wi));
+    free(marker);
     finish_all(w, keep, AK_WR_COMMITTED);
     return;
   }
+  free(marker);
   ak_counter_add(w->m_fail[cls], 1);
   if (atomic_load(&w->store_ok))
     ak_log(AK_LOG_ERROR, "store", "commit failed; closing store to reopen", "class=%s hooks=%zu",
@@ -613,10 +681,16 @@ static void *writer_main(void *arg) {
         timed_wait(w, &w->cv, w->max_delay_ms * 1000000);
       size_t n;
       ak_write_req_t *expired, *b = take_locked(w, &n, &expired);
+      for (ak_write_req_t *r = b; r; r = r->next)
+        if (r->kind == AK_WRITE_HOOK) {
+          w->inflight_first[wi] = r->seq;
+          break;
+        }
       pthread_mutex_unlock(&w->mu);
       finish_taken(w, expired);
       commit_batch(w, wi, b, n);
       pthread_mutex_lock(&w->mu);
+      w->inflight_first[wi] = 0;
       continue;
     }
     /* the store is closed or must be reopened: answer what is queued at once */
@@ -731,6 +805,7 @@ void ak_writer_free(ak_writer_t *w) {
   ak_tenantshare_free(w->tshare);
   free(w->threads);
   free(w->hook_count);
+  free(w->inflight_first);
   free(w->pen_bytes);
   free(w);
 }

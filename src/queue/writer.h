@@ -1,7 +1,7 @@
 /* The group-commit writer: the only seq assigner and the only thread that writes hooks.
- * Takes everything queued, writes it as ONE synced WriteBatch (hook, a delivery row and
- * due key per sink, archive obligation, id index, seq marker, hook count, the dedupe
- * keys it took as a few records), then answers
+ * Takes everything queued, writes it as ONE synced WriteBatch (the hook records, the
+ * group's marker (store/marker.h), id index keys of unsealed ids, seq marker, hook count,
+ * the dedupe keys it took as a few records), then answers
  * each caller. Owns the queue bounds, record deadlines, store close/reopen after a
  * failed write, and readiness. Never answers "committed" before the write returned. */
 #ifndef AK_QUEUE_WRITER_H
@@ -56,7 +56,7 @@ typedef enum {
 } ak_wr_status_t;
 
 typedef enum {
-  AK_WRITE_HOOK = 0,          /* a hook: hooks CF, deliveries, due keys, archive, id index */
+  AK_WRITE_HOOK = 0,          /* a hook: hooks CF, its group's marker, id index */
   AK_WRITE_QUARANTINE = 1,    /* a pen entry: quarantine CF 's'/'b' keys + pen byte total */
 } ak_write_kind_t;
 
@@ -89,10 +89,12 @@ typedef struct ak_write_req {
 
 typedef struct ak_writer ak_writer_t;
 
-/* Called on the writer thread after a batch committed, before anyone is answered: the
- * dispatcher learns which tenants have new due rows (list is the batch, `next`-linked;
- * entries of other kinds are skipped). Must not block on I/O. */
-typedef void (*ak_writer_commit_fn)(void *ctx, const ak_write_req_t *list, int64_t due_at_ms);
+/* Called on the writer thread after a batch with hooks committed, before anyone is
+ * answered: the dispatcher gets the group's marker as stored (first_seq and the value of
+ * its 'g' key, valid during the call) and safe_below: every seq below it is committed,
+ * its notice given (this one included), or void. Must not block on I/O. */
+typedef void (*ak_writer_commit_fn)(void *ctx, uint64_t first_seq, const uint8_t *marker, size_t marker_len,
+                                    uint64_t safe_below);
 void ak_writer_on_commit(ak_writer_t *w, ak_writer_commit_fn fn, void *ctx);
 
 #define AK_RECORD_DEADLINE_MS 15000

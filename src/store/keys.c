@@ -63,6 +63,16 @@ void ak_key_archive(uint8_t out[AK_ARCHIVE_KEY_LEN], uint64_t seq) {
   ak_put_u64(out + 1, seq);
 }
 
+void ak_key_group(uint8_t out[AK_GROUP_KEY_LEN], uint64_t first_seq) {
+  out[0] = AK_IDX_GROUP;
+  ak_put_u64(out + 1, first_seq);
+}
+
+void ak_key_unsealed(uint8_t out[AK_GROUP_KEY_LEN], uint64_t seq) {
+  out[0] = AK_IDX_UNSEALED;
+  ak_put_u64(out + 1, seq);
+}
+
 void ak_key_id(uint8_t out[AK_ID_KEY_LEN], const uint8_t id[16]) {
   out[0] = AK_IDX_ID;
   memcpy(out + 1, id, 16);

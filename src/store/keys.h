@@ -32,11 +32,25 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_KEY_RATE_LIMIT "rl:"
 /* s:<tenant>\0<name> -> a source created over the admin API (JSON, admin/sources_api.c) */
 #define AK_KEY_SOURCE "s:"
+/* m:format -> u32: the store's layout version (AK_STORE_FORMAT); absent = 1, the layout
+ * with a delivery row and a due key per delivery (store.c migrates it at open) */
+#define AK_STORE_FORMAT 2
+/* m:dlow -> u64: the hook log's low mark: every delivery of every hook below it is
+ * settled (delivered, or moved into an exception row); the dispatcher reads the group
+ * markers from here at start (dispatch/dispatch.c) */
+#define AK_KEY_DISPATCH_LOW "m:dlow"
+/* m:reclaimed -> u64: hooks below it that had no exception row are deleted */
+#define AK_KEY_RECLAIMED "m:reclaimed"
+/* dc:<tenant> -> u64: the tenant's log cursor: every delivery of its hooks below it is
+ * settled; only meaningful at or above m:dlow */
+#define AK_KEY_TENANT_CURSOR "dc:"
 
 /* index CF tags */
 #define AK_IDX_DUE 'd'     /* 'd' tlen:8 tenant at:64 seq:64 sink:16 -> due value v1 */
 #define AK_IDX_DEAD 'x'    /* 'x' dead_at:64 seq:64 sink:16 -> dead entry v1 */
-#define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32 */
+#define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32: format 1 only (an archive obligation), removed by the migration */
+#define AK_IDX_GROUP 'g'   /* 'g' first_seq:64 -> group marker v1 (store/marker.h) */
+#define AK_IDX_UNSEALED 'j' /* 'j' seq:64 -> id:128, beside every 'i' key (reclaim finds them by seq) */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64, only for ids that do not carry their seq sealed */
 #define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 seq:64 -> a commit's keys (queue/dedupe_record.c) */
 
@@ -84,6 +98,9 @@ int ak_key_due_parse(const uint8_t *k, size_t klen, const char **tenant, size_t 
 size_t ak_key_due_prefix(uint8_t out[AK_DUE_KEY_MAX], const char *tenant, size_t tlen);
 void ak_key_dead(uint8_t out[AK_DEAD_KEY_LEN], int64_t dead_at_ms, uint64_t seq, uint16_t sink);
 void ak_key_archive(uint8_t out[AK_ARCHIVE_KEY_LEN], uint64_t seq);
+#define AK_GROUP_KEY_LEN 9
+void ak_key_group(uint8_t out[AK_GROUP_KEY_LEN], uint64_t first_seq);
+void ak_key_unsealed(uint8_t out[AK_GROUP_KEY_LEN], uint64_t seq);
 void ak_key_id(uint8_t out[AK_ID_KEY_LEN], const uint8_t id[16]);
 void ak_key_pen(uint8_t out[AK_PEN_KEY_LEN], char tag, int64_t received_at_ms, const uint8_t id[16]);
 void ak_key_replay(uint8_t out[AK_REPLAY_KEY_LEN], const uint8_t id[16]);

@@ -349,6 +349,89 @@ static int read_id_key(ak_store_t *st, char **err) {
   return 0;
 }
 
+/* The layout version (m:format, keys.h). A store without one was written with a delivery
+ * row and a due key per delivery (format 1): those rows stay valid as the exception rows
+ * of format 2, so the migration only drops the archive obligations ('a' keys, replaced by
+ * the compactor's cursor) in unsynced chunks, then writes, synced, the hook log's low mark
+ * and reclaim mark past every hook stored before (their deliveries are all in rows) and
+ * the format. A kill during it leaves no format: the next open does it again from where
+ * it was. A new store just gets the format. A format from a later ankusa is refused. */
+static int check_format(ak_store_t *st, char **err) {
+  char *e = NULL;
+  size_t vl = 0;
+  char *v = rocksdb_get_cf(st->db, st->ropts, st->cf[AK_CF_DEFAULT], AK_KEY_FORMAT, strlen(AK_KEY_FORMAT), &vl, &e);
+  if (e) {
+    *err = fmt_err("store at %s: reading meta key format failed: %s", st->path, e);
+    free(e);
+    return -1;
+  }
+  if (v) {
+    bool ok = vl == 4;
+    uint32_t f = ok ? ak_get_u32((const uint8_t *)v) : 0;
+    free(v);
+    if (!ok) {
+      *err = fmt_err("store at %s: meta key %s is damaged (wrong length)", st->path, "format");
+      return -1;
+    }
+    if (f > AK_STORE_FORMAT) {
+      *err = fmt_err("store at %s: written by a later ankusa (layout %s); refusing it", st->path,
+                     f == 3 ? "3" : "newer than 2");
+      return -1;
+    }
+    if (f == AK_STORE_FORMAT) return 0;
+  }
+  if (st->read_only) return 0;
+  uint64_t moved = 0;
+  if (st->next_seq > 0) { /* hooks were stored under format 1 */
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->cf[AK_CF_INDEX]);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    const char a = AK_IDX_ARCHIVE;
+    for (rocksdb_iter_seek(it, &a, 1); rocksdb_iter_valid(it) && !e; rocksdb_iter_next(it)) {
+      size_t kl;
+      const char *k = rocksdb_iter_key(it, &kl);
+      if (!kl || k[0] != AK_IDX_ARCHIVE) break;
+      rocksdb_writebatch_delete_cf(wb, st->cf[AK_CF_INDEX], k, kl);
+      if (++moved % 10000 == 0) {
+        rocksdb_write(st->db, st->wnosync, wb, &e);
+        rocksdb_writebatch_clear(wb);
+      }
+    }
+    if (!e) rocksdb_iter_get_error(it, &e);
+    if (!e) rocksdb_write(st->db, st->wnosync, wb, &e);
+    rocksdb_writebatch_destroy(wb);
+    rocksdb_iter_destroy(it);
+    if (e) {
+      *err = fmt_err("store at %s: migrating to layout 2 failed: %s", st->path, e);
+      free(e);
+      return -1;
+    }
+  }
+  rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+  uint8_t f[4], low[8];
+  ak_put_u32(f, AK_STORE_FORMAT);
+  ak_put_u64(low, st->next_seq);
+  if (st->next_seq > 0) {
+    rocksdb_writebatch_put_cf(wb, st->cf[AK_CF_DEFAULT], AK_KEY_DISPATCH_LOW, strlen(AK_KEY_DISPATCH_LOW),
+                              (const char *)low, 8);
+    rocksdb_writebatch_put_cf(wb, st->cf[AK_CF_DEFAULT], AK_KEY_RECLAIMED, strlen(AK_KEY_RECLAIMED),
+                              (const char *)low, 8);
+  }
+  rocksdb_writebatch_put_cf(wb, st->cf[AK_CF_DEFAULT], AK_KEY_FORMAT, strlen(AK_KEY_FORMAT), (const char *)f, 4);
+  rocksdb_write(st->db, st->wsync, wb, &e);
+  rocksdb_writebatch_destroy(wb);
+  if (e) {
+    *err = fmt_err("store at %s: writing the layout version failed: %s", st->path, e);
+    free(e);
+    return -1;
+  }
+  if (st->next_seq > 0) {
+    char n[32];
+    snprintf(n, sizeof n, "%llu", (unsigned long long)moved);
+    ak_log(AK_LOG_INFO, "store", "store migrated to layout 2", "path=%s archive_obligations_dropped=%s", st->path, n);
+  }
+  return 0;
+}
+
 void ak_store_thread_init(void) { rocksdb_set_perf_level(rocksdb_disable); }
 
 int ak_store_open(ak_store_t *st, char **err) {
@@ -405,7 +488,8 @@ int ak_store_open(ak_store_t *st, char **err) {
     pthread_rwlock_unlock(&st->lock);
     return -1;
   }
-  if (st->cf[AK_CF_DEFAULT] && (read_meta(st, err) != 0 || read_id_key(st, err) != 0)) {
+  if (st->cf[AK_CF_DEFAULT] && (read_meta(st, err) != 0 || read_id_key(st, err) != 0 ||
+                                (st->cf[AK_CF_INDEX] && check_format(st, err) != 0))) {
     close_locked(st);
     pthread_rwlock_unlock(&st->lock);
     return -1;

@@ -54,7 +54,7 @@
 #define LOG_MAX (2u << 20)        /* log entries all tenants keep (32 bytes each) */
 #define CURSOR_MS 10              /* moved cursors are written this often, at most */
 #define SPILL_MS 50               /* an unsettled delivery holding back settled ones longer is spilled */
-#define SPILL_COUNT 5000          /* ... or once this many settled since the last cursor write */
+#define SPILL_COUNT 5000          /* ... or once this many settled deliveries wait behind them */
 #define RECLAIM_CHUNK 4096        /* hooks one reclaim pass deletes, at most */
 
 typedef struct tenant tenant_t;
@@ -243,6 +243,7 @@ struct ak_dispatch {
   size_t nheld;
   int64_t last_persist_ms;
   int64_t settled_since_persist;
+  int64_t behind_total;          /* the tenants' behind: settled deliveries a crash would repeat */
   bool cursors_frozen;           /* an outcome batch was lost: cursors stay until the next start */
   struct mnotice *minbox;        /* marker notices, under mu */
   size_t nminbox, capminbox;
@@ -255,7 +256,7 @@ struct ak_dispatch {
   _Atomic int pub_has_room;
 
   ak_series_t *g_pending, *g_scheduled, *g_inflight, *g_dead, *g_oldest, *g_running, *g_claimed, *g_runnable,
-      *g_active, *g_breakers, *c_transitions, *c_write_fail, *g_claimed_bytes;
+      *g_active, *g_breakers, *c_transitions, *c_write_fail, *g_claimed_bytes, *c_spills, *g_log_entries;
   ak_family_t *f_tenant_pending, *f_tenant_inflight, *f_transitions;
   ak_series_t *g_tenants;
   uint64_t transitions_seen;
@@ -678,7 +679,11 @@ static void lq_pop_settled(ak_dispatch_t *d, tenant_t *t, int64_t now) {
     d->log_entries--;
     if (t->lq_scan) t->lq_scan--;
     popped = true;
-    if (t->lq_n) t->behind -= settled_bits(d, lq_at(t, 0));
+    if (t->lq_n) {
+      int64_t b = settled_bits(d, lq_at(t, 0));
+      t->behind -= b;
+      d->behind_total -= b;
+    }
   }
   if (popped) {
     tenant_dirty(d, t);
@@ -705,9 +710,10 @@ static void tenant_due_update(tenant_t *t) {
 
 /* A committed hook joins its tenant's log (in seq order; a seq already there is skipped),
  * or, past the memory bound, waits in the store for a refill. */
-static void log_add(ak_dispatch_t *d, tenant_t *t, uint64_t seq, int64_t at, uint32_t set) {
+static void log_add(ak_dispatch_t *d, tenant_t *t, uint64_t seq, int64_t at, uint32_t set, uint32_t owned) {
   lset_t *ls = d->lsets[set];
-  if (!ls->nsinks) return;
+  uint32_t todo = full_mask(ls->nsinks) & ~owned;
+  if (!todo) return;
   if (t->overflow_from) {
     if (seq < t->overflow_from) {
       t->overflow_from = seq;
@@ -721,7 +727,7 @@ static void log_add(ak_dispatch_t *d, tenant_t *t, uint64_t seq, int64_t at, uin
     tenant_lactive(d, t);
     return;
   }
-  lentry_t e = {.seq = seq, .at_ms = at, .set = set, .todo = full_mask(ls->nsinks)};
+  lentry_t e = {.seq = seq, .at_ms = at, .set = set, .todo = todo};
   if (!t->lq_n || lq_at(t, t->lq_n - 1)->seq < seq) {
     *lq_at(t, t->lq_n) = e;
     t->lq_n++;
@@ -733,12 +739,17 @@ static void log_add(ak_dispatch_t *d, tenant_t *t, uint64_t seq, int64_t at, uin
     *lq_at(t, p) = e;
     t->lq_n++;
     if (p < t->lq_scan) t->lq_scan = p;
-    if (p == 0) t->behind += settled_bits(d, lq_at(t, 1));
+    if (p == 0) {
+      int64_t b = settled_bits(d, lq_at(t, 1));
+      t->behind += b;
+      d->behind_total += b;
+    }
   }
   if (t->lq_n == 1 || lq_at(t, 0)->seq == seq) tenant_dirty(d, t);
   d->log_entries++;
-  atomic_fetch_add(&ls->pending, ls->nsinks);
-  count_unclaimed(d, t, 0, ls->nsinks);
+  int owed = __builtin_popcount(todo);
+  atomic_fetch_add(&ls->pending, owed);
+  count_unclaimed(d, t, 0, owed);
   if (at < t->next_due) t->next_due = at;
   tenant_lactive(d, t);
 }
@@ -785,7 +796,10 @@ static void log_settle(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sin
   else
     d->settle_after[d->nsettle_after++] = e->set;
   d->settled_since_persist++;
-  if (p > 0) t->behind++;
+  if (p > 0) {
+    t->behind++;
+    d->behind_total++;
+  }
   else if (!(e->todo | e->open)) lq_pop_settled(d, t, now);
   held_update(d, t, now);
 }
@@ -840,8 +854,37 @@ static uint32_t lset_intern(ak_dispatch_t *d, const ak_marker_set_t *ms) {
 
 /* A marker's hooks join the log: every one from `from` on (boot: above its tenant's
  * cursor; only: that tenant's alone). -1 when a set could not be interned. */
+/* Deliveries that have a row of their own (the deliveries CF) from some seq on, as
+ * seq << 6 | sink in key order: a delivery with a row is not on the log. After a crash a
+ * row can be newer than its tenant's cursor (the cursor had not passed it yet). */
+typedef struct {
+  uint64_t *v;
+  size_t n, cap, pos;
+} owned_t;
+
+static int owned_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  owned_t *o = ctx;
+  if (kl != AK_DELIVERY_KEY_LEN) return 0;
+  uint16_t sink = ak_get_u16((const uint8_t *)k + 8);
+  if (sink >= AK_MARKER_MAX_SINKS) return 0;
+  if (ak_buf_grow(&o->v, &o->cap, o->n + 1, sizeof *o->v) != 0) return 1;
+  o->v[o->n++] = ak_get_u64((const uint8_t *)k) << 6 | sink;
+  return 0;
+}
+
+/* The sinks of seq that have rows (o walks forward: seqs are asked in order). */
+static uint32_t owned_of(owned_t *o, uint64_t seq) {
+  if (!o) return 0;
+  while (o->pos < o->n && (o->v[o->pos] >> 6) < seq) o->pos++;
+  uint32_t m = 0;
+  for (size_t i = o->pos; i < o->n && (o->v[i] >> 6) == seq; i++) m |= 1u << (o->v[i] & 63);
+  return m;
+}
+
 static int log_add_marker(ak_dispatch_t *d, uint64_t first, const ak_marker_t *m, uint64_t from, tenant_t *only,
-                          bool boot, int64_t now) {
+                          bool boot, owned_t *owned, int64_t now) {
   uint32_t local[64], *map = m->nsets <= 64 ? local : malloc(m->nsets * sizeof *map);
   if (!map) return -1;
   const uint8_t *pos = NULL;
@@ -863,7 +906,7 @@ static int log_add_marker(ak_dispatch_t *d, uint64_t first, const ak_marker_t *m
     if (boot && seq < t->boot_cursor) continue;
     if (last && last != t) tenant_place(d, last, now);
     last = t;
-    log_add(d, t, seq, m->committed_at_ms, set);
+    log_add(d, t, seq, m->committed_at_ms, set, owned_of(owned, seq));
   }
   if (last) tenant_place(d, last, now);
 out:
@@ -879,6 +922,7 @@ typedef struct {
   int64_t now;
   int rc;
   uint64_t hooks, start;
+  owned_t owned;
 } lscan_t;
 
 static int lscan_prev(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
@@ -899,7 +943,7 @@ static int lscan_one(const char *k, size_t kl, const char *v, size_t vl, void *c
   }
   uint64_t first = ak_get_u64((const uint8_t *)k + 1);
   if (first + m.count <= s->from) return 0;
-  if (log_add_marker(s->d, first, &m, s->from, s->only, s->boot, s->now) != 0) {
+  if (log_add_marker(s->d, first, &m, s->from, s->only, s->boot, &s->owned, s->now) != 0) {
     s->rc = -1;
     return 1;
   }
@@ -914,11 +958,19 @@ static int log_scan(ak_dispatch_t *d, uint64_t from, tenant_t *only, bool boot, 
   uint8_t fk[AK_GROUP_KEY_LEN];
   ak_key_group(fk, from);
   lscan_t s = {.d = d, .from = from, .only = only, .boot = boot, .now = now, .start = from};
-  if (ak_store_scan_from(d->inst->store, AK_CF_INDEX, &g, 1, fk, sizeof fk, true, lscan_prev, &s) != 0) return -1;
+  uint8_t dk[8];
+  ak_put_u64(dk, from);
+  int rc = -1;
+  if (ak_store_scan_from(d->inst->store, AK_CF_DELIVERIES, NULL, 0, dk, sizeof dk, false, owned_cb, &s.owned) != 0 ||
+      ak_store_scan_from(d->inst->store, AK_CF_INDEX, &g, 1, fk, sizeof fk, true, lscan_prev, &s) != 0)
+    goto out;
   ak_key_group(fk, s.start);
-  if (ak_store_scan_from(d->inst->store, AK_CF_INDEX, &g, 1, fk, sizeof fk, false, lscan_one, &s) != 0) return -1;
+  if (ak_store_scan_from(d->inst->store, AK_CF_INDEX, &g, 1, fk, sizeof fk, false, lscan_one, &s) != 0) goto out;
   if (hooks) *hooks = s.hooks;
-  return s.rc;
+  rc = s.rc;
+out:
+  free(s.owned.v);
+  return rc;
 }
 
 /* A tenant over its memory bound gets its waiting hooks back once it has room. */
@@ -1197,6 +1249,7 @@ static bool spill_row(ak_dispatch_t *d, row_t *r, int64_t now) {
   r->from_log = false;
   r->due_at = now;
   log_settle(d, r->t, r->seq, r->sink, true, now);
+  ak_counter_add(d->c_spills, 1);
   return true;
 }
 
@@ -1213,6 +1266,7 @@ static bool spill_todo(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sin
   op_end(d);
   /* still pending, now as a row: the scan finds it there */
   log_settle(d, t, seq, sink, true, now);
+  ak_counter_add(d->c_spills, 1);
   if (now < t->exc_due) t->exc_due = now;
   tenant_note_due(t, now);
   return true;
@@ -1240,7 +1294,7 @@ static void log_spill(ak_dispatch_t *d, tenant_t *t, int64_t now) {
 /* Puts the cursors that moved, and the log's low mark, into the open batch and writes
  * it. Every CURSOR_MS at most. */
 static void log_persist(ak_dispatch_t *d, int64_t now) {
-  bool force = d->settled_since_persist >= SPILL_COUNT;
+  bool force = d->behind_total >= SPILL_COUNT;
   if (d->nheld)
     ak_list_foreach_safe(n, nx, &d->lactive) {
       tenant_t *t = ak_list_entry(n, tenant_t, lactive_link);
@@ -2059,7 +2113,7 @@ static void apply_markers(ak_dispatch_t *d, mnotice_t *v, size_t n, uint64_t los
   for (size_t i = 0; i < n; i++) {
     ak_marker_t m;
     if (ak_marker_decode(v[i].marker, v[i].len, &m) != 0 ||
-        log_add_marker(d, v[i].first_seq, &m, 0, NULL, false, now) != 0) {
+        log_add_marker(d, v[i].first_seq, &m, 0, NULL, false, NULL, now) != 0) {
       if (!lost_from || v[i].first_seq < lost_from) lost_from = v[i].first_seq ? v[i].first_seq : 1;
     }
     if (v[i].safe > d->safe) d->safe = v[i].safe;
@@ -2096,6 +2150,7 @@ static void publish(ak_dispatch_t *d, int64_t now) {
   int64_t runnable = d->inflight - d->running;
   ak_gauge_set(d->g_runnable, (double)runnable);
   ak_gauge_set(d->g_tenants, (double)ak_tmap_count(&d->tenants));
+  ak_gauge_set(d->g_log_entries, (double)d->log_entries);
 }
 
 /* Top tenants by a counter, into a fresh gauge family (the label set changes). */
@@ -2206,8 +2261,7 @@ static void *run(void *arg) {
       }
       start_attempts(d, now);
     }
-    if ((d->ndirty || d->nheld) &&
-        (now - d->last_persist_ms >= CURSOR_MS || d->settled_since_persist >= SPILL_COUNT))
+    if ((d->ndirty || d->nheld) && (now - d->last_persist_ms >= CURSOR_MS || d->behind_total >= SPILL_COUNT))
       log_persist(d, now);
     if (d->wb_ops && (d->wb_ops >= FLUSH_OPS || now - d->wb_first_ms >= FLUSH_MS)) flush(d);
     if (now - d->last_tick_ms >= TICK_MS) {
@@ -2429,6 +2483,8 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
                                        (const char *const[]){"instance", "sink", "state", NULL}, NULL, 0);
   d->g_tenants = ak_metrics_instance_series(m, in, "ankusa_tenants", "Tenants the scheduler keeps queue counters for (seen with delivery rows since start).", AK_METRIC_GAUGE);
   d->c_write_fail = ak_metrics_instance_series(m, in, "ankusa_dispatch_write_failures_total", "Outcome batches the store refused (those rows are delivered again).", AK_METRIC_COUNTER);
+  d->c_spills = ak_metrics_instance_series(m, in, "ankusa_dispatch_log_spills_total", "Deliveries moved off the hook log into rows of their own because settled ones waited behind them (docs/storage.md).", AK_METRIC_COUNTER);
+  d->g_log_entries = ak_metrics_instance_series(m, in, "ankusa_dispatch_log_hooks", "Hooks with unsettled deliveries the dispatcher holds in memory (the hook log's window).", AK_METRIC_GAUGE);
   const char *const tl[] = {"instance", "tenant", NULL};
   d->f_tenant_pending = ak_metrics_family(m, "ankusa_tenant_pending", "First attempts waiting, for the 100 tenants with the most.", AK_METRIC_GAUGE, tl, NULL, 0);
   d->f_tenant_inflight = ak_metrics_family(m, "ankusa_dispatch_tenant_inflight", "Claimed rows, for the 100 tenants holding the most.", AK_METRIC_GAUGE, tl, NULL, 0);

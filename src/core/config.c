@@ -541,13 +541,26 @@ static json_t *check_plugin(vctx_t *c, const ak_opt_t *row, json_t *obj, const c
   } else if (p) {
     json_t *rest = json_copy(obj);
     json_object_del(rest, "type");
+    /* the kind's common keys are checked apart, then join the type's */
+    json_t *com = json_object();
+    for (const ak_opt_t *r = kind->common; r && r->key; r++) {
+      json_t *cv = json_object_get(rest, r->key);
+      if (cv) {
+        json_object_set(com, r->key, cv);
+        json_object_del(rest, r->key);
+      }
+    }
+    json_t *copts = kind->common ? check_map(c, kind->common, com, path) : json_object();
+    json_decref(com);
     json_t *opts = check_map(c, p->options, rest, path);
     json_decref(rest);
-    if (opts) {
+    if (opts && copts) {
       out = json_pack("{s:s}", "type", type);
       json_object_update(out, opts);
-      json_decref(opts);
+      json_object_update(out, copts);
     }
+    json_decref(opts);
+    json_decref(copts);
   }
   free(type);
   json_decref(tv);

@@ -83,6 +83,7 @@ typedef struct ak_plugin_kind {
   const ak_plugin_t *const *all; /* every type, in the order of "expected one of" */
   size_t count;
   const char *none_type;        /* absent, null or {} means {type: none_type}; NULL = required */
+  const ak_opt_t *common;       /* keys every type of the kind takes besides its own (NULL: none) */
   /* Rules for every type of the kind, after the type's own check (a verifier is built
    * once, so an undecodable secret fails the load). Optional. */
   void (*check)(ak_check_t *c, const char *path, json_t *spec, const json_t *root);

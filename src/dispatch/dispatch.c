@@ -59,6 +59,7 @@
 
 typedef struct tenant tenant_t;
 typedef struct skey skey_t;
+typedef struct lane lane_t;
 typedef struct dsinks dsinks_t;
 
 /* A claimed row: from claim until its outcome is written. */
@@ -86,6 +87,7 @@ typedef struct row {
   bool running;
   bool zombie;                   /* timed out: settled, waiting for the sink's late callback */
   bool from_log;                 /* claimed from the hook log: no row of its own in the store */
+  lane_t *lane;                  /* the head of this ordered lane, else NULL */
   ak_sink_outcome_t out;
 } row_t;
 
@@ -128,8 +130,23 @@ struct tenant {
   int64_t held_since;            /* behind > 0 since (ms); 0: not held */
   bool dirty;                    /* its cursor may have moved since it was written */
   ak_list_t lactive_link;        /* in d->lactive while it has log entries or overflow */
+  ak_list_t lanes;               /* its ordered lanes with rows */
   bool due_now;                  /* placed with rows due now (ready, or blocked by its window) */
   bool waiting;                  /* due_now or queued rows: counted in d->nwaiting */
+};
+
+struct lane {
+  ak_list_t link;                /* in its tenant's lanes while it has rows */
+  tenant_t *t;
+  uint16_t sink;
+  uint8_t pfx[AK_LANE_PFX_MAX];
+  size_t pl;
+  int64_t rows;                  /* rows in the store (as far as this process knows) */
+  bool head_known, busy;
+  uint64_t head_seq;
+  int64_t head_at;
+  uint8_t head_v[AK_DUE_VALUE_MAX];
+  size_t head_vl;
 };
 
 /* An open-addressing map owned by the dispatch thread. */
@@ -233,10 +250,12 @@ struct ak_dispatch {
   struct lset **lsets;           /* interned {tenant, source, sink types} */
   size_t nlsets, caplsets;
   ak_tmap_t lset_ix;             /* source -> uint32_t index of its first lset (chained) */
+  ak_tmap_t lanes;               /* lane prefix -> lane_t */
   size_t log_entries;
   uint64_t safe;                 /* seqs below: committed and their notices applied */
   uint64_t dlow_written, dlow_batch; /* m:dlow as written, and as put in the open batch (0: none) */
   uint64_t reclaimed_to;
+  uint64_t reclaimed_hooks;      /* minus m:hook_count:r */
   tenant_t **dirty;
   size_t ndirty, capdirty;
   ak_list_t lactive;             /* tenants with log entries or overflow */
@@ -244,6 +263,7 @@ struct ak_dispatch {
   int64_t last_persist_ms;
   int64_t settled_since_persist;
   int64_t behind_total;          /* the tenants' behind: settled deliveries a crash would repeat */
+  bool low_stuck;                /* the last persist found m:dlow held where it was written */
   bool cursors_frozen;           /* an outcome batch was lost: cursors stay until the next start */
   struct mnotice *minbox;        /* marker notices, under mu */
   size_t nminbox, capminbox;
@@ -514,6 +534,7 @@ static tenant_t *tenant_get(ak_dispatch_t *d, const char *name, size_t n) {
   t->exc_due = INT64_MAX;
   t->heap_idx = SIZE_MAX;
   ak_list_init(&t->keys);
+  ak_list_init(&t->lanes);
   return t;
 }
 
@@ -601,6 +622,7 @@ typedef struct lset {
   char *types[AK_MARKER_MAX_SINKS];
   size_t tlens[AK_MARKER_MAX_SINKS];
   uint32_t next_same;            /* the next lset of the same source, UINT32_MAX: none */
+  uint32_t ordered;              /* sinks whose entry says ordered: true (refreshed every tick) */
   _Atomic int64_t pending;       /* log deliveries not settled (claimed or not) */
 } lset_t;
 
@@ -611,6 +633,8 @@ typedef struct mnotice {
 } mnotice_t;
 
 static void count_unclaimed(ak_dispatch_t *d, tenant_t *t, uint32_t attempts, int64_t delta);
+static bool lane_push(ak_dispatch_t *d, tenant_t *t, const struct lset *ls, uint64_t seq, uint16_t sink, int64_t at);
+static void lset_ordered(ak_dispatch_t *d, struct lset *ls);
 
 static lentry_t *lq_at(const tenant_t *t, size_t i) { return &t->lq[(t->lq_head + i) & (t->lq_cap - 1)]; }
 
@@ -714,6 +738,14 @@ static void log_add(ak_dispatch_t *d, tenant_t *t, uint64_t seq, int64_t at, uin
   lset_t *ls = d->lsets[set];
   uint32_t todo = full_mask(ls->nsinks) & ~owned;
   if (!todo) return;
+  if (t->overflow_from || t->lq_n >= LOG_TENANT_MAX || d->log_entries >= LOG_MAX) goto add; /* waits in the store */
+  /* an ordered sink's delivery goes to its lane */
+  for (uint32_t m = todo & ls->ordered; m; m &= m - 1) {
+    uint16_t b = (uint16_t)__builtin_ctz(m);
+    if (lane_push(d, t, ls, seq, b, at)) todo &= ~(1u << b);
+  }
+  if (!todo) return;
+add:
   if (t->overflow_from) {
     if (seq < t->overflow_from) {
       t->overflow_from = seq;
@@ -849,6 +881,7 @@ static uint32_t lset_intern(ak_dispatch_t *d, const ak_marker_set_t *ms) {
   }
   l->next_same = *head;
   *head = (uint32_t)(d->nlsets - 1);
+  lset_ordered(d, l);
   return *head;
 }
 
@@ -1005,6 +1038,9 @@ static ak_batch_t *batch(ak_dispatch_t *d, int64_t now) {
   return d->wb;
 }
 
+static bool op_begin(ak_dispatch_t *d);
+static void op_end(ak_dispatch_t *d);
+
 static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
   /* While the storage role runs, every hook keeps its archive obligation until the
    * compactor archives it, and no compactor clears one yet: the hook cannot be reclaimed
@@ -1012,6 +1048,15 @@ static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
    * this thread's time in bench/deliver.sh. The compactor, when it clears obligations
    * (in seq order), owns reclaiming the hooks whose rows are gone by then. */
   if (d->inst->roles & AK_ROLE_STORAGE) return;
+  /* the candidate is written with the outcome that made it one, so a kill before the
+   * hook's delete leaves it to the next start instead of nobody */
+  if (op_begin(d)) {
+    uint8_t rk[AK_GROUP_KEY_LEN];
+    rk[0] = AK_IDX_RECLAIM;
+    ak_put_u64(rk + 1, seq);
+    ak_batch_put(batch(d, ak_now_ms()), AK_CF_INDEX, rk, sizeof rk, id, 16);
+    op_end(d);
+  }
   if (ak_buf_grow(&d->reclaim, &d->capreclaim, d->nreclaim + 1, sizeof *d->reclaim) != 0) return;
   d->reclaim[d->nreclaim].seq = seq;
   memcpy(d->reclaim[d->nreclaim].id, id, 16);
@@ -1031,41 +1076,61 @@ static int any_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx)
   return 1;
 }
 
-/* A hook whose delivery rows and archive obligation are all gone is deleted with its id
- * index entry, if it has one. Runs after the outcome batch that cleared its last row was written. */
+/* The reclaimed-hook counter rides in the batch that deletes them: m:hook_count:r holds
+ * minus the hooks reclaimed (two's complement), so the store's hook count (the sum of
+ * m:hook_count:*) is what it holds; the writer's gauge follows. */
+static void count_reclaimed(ak_dispatch_t *d, ak_batch_t *wb, uint64_t n) {
+  if (!n) return;
+  uint8_t v[8];
+  ak_put_u64(v, (uint64_t)0 - (d->reclaimed_hooks + n));
+  ak_batch_put(wb, AK_CF_DEFAULT, AK_KEY_HOOK_COUNT_RECLAIMED, strlen(AK_KEY_HOOK_COUNT_RECLAIMED), v, 8);
+}
+
+static void reclaimed(ak_dispatch_t *d, uint64_t n) {
+  d->reclaimed_hooks += n;
+  if (n && d->inst->writer) ak_writer_note_reclaimed(d->inst->writer, n);
+}
+
+/* Candidates ('r' keys, written with the outcome that cleared an exception row): a hook
+ * below the reclaim pass's progress whose delivery rows are all gone is deleted, with its
+ * id keys if its id is not sealed. Runs after the outcome batch was written. */
 static void reclaim(ak_dispatch_t *d) {
   if (!d->nreclaim) return;
   ak_store_t *st = d->inst->store;
   ak_batch_t *wb = NULL;
+  uint64_t n = 0;
   for (size_t i = 0; i < d->nreclaim; i++) {
     uint64_t seq = d->reclaim[i].seq;
-    uint8_t ak[AK_ARCHIVE_KEY_LEN], pfx[8];
-    ak_key_archive(ak, seq);
-    char *v = NULL;
-    size_t vl = 0;
-    int rc = ak_store_get(st, AK_CF_INDEX, ak, sizeof ak, &v, &vl);
-    free(v);
-    if (rc != 1) continue; /* a format-1 obligation still there (or the store is down) */
-    /* at or above the reclaim pass's progress: that pass decides (its deliveries from the
-     * log may not all be settled yet) */
-    if (seq >= d->reclaimed_to) continue;
+    uint8_t pfx[8], rk[AK_GROUP_KEY_LEN];
     ak_put_u64(pfx, seq);
-    any_ctx_t a = {false};
-    if (ak_store_scan(st, AK_CF_DELIVERIES, pfx, sizeof pfx, any_cb, &a) != 0 || a.found) continue;
+    rk[0] = AK_IDX_RECLAIM;
+    ak_put_u64(rk + 1, seq);
+    bool del = false;
+    /* at or above the reclaim pass's progress that pass decides (its deliveries from the
+     * log may not all be settled yet) */
+    if (seq < d->reclaimed_to) {
+      any_ctx_t a = {false};
+      if (ak_store_scan(st, AK_CF_DELIVERIES, pfx, sizeof pfx, any_cb, &a) != 0) continue; /* next start */
+      del = !a.found;
+    }
     if (!wb && !(wb = ak_batch_new(st))) break;
-    uint8_t hk[AK_HOOK_KEY_LEN], ik[AK_ID_KEY_LEN];
-    ak_key_hook(hk, seq);
-    ak_key_id(ik, d->reclaim[i].id);
     if (ak_store_pin(st) != 0) break;
-    ak_batch_delete(wb, AK_CF_HOOKS, hk, sizeof hk);
-    /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
-     * sealed, or released from the pen) has */
-    const uint8_t *idk = ak_store_id_key(st);
-    if (!idk || ak_uuid7_unseal(idk, d->reclaim[i].id) != seq) {
-      uint8_t jk[AK_GROUP_KEY_LEN];
-      ak_key_unsealed(jk, seq);
-      ak_batch_delete(wb, AK_CF_INDEX, ik, sizeof ik);
-      ak_batch_delete(wb, AK_CF_INDEX, jk, sizeof jk);
+    ak_batch_delete(wb, AK_CF_INDEX, rk, sizeof rk);
+    if (del) {
+      uint8_t hk[AK_HOOK_KEY_LEN], ik[AK_ID_KEY_LEN];
+      ak_key_hook(hk, seq);
+      ak_key_id(ik, d->reclaim[i].id);
+      ak_batch_delete(wb, AK_CF_HOOKS, hk, sizeof hk);
+      n++;
+      /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
+       * sealed, or released from the pen) has */
+      const uint8_t *idk = ak_store_id_key(st);
+      if (!idk || ak_uuid7_unseal(idk, d->reclaim[i].id) != seq) {
+        uint8_t jk[AK_GROUP_KEY_LEN];
+        ak_key_unsealed(jk, seq);
+        ak_batch_delete(wb, AK_CF_INDEX, ik, sizeof ik);
+        ak_batch_delete(wb, AK_CF_INDEX, jk, sizeof jk);
+      }
     }
     ak_store_unpin(st);
   }
@@ -1073,9 +1138,15 @@ static void reclaim(ak_dispatch_t *d) {
   if (wb) {
     ak_wf_class_t cls;
     char *err = NULL;
+    if (ak_store_pin(st) == 0) {
+      count_reclaimed(d, wb, n);
+      ak_store_unpin(st);
+    }
     if (ak_store_write(st, wb, false, &cls, &err) != 0) {
       ak_counter_add(d->c_write_fail, 1);
       free(err);
+    } else {
+      reclaimed(d, n);
     }
     ak_batch_free(wb);
   }
@@ -1146,7 +1217,11 @@ static const char *row_type(const row_t *r, size_t *len) {
 /* Reschedule: the due key moves to `at`, the row records `attempts` (a row from the log
  * gets its row and due key here). false when nothing could be written: a row from the
  * log is then back on the log, unclaimed. */
+static bool op_lane_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now);
+static void op_lane_clear(ak_dispatch_t *d, row_t *r, const char *dead_reason, uint32_t attempts, int64_t now);
+
 static bool op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now) {
+  if (r->lane) return op_lane_reschedule(d, r, at, attempts, now);
   if (!op_begin(d)) {
     if (r->from_log) log_unclaim(d, r->t, r->seq, r->sink);
     return false;
@@ -1171,6 +1246,10 @@ static bool op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attem
 }
 
 static void op_clear(ak_dispatch_t *d, row_t *r, int64_t now) {
+  if (r->lane) {
+    op_lane_clear(d, r, NULL, 0, now);
+    return;
+  }
   if (r->from_log) { /* nothing in the store: the cursor passes it */
     r->from_log = false;
     log_settle(d, r->t, r->seq, r->sink, false, now);
@@ -1186,6 +1265,10 @@ static void op_clear(ak_dispatch_t *d, row_t *r, int64_t now) {
 }
 
 static bool op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *reason, int64_t now) {
+  if (r->lane) {
+    op_lane_clear(d, r, reason, attempts, now);
+    return true;
+  }
   if (!op_begin(d)) {
     if (r->from_log) log_unclaim(d, r->t, r->seq, r->sink);
     return false;
@@ -1224,8 +1307,207 @@ static void rescan_all(ak_dispatch_t *d, int64_t now) {
     t->cursor_len = 0;
     t->exc_due = now;
     t->next_due = now;
+    ak_list_foreach(ln, &t->lanes) {
+      lane_t *l = ak_list_entry(ln, lane_t, link);
+      if (!l->busy) l->head_known = false;
+    }
     tenant_place(d, t, now);
   }
+}
+
+/* ------------------------------------------------------------------ ordered lanes ---- */
+
+/* A lane (docs/delivery.md, "Ordered sinks"): the deliveries of one {tenant, source, sink}
+ * whose sink entry says `ordered: true`. Each is a row in the store ('o' prefix seq, with
+ * its delivery row), taken off the log when the hook joins it; only the lowest seq, the
+ * head, may be claimed, and only while no attempt of the lane runs. A retry rewrites the
+ * head's due time, so the lane waits; other lanes do not. */
+
+/* Lane row value v1: u8 version=1 | u64 due_at | due value (attempts, sink type, replay). */
+static size_t lane_value(uint8_t *out, size_t cap, int64_t at, uint32_t attempts, const char *type, size_t tl,
+                         const uint8_t *replay) {
+  if (cap < 9) return 0;
+  out[0] = 1;
+  ak_put_u64(out + 1, (uint64_t)at);
+  size_t n = ak_due_value(out + 9, cap - 9, attempts, type, tl, replay);
+  return n ? 9 + n : 0;
+}
+
+static lane_t *lane_by_prefix(ak_dispatch_t *d, tenant_t *t, const uint8_t *pfx, size_t pl) {
+  if (pl > AK_TMAP_KEY_MAX) return NULL;
+  bool created;
+  lane_t *l = ak_tmap_get(&d->lanes, (const char *)pfx, pl, &created);
+  if (!l || !created) return l;
+  l->t = t;
+  l->sink = ak_get_u16(pfx + pl - 2);
+  memcpy(l->pfx, pfx, pl);
+  l->pl = pl;
+  return l;
+}
+
+static void lane_note_due(tenant_t *t, int64_t at) {
+  if (at < t->exc_due) t->exc_due = at;
+  if (at < t->next_due) t->next_due = at;
+}
+
+static void lane_rows(lane_t *l, int64_t delta) {
+  l->rows += delta;
+  if (l->rows > 0 && !ak_list_linked(&l->link)) ak_list_insert_tail(&l->t->lanes, &l->link);
+  else if (l->rows <= 0 && ak_list_linked(&l->link)) {
+    l->rows = 0;
+    ak_list_remove(&l->link);
+  }
+}
+
+/* A log delivery of an ordered sink becomes a row of its lane (the open batch). false when
+ * it cannot (no batch, a key too long): it stays on the log, unordered. */
+static bool lane_push(ak_dispatch_t *d, tenant_t *t, const lset_t *ls, uint64_t seq, uint16_t sink, int64_t at) {
+  uint8_t pfx[AK_LANE_KEY_MAX];
+  size_t pl = ak_key_lane_prefix(pfx, t->name, t->nlen, ls->source, ls->source_len, sink);
+  lane_t *l = lane_by_prefix(d, t, pfx, pl);
+  if (!l || !op_begin(d)) return false;
+  ak_put_u64(pfx + pl, seq);
+  uint8_t v[9 + AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
+  size_t vl = lane_value(v, sizeof v, at, 0, ls->types[sink], ls->tlens[sink], NULL);
+  ak_batch_put(batch(d, at), AK_CF_INDEX, pfx, pl + 8, v, vl);
+  ak_key_delivery(dk, seq, sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, 0, at, ls->types[sink], ls->tlens[sink], NULL);
+  ak_batch_put(batch(d, at), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  op_end(d);
+  lane_rows(l, +1);
+  if (l->head_known && !l->busy && seq < l->head_seq) l->head_known = false; /* a commit landed late */
+  count_unclaimed(d, t, 0, +1);
+  lane_note_due(t, at);
+  return true;
+}
+
+/* Read the lane's head from the store (the iterator of a scan, which flushed first). */
+static void lane_seek(lane_t *l, ak_store_cursor_t *it) {
+  ak_store_cursor_seek(it, l->pfx, l->pl);
+  size_t kl, vl;
+  const uint8_t *k = ak_store_cursor_valid(it) ? (const uint8_t *)ak_store_cursor_key(it, &kl) : NULL;
+  const uint8_t *v = k ? (const uint8_t *)ak_store_cursor_value(it, &vl) : NULL;
+  if (!k || kl != l->pl + 8 || memcmp(k, l->pfx, l->pl) != 0 || vl < 9 || v[0] != 1 ||
+      vl - 9 > sizeof l->head_v) {
+    lane_rows(l, -l->rows); /* none left (or damaged: logged by the claim) */
+    return;
+  }
+  l->head_known = true;
+  l->head_seq = ak_get_u64(k + l->pl);
+  l->head_at = (int64_t)ak_get_u64(v + 1);
+  l->head_vl = vl - 9;
+  memcpy(l->head_v, v + 9, l->head_vl);
+}
+
+/* The head settled (delivered or dead): the next row is read at the next scan. */
+static void lane_next(ak_dispatch_t *d, lane_t *l, int64_t now) {
+  (void)d;
+  l->busy = false;
+  l->head_known = false;
+  lane_rows(l, -1);
+  if (l->rows > 0) lane_note_due(l->t, now);
+}
+
+static int lane_load_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  ak_dispatch_t *d = ctx;
+  if (kl < 1 + 1 + 1 + 2 + 8) return 0;
+  size_t tl = (uint8_t)k[1];
+  if (kl < 2 + tl + 1 || kl != 2 + tl + 1 + (uint8_t)k[2 + tl] + 2 + 8) return 0;
+  tenant_t *t = tenant_get(d, k + 2, tl);
+  lane_t *l = t ? lane_by_prefix(d, t, (const uint8_t *)k, kl - 8) : NULL;
+  if (!l) return 1;
+  ak_due_value_t dv;
+  if (vl < 9 || ak_due_value_decode((const uint8_t *)v + 9, vl - 9, &dv) != 0) dv.attempts = 0;
+  count_unclaimed(d, t, dv.attempts, +1);
+  lane_rows(l, +1);
+  if (l->rows == 1 && vl >= 9) lane_note_due(t, (int64_t)ak_get_u64((const uint8_t *)v + 1));
+  return 0;
+}
+
+/* Which sinks of a set are ordered, by the source's current config (bound as a delivery
+ * row is: same index and type, else the only sink of the type). */
+static int bind_sink(const ak_source_cfg_t *s, uint16_t idx, const char *type, size_t tl);
+static void lset_ordered(ak_dispatch_t *d, lset_t *ls) {
+  ak_source_t *src = d->inst->sources ? ak_sources_get(d->inst->sources, ls->source, ls->source_len) : NULL;
+  uint32_t m = 0;
+  for (unsigned j = 0; src && j < ls->nsinks; j++) {
+    int k = bind_sink(&src->cfg, (uint16_t)j, ls->types[j], ls->tlens[j]);
+    if (k >= 0 && json_is_true(json_object_get(src->cfg.sinks[k].opts, "ordered"))) m |= 1u << j;
+  }
+  ak_source_release(src);
+  ls->ordered = m;
+}
+
+
+/* A lane head's retry or park: its row gets the new due time and attempts; the lane waits
+ * for it. false when nothing could be written (the row keeps its old time: read again). */
+static bool op_lane_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attempts, int64_t now) {
+  lane_t *l = r->lane;
+  r->lane = NULL;
+  l->busy = false;
+  if (!op_begin(d)) {
+    l->head_known = false;
+    lane_note_due(l->t, now);
+    return true; /* the row is still in the store, counted there */
+  }
+  size_t tl;
+  const char *ty = row_type(r, &tl);
+  uint8_t k[AK_LANE_KEY_MAX], v[9 + AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
+  memcpy(k, l->pfx, l->pl);
+  ak_put_u64(k + l->pl, r->seq);
+  size_t vl = lane_value(v, sizeof v, at, attempts, ty, tl, r->has_replay ? r->replay_id : NULL);
+  ak_batch_put(batch(d, now), AK_CF_INDEX, k, l->pl + 8, v, vl);
+  ak_key_delivery(dk, r->seq, r->sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, attempts, at, ty, tl,
+                                 r->has_replay ? r->replay_id : NULL);
+  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  op_end(d);
+  l->head_known = true;
+  l->head_seq = r->seq;
+  l->head_at = at;
+  l->head_vl = vl - 9;
+  memcpy(l->head_v, v + 9, l->head_vl);
+  lane_note_due(l->t, at);
+  return true;
+}
+
+/* A lane head delivered (dead_reason NULL) or dead-lettered: its row leaves the lane (a
+ * dead one becomes a dead row and 'x' entry as any other), and the next row may go. */
+static void op_lane_clear(ak_dispatch_t *d, row_t *r, const char *dead_reason, uint32_t attempts, int64_t now) {
+  lane_t *l = r->lane;
+  r->lane = NULL;
+  if (!op_begin(d)) { /* the row stays: delivered (or dead-lettered) again later */
+    l->busy = false;
+    l->head_known = false;
+    lane_note_due(l->t, now);
+    return;
+  }
+  uint8_t k[AK_LANE_KEY_MAX], dk[AK_DELIVERY_KEY_LEN];
+  memcpy(k, l->pfx, l->pl);
+  ak_put_u64(k + l->pl, r->seq);
+  ak_batch_delete(batch(d, now), AK_CF_INDEX, k, l->pl + 8);
+  ak_key_delivery(dk, r->seq, r->sink);
+  if (!dead_reason) {
+    ak_batch_delete(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk);
+  } else {
+    size_t tl;
+    const char *ty = row_type(r, &tl);
+    uint8_t row[300], xk[AK_DEAD_KEY_LEN], xv[1024];
+    size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_DEAD, attempts, now, ty, tl,
+                                   r->has_replay ? r->replay_id : NULL);
+    ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+    ak_key_dead(xk, now, r->seq, r->sink);
+    ak_dead_entry_t e = {.received_at_ms = r->env.received_at_ms, .attempts = attempts, .sink_type = ty,
+                         .sink_type_len = tl, .source = r->env.source, .source_len = r->env.source_len,
+                         .tenant = r->t->name, .tenant_len = r->t->nlen, .reason = dead_reason,
+                         .reason_len = strlen(dead_reason)};
+    memcpy(e.id, r->env.id, 16);
+    size_t xl = ak_dead_entry_encode(xv, sizeof xv, &e);
+    ak_batch_put(batch(d, now), AK_CF_INDEX, xk, sizeof xk, xv, xl);
+  }
+  op_end(d);
+  lane_next(d, l, now);
+  if (!dead_reason) reclaim_note(d, r->seq, r->env.id);
 }
 
 /* ------------------------------------------------------------------ cursors ---- */
@@ -1311,6 +1593,7 @@ static void log_persist(ak_dispatch_t *d, int64_t now) {
     uint64_t c = tenant_cursor(d, ak_list_entry(n, tenant_t, lactive_link));
     if (c < low) low = c;
   }
+  d->low_stuck = low == d->dlow_written; /* a tenant's cursor holds it: no timer until something moves */
   if (!d->ndirty && low == d->dlow_written) return;
   if (!op_begin(d)) return;
   for (size_t i = 0; i < d->ndirty; i++) {
@@ -1378,15 +1661,41 @@ static int rscan_ids(const char *k, size_t kl, const char *v, size_t vl, void *c
 
 typedef struct {
   ak_batch_t *wb;
-  uint64_t to;
+  uint64_t from, to, start, deleted;
+  const rscan_t *rows;
+  bool bad;
 } gscan_t;
 
+static bool has_seq(const uint64_t *v, size_t n, uint64_t seq);
+
+static int rscan_group_start(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  if (kl == AK_GROUP_KEY_LEN) ((gscan_t *)ctx)->start = ak_get_u64((const uint8_t *)k + 1);
+  return 1;
+}
+
+/* Each marker of the range: its hooks in [from, to) without a row are deleted; a marker
+ * wholly below `to` goes with them. Only seqs a marker names are deleted (a failed
+ * commit's seqs never were hooks). */
 static int rscan_groups(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
   gscan_t *g = ctx;
   ak_marker_t m;
-  if (kl != AK_GROUP_KEY_LEN || ak_marker_decode((const uint8_t *)v, vl, &m) != 0) return 1;
-  if (ak_get_u64((const uint8_t *)k + 1) + m.count > g->to) return 1;
-  ak_batch_delete(g->wb, AK_CF_INDEX, k, kl);
+  if (kl != AK_GROUP_KEY_LEN || ak_marker_decode((const uint8_t *)v, vl, &m) != 0) {
+    g->bad = true;
+    return 1;
+  }
+  uint64_t first = ak_get_u64((const uint8_t *)k + 1);
+  if (first >= g->to) return 1;
+  uint64_t lo = first > g->from ? first : g->from, hi = first + m.count < g->to ? first + m.count : g->to;
+  for (uint64_t seq = lo; seq < hi; seq++) {
+    if (has_seq(g->rows->keep, g->rows->nkeep, seq)) continue;
+    uint8_t hk[AK_HOOK_KEY_LEN];
+    ak_key_hook(hk, seq);
+    ak_batch_delete(g->wb, AK_CF_HOOKS, hk, sizeof hk);
+    g->deleted++;
+  }
+  if (first + m.count <= g->to) ak_batch_delete(g->wb, AK_CF_INDEX, k, kl);
   return 0;
 }
 
@@ -1422,12 +1731,6 @@ static void log_reclaim(ak_dispatch_t *d) {
     ak_store_unpin(st);
     goto out;
   }
-  for (uint64_t seq = from; seq < to; seq++) {
-    if (has_seq(s.keep, s.nkeep, seq)) continue;
-    uint8_t hk[AK_HOOK_KEY_LEN];
-    ak_key_hook(hk, seq);
-    ak_batch_delete(wb, AK_CF_HOOKS, hk, sizeof hk);
-  }
   for (size_t i = 0; i < s.nids; i++) {
     if (has_seq(s.keep, s.nkeep, s.ids[i].seq)) continue;
     uint8_t ik[AK_ID_KEY_LEN], jk[AK_GROUP_KEY_LEN];
@@ -1437,13 +1740,18 @@ static void log_reclaim(ak_dispatch_t *d) {
     ak_batch_delete(wb, AK_CF_INDEX, jk, sizeof jk);
   }
   ak_store_unpin(st);
-  gscan_t g = {.wb = wb, .to = to};
+  gscan_t g = {.wb = wb, .from = from, .to = to, .start = from, .rows = &s};
   const char gp = AK_IDX_GROUP;
-  if (ak_store_scan(st, AK_CF_INDEX, &gp, 1, rscan_groups, &g) != 0) goto out;
+  uint8_t gk[AK_GROUP_KEY_LEN];
+  ak_key_group(gk, from);
+  if (ak_store_scan_from(st, AK_CF_INDEX, &gp, 1, gk, sizeof gk, true, rscan_group_start, &g) != 0) goto out;
+  ak_key_group(gk, g.start);
+  if (ak_store_scan_from(st, AK_CF_INDEX, &gp, 1, gk, sizeof gk, false, rscan_groups, &g) != 0 || g.bad) goto out;
   uint8_t v[8];
   ak_put_u64(v, to);
   if (ak_store_pin(st) != 0) goto out;
   ak_batch_put(wb, AK_CF_DEFAULT, AK_KEY_RECLAIMED, strlen(AK_KEY_RECLAIMED), v, 8);
+  count_reclaimed(d, wb, g.deleted);
   ak_store_unpin(st);
   ak_wf_class_t cls;
   char *err = NULL;
@@ -1452,6 +1760,7 @@ static void log_reclaim(ak_dispatch_t *d) {
     free(err);
   } else {
     d->reclaimed_to = to;
+    reclaimed(d, g.deleted);
   }
 out:
   ak_batch_free(wb);
@@ -1642,7 +1951,7 @@ typedef enum { CLAIM_OK, CLAIM_SKIP, CLAIM_STOP } claim_rc_t;
 /* Claim one due row the iterator points at. */
 /* A due row read by claim_tenant's first pass, and its hook as the second pass read it. */
 typedef struct cand {
-  uint8_t k[AK_DUE_KEY_MAX];
+  uint8_t k[AK_LANE_KEY_MAX];     /* a due key, or a lane row's key (the longer) */
   size_t kl;
   uint8_t v[AK_DUE_VALUE_MAX];
   size_t vl;
@@ -1650,6 +1959,7 @@ typedef struct cand {
   uint64_t seq;
   uint16_t sink;
   bool from_log;                 /* a delivery of the hook log (k, v unused) */
+  lane_t *lane;                  /* the head of this lane (k: its row key, v: its due value) */
   uint32_t set;                  /* from_log: its lset */
   uint8_t hk[AK_HOOK_KEY_LEN];
 } cand_t;
@@ -1720,6 +2030,9 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
   if (c->from_log) {
     r->from_log = true;
     log_claimed(t, seq, sink);
+  } else if (c->lane) {
+    r->lane = c->lane;
+    c->lane->busy = true;
   } else {
     memcpy(t->cursor, k, kl);
     t->cursor_len = kl;
@@ -1813,8 +2126,32 @@ static size_t claim_tenant(ak_dispatch_t *d, ak_store_cursor_t *it, tenant_t *t,
       c->seq = seq;
       c->sink = sink;
       c->from_log = false;
+      c->lane = NULL;
       ak_key_hook(c->hk, seq);
     }
+  }
+  /* the heads of its ordered lanes that are due and not running */
+  ak_list_foreach_safe(ln, lnx, &t->lanes) {
+    lane_t *l = ak_list_entry(ln, lane_t, link);
+    if (l->busy) continue;
+    if (!l->head_known) lane_seek(l, it);
+    if (!l->head_known) continue;
+    if (l->head_at > now || n >= want) {
+      if (l->head_at < stop_at) stop_at = l->head_at > now ? l->head_at : now;
+      continue;
+    }
+    cand_t *c = &d->cand[n++];
+    c->kl = l->pl + 8;
+    memcpy(c->k, l->pfx, l->pl);
+    ak_put_u64(c->k + l->pl, l->head_seq);
+    memcpy(c->v, l->head_v, l->head_vl);
+    c->vl = l->head_vl;
+    c->at = l->head_at;
+    c->seq = l->head_seq;
+    c->sink = l->sink;
+    c->from_log = false;
+    c->lane = l;
+    ak_key_hook(c->hk, l->head_seq);
   }
   /* the log: entries in seq order, each delivery not claimed yet */
   (void)log_due(t);
@@ -1827,6 +2164,7 @@ static size_t claim_tenant(ak_dispatch_t *d, ak_store_cursor_t *it, tenant_t *t,
       c->seq = e->seq;
       c->sink = (uint16_t)__builtin_ctz(m);
       c->from_log = true;
+      c->lane = NULL;
       c->set = e->set;
       ak_key_hook(c->hk, e->seq);
     }
@@ -2211,6 +2549,7 @@ static void *run(void *arg) {
   ak_store_thread_init();
   inbox_t spare = {0};
   int64_t last_gauge = 0;
+  reclaim(d); /* candidates from before the start */
   for (;;) {
     pthread_mutex_lock(&d->mu);
     inbox_t in = d->inbox;
@@ -2261,12 +2600,16 @@ static void *run(void *arg) {
       }
       start_attempts(d, now);
     }
-    if ((d->ndirty || d->nheld) && (now - d->last_persist_ms >= CURSOR_MS || d->behind_total >= SPILL_COUNT))
+    /* cursors that moved, held deliveries to spill, or a low mark behind the commits (hooks
+     * whose deliveries all went to lanes or rows join no tenant's log) */
+    if ((d->ndirty || d->nheld || d->safe > d->dlow_written) &&
+        (now - d->last_persist_ms >= CURSOR_MS || d->behind_total >= SPILL_COUNT))
       log_persist(d, now);
     if (d->wb_ops && (d->wb_ops >= FLUSH_OPS || now - d->wb_first_ms >= FLUSH_MS)) flush(d);
     if (now - d->last_tick_ms >= TICK_MS) {
       d->last_tick_ms = now;
       log_refill(d, now);
+      for (size_t i = 0; i < d->nlsets; i++) lset_ordered(d, d->lsets[i]);
       if (d->reclaimed_to < d->dlow_written && !(d->inst->roles & AK_ROLE_STORAGE)) log_reclaim(d);
       publish(d, now);
       if (d->tick && !stopping) d->tick(d->tick_ctx, now);
@@ -2284,7 +2627,8 @@ static void *run(void *arg) {
     row_t *oldest = first_running(d);
     if (oldest && oldest->deadline_ms < wake) wake = oldest->deadline_ms;
     if (d->wb_ops && d->wb_first_ms + FLUSH_MS < wake) wake = d->wb_first_ms + FLUSH_MS;
-    if ((d->ndirty || d->nheld) && d->last_persist_ms + CURSOR_MS < wake) wake = d->last_persist_ms + CURSOR_MS;
+    if ((d->ndirty || d->nheld || (d->safe > d->dlow_written && !d->low_stuck)) && d->last_persist_ms + CURSOR_MS < wake)
+      wake = d->last_persist_ms + CURSOR_MS;
     if (d->last_tick_ms + TICK_MS < wake) wake = d->last_tick_ms + TICK_MS;
     if (!ak_list_empty(&d->ready) && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
     pthread_mutex_lock(&d->mu);
@@ -2445,6 +2789,7 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   ak_list_init(&d->lactive);
   ak_tmap_init(&d->tenants, sizeof(tenant_t));
   ak_tmap_init(&d->lset_ix, sizeof(uint32_t));
+  ak_tmap_init(&d->lanes, sizeof(lane_t));
   pthread_mutex_init(&d->lsmu, NULL);
   const ak_dispatch_cfg_t *c = d->cfg;
   if (RAND_bytes((unsigned char *)&d->jitter_state, sizeof d->jitter_state) != 1)
@@ -2556,6 +2901,15 @@ static uint64_t meta_u64(ak_store_t *st, const char *key, int *rc) {
   return x;
 }
 
+static int reclaim_load_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  ak_dispatch_t *d = ctx;
+  if (kl != AK_GROUP_KEY_LEN || vl != 16) return 0;
+  if (ak_buf_grow(&d->reclaim, &d->capreclaim, d->nreclaim + 1, sizeof *d->reclaim) != 0) return 1;
+  d->reclaim[d->nreclaim].seq = ak_get_u64((const uint8_t *)k + 1);
+  memcpy(d->reclaim[d->nreclaim++].id, v, 16);
+  return 0;
+}
+
 /* The hook log at start: the cursors, then every group marker from the low mark on. */
 static int log_load(ak_dispatch_t *d, uint64_t *hooks, char *err, size_t errlen) {
   ak_store_t *st = d->inst->store;
@@ -2569,6 +2923,14 @@ static int log_load(ak_dispatch_t *d, uint64_t *hooks, char *err, size_t errlen)
   }
   d->dlow_written = low;
   d->safe = ak_store_next_seq(st);
+  d->reclaimed_hooks = (uint64_t)0 - meta_u64(st, AK_KEY_HOOK_COUNT_RECLAIMED, &rc);
+  rc = 0;
+  /* reclaim candidates a kill left behind */
+  const char rtag = AK_IDX_RECLAIM;
+  if (ak_store_scan(st, AK_CF_INDEX, &rtag, 1, reclaim_load_cb, d) != 0) {
+    snprintf(err, errlen, "cannot read the reclaim candidates from the store");
+    return -1;
+  }
   if (ak_store_scan(st, AK_CF_DEFAULT, AK_KEY_TENANT_CURSOR, 3, cursor_cb, d) != 0) {
     snprintf(err, errlen, "cannot read the hook log's cursors from the store");
     return -1;
@@ -2576,6 +2938,11 @@ static int log_load(ak_dispatch_t *d, uint64_t *hooks, char *err, size_t errlen)
   int r = log_scan(d, low, NULL, true, ak_now_ms(), hooks);
   if (r != 0) {
     snprintf(err, errlen, r == -2 ? "a group marker in the store is damaged" : "cannot read the hook log from the store");
+    return -1;
+  }
+  const char o = AK_IDX_LANE;
+  if (ak_store_scan(st, AK_CF_INDEX, &o, 1, lane_load_cb, d) != 0) {
+    snprintf(err, errlen, "cannot read the ordered lanes from the store");
     return -1;
   }
   size_t pos = 0;
@@ -2709,6 +3076,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
   }
   free(d->lsets);
   ak_tmap_fini(&d->lset_ix);
+  ak_tmap_fini(&d->lanes);
   for (size_t i = 0; i < d->nminbox; i++) free(d->minbox[i].marker);
   free(d->minbox);
   free(d->dirty);

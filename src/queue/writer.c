@@ -852,6 +852,11 @@ void ak_writer_on_commit(ak_writer_t *w, ak_writer_commit_fn fn, void *ctx) {
   w->on_commit_ctx = ctx;
 }
 
+void ak_writer_note_reclaimed(ak_writer_t *w, uint64_t n) {
+  uint64_t left = atomic_fetch_sub(&w->hooks_total, n) - n;
+  ak_gauge_set(w->m_hooks, (double)left);
+}
+
 uint64_t ak_writer_next_seq(ak_writer_t *w) {
   pthread_mutex_lock(&w->mu);
   uint64_t s = w->next_seq;

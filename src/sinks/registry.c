@@ -30,10 +30,19 @@ static const ak_plugin_t *const sinks[] = {
 #endif
 };
 
+/* Keys of every sink entry, read by the dispatcher rather than the sink. */
+static const ak_opt_t sink_common_rows[] = {
+  {.key = "ordered", .type = AK_OPT_BOOL,
+   .doc = "deliver the hooks of one lane {tenant, source, this sink} one at a time in seq order; a retry "
+          "holds its lane only; absent = false (docs/delivery.md)"},
+  {0},
+};
+
 const ak_plugin_kind_t ak_sink_kind = {
   .name = "sink",
   .all = sinks,
   .count = sizeof sinks / sizeof sinks[0],
+  .common = sink_common_rows,
 };
 
 const ak_sink_vtable_t *ak_sinks_find(const char *type) {

@@ -68,6 +68,22 @@ void ak_key_group(uint8_t out[AK_GROUP_KEY_LEN], uint64_t first_seq) {
   ak_put_u64(out + 1, first_seq);
 }
 
+size_t ak_key_lane_prefix(uint8_t *out, const char *tenant, size_t tlen, const char *source, size_t slen,
+                          uint16_t sink) {
+  if (tlen > 255) tlen = 255;
+  if (slen > 255) slen = 255;
+  size_t n = 0;
+  out[n++] = AK_IDX_LANE;
+  out[n++] = (uint8_t)tlen;
+  memcpy(out + n, tenant, tlen);
+  n += tlen;
+  out[n++] = (uint8_t)slen;
+  memcpy(out + n, source, slen);
+  n += slen;
+  ak_put_u16(out + n, sink);
+  return n + 2;
+}
+
 void ak_key_unsealed(uint8_t out[AK_GROUP_KEY_LEN], uint64_t seq) {
   out[0] = AK_IDX_UNSEALED;
   ak_put_u64(out + 1, seq);

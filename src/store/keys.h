@@ -17,6 +17,9 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 /* default CF meta keys */
 #define AK_KEY_NEXT_SEQ "m:next_seq"
 #define AK_KEY_HOOK_COUNT "m:hook_count"
+/* m:hook_count:r -> minus the hooks reclaimed (u64, two's complement): summed with the
+ * writers' counters, the hooks the store holds */
+#define AK_KEY_HOOK_COUNT_RECLAIMED "m:hook_count:r"
 #define AK_KEY_READY_PROBE "m:ready_probe"
 #define AK_KEY_STORE_ID "m:store_id"
 #define AK_KEY_FORMAT "m:format"
@@ -51,6 +54,8 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_ARCHIVE 'a' /* 'a' seq:64 -> size:32: format 1 only (an archive obligation), removed by the migration */
 #define AK_IDX_GROUP 'g'   /* 'g' first_seq:64 -> group marker v1 (store/marker.h) */
 #define AK_IDX_UNSEALED 'j' /* 'j' seq:64 -> id:128, beside every 'i' key (reclaim finds them by seq) */
+#define AK_IDX_RECLAIM 'r' /* 'r' seq:64 -> id:128: a hook that may be reclaimable (its exception row settled) */
+#define AK_IDX_LANE 'o'    /* 'o' tlen:8 tenant slen:8 source sink:16 seq:64 -> lane row v1 (ordered sinks) */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64, only for ids that do not carry their seq sealed */
 #define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 seq:64 -> a commit's keys (queue/dedupe_record.c) */
 
@@ -99,6 +104,13 @@ size_t ak_key_due_prefix(uint8_t out[AK_DUE_KEY_MAX], const char *tenant, size_t
 void ak_key_dead(uint8_t out[AK_DEAD_KEY_LEN], int64_t dead_at_ms, uint64_t seq, uint16_t sink);
 void ak_key_archive(uint8_t out[AK_ARCHIVE_KEY_LEN], uint64_t seq);
 #define AK_GROUP_KEY_LEN 9
+/* A lane's rows ('o'): every row of one {tenant, source, sink} shares the prefix, in seq
+ * order. Returns the prefix length; ak_key_lane appends the seq. Names above 255 bytes
+ * are cut (ids are at most 64). */
+#define AK_LANE_PFX_MAX (1 + 1 + 255 + 1 + 255 + 2)
+#define AK_LANE_KEY_MAX (AK_LANE_PFX_MAX + 8)
+size_t ak_key_lane_prefix(uint8_t *out, const char *tenant, size_t tlen, const char *source, size_t slen,
+                          uint16_t sink);
 void ak_key_group(uint8_t out[AK_GROUP_KEY_LEN], uint64_t first_seq);
 void ak_key_unsealed(uint8_t out[AK_GROUP_KEY_LEN], uint64_t seq);
 void ak_key_id(uint8_t out[AK_ID_KEY_LEN], const uint8_t id[16]);

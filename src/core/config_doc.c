@@ -171,6 +171,12 @@ char *ak_config_options_markdown(const ak_schema_t *s) {
   for (size_t k = 0; k < s->nkinds; k++) {
     const ak_plugin_kind_t *kind = s->kinds[k];
     put(&o, "### `%s` types\n\n", kind->name);
+    if (kind->common && kind->common[0].key) {
+      put(&o, "Keys every %s type takes besides its own:\n\n", kind->name);
+      put_head(&o);
+      put_rows(&o, kind->common, "");
+      put(&o, "\n");
+    }
     for (size_t i = 0; i < kind->count; i++) {
       const ak_plugin_t *p = kind->all[i];
       put(&o, "#### `type: %s`\n\n", p->type);

@@ -2753,7 +2753,11 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
     ak_sink_ctx_t sctx = {.source_id = s->id, .egress = d->inst->egress, .httpc = d->inst->httpc,
                           .trusted = !ak_egress_guards(ak_config_of(d->inst->cfg, &ak_mod_egress),
                                                        src->origin == AK_SOURCE_API)};
-    si->self = si->vt->create(s->sinks[j].opts, &sctx, serr, sizeof serr);
+    /* the kind's common keys (ordered) are the dispatcher's, not the sink's */
+    json_t *own = json_copy(s->sinks[j].opts);
+    for (const ak_opt_t *r = ak_sink_kind.common; own && r && r->key; r++) json_object_del(own, r->key);
+    si->self = own ? si->vt->create(own, &sctx, serr, sizeof serr) : NULL;
+    json_decref(own);
     ds->n = j + 1;
     if (!si->self) {
       snprintf(err, errlen, "sources.%s.sinks[%zu]: %s", s->id, j, serr[0] ? serr : "cannot be created");

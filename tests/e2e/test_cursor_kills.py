@@ -21,11 +21,7 @@ The promise they check, in the receiver's terms:
 ANKUSA_CURSOR_KILLS sets the kills of the first test (default 10); the others scale with
 it. Waits are scaled by SLOW under a sanitizer; the bounds are not (they count deliveries,
 not time). About 30 s in all with the normal build.
-
-One assertion meets a real violation in today's code: a kill -9 between the dispatcher's
-outcome write and its reclaim write leaves delivered hooks in the store for good. That
-one check (check_reclaimed, always the last of a test) turns the test into an xfail when,
-and only when, every hook left over has that signature; see check_reclaimed."""
+"""
 import bisect
 import hashlib
 import os
@@ -44,7 +40,6 @@ CONCURRENCY = 16          # dispatch.concurrency: the attempts that can be in fl
 WINDOW_S = 0.150          # what "settled just before the kill" means here (see the docstring)
 MAX_REDELIVERIES = 10_000  # the rewrite's hard cap per kill
 PROMPT_S = 5.0            # "promptly": a healthy tenant's hook reaches its sink within this
-LEAK_WINDOW_S = 0.25      # the signature of today's known reclaim leak (see check_reclaimed)
 
 
 def fails_first(hook_id):
@@ -244,17 +239,8 @@ def check_reclaimed(node, rxs, kills, keep, what, timeout=5):
     """Wait until the store holds no hook outside `keep` (ids that must stay: undelivered),
     then return it. Everything delivered to every sink must be reclaimed (roles [edge,
     dispatch]): catches reclaim that never runs, and reclaim that a kill makes forget.
-
-    KNOWN VIOLATION in today's code (b8185a5), marked here and nowhere else: a kill -9
-    that lands between the dispatcher's two writes, the outcome batch that clears a
-    hook's last delivery rows (flush() in src/dispatch/dispatch.c) and the separate batch
-    reclaim() writes after it (point reads per hook, then the hook deletes), leaves hooks
-    with no row and no due key that nothing ever reclaims: they stay in the store for good.
-    Seen in about one kill in 10 to 40 at this load (2-3 hooks each time, delivered a few
-    ms before the kill). When every hook left over has exactly that signature (answered
-    2xx by every sink within LEAK_WINDOW_S before a kill), the test is marked xfail with
-    that reason instead of failing; any other leftover fails. Issue 20's rewrite deletes
-    hooks below the cursors, so it must not leak: delete the xfail branch when it lands."""
+    A kill between an outcome and the reclaim it allows must not leave the hook behind:
+    reclaim candidates are written with the outcome (docs/storage.md, "Reclaim")."""
     deadline = time.monotonic() + timeout * SLOW
     while True:
         hooks = stored(node)
@@ -262,20 +248,8 @@ def check_reclaimed(node, rxs, kills, keep, what, timeout=5):
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.3)
-    if left:
-        firsts = [first_ok_at(rx) for rx in rxs]
-        signature = []
-        for i in left:
-            ats = [f.get(i) for f in firsts]
-            last = max(ats) if None not in ats else None
-            signature.append(last is not None and any(0 <= k - last <= LEAK_WINDOW_S for k in kills))
-        detail = (f"{what}: {len(left)} hooks delivered to every sink are still stored "
-                  f"{timeout * SLOW:.0f}s later, e.g. {sorted(left)[:3]}")
-        if all(signature):
-            pytest.xfail("KNOWN VIOLATION (today's code; see check_reclaimed): " + detail +
-                         "; each was answered 2xx by every sink just before a kill -9 (outcome "
-                         "batch written, reclaim batch not)")
-        assert False, detail
+    assert not left, (f"{what}: {len(left)} hooks delivered to every sink are still stored "
+                      f"{timeout * SLOW:.0f}s later, e.g. {sorted(left)[:3]}")
     return hooks
 
 
@@ -340,8 +314,7 @@ def test_kill_during_delivery_redelivers_little(ankusa):
         # the bound is only a test when the kills hit a node that was delivering
         busy = sum(1 for w in window if w > 0)
         assert busy >= KILLS // 2, f"only {busy} of {KILLS} kills came while deliveries were answered: {window}"
-        # reclaim is on (no storage role): every delivered hook leaves the store (last:
-        # it may end the test as a known xfail)
+        # reclaim is on (no storage role): every delivered hook leaves the store
         check_reclaimed(node, [rx], kills, set(), "a")
     finally:
         if poster:
@@ -469,7 +442,7 @@ def test_reclaim_waits_for_every_sink_under_kills(ankusa):
         assert checker.answers > 100 and checker.gone, (checker.answers, len(checker.gone))
         print(f"\ncursor kills b: {len(acked)} acked ({len(phase1)} while the sink failed), {len(kills)} kills, "
               f"{checker.answers} GETs ({len(checker.gone)} found the hook reclaimed)")
-        # last (it may end the test as the known xfail): everything delivered everywhere
+        # last: everything delivered everywhere
         # is reclaimed, the store ends empty
         check_reclaimed(node, [rx_ok, rx_bad], kills, set(), "b")
     finally:
@@ -571,7 +544,7 @@ def test_tenant_isolation_failing_tenant(ankusa):
         sa_stored = {i for i, h in hooks.items() if h["source_id"] == "sa"}
         assert ids_a <= sa_stored, f"{len(ids_a - sa_stored)} of ta's undelivered hooks are gone"
         assert not any(ok(d) for d in rx_a.snapshot())
-        # last (it may end the test as the known xfail): tb's hooks are reclaimed after the
+        # last: tb's hooks are reclaimed after the
         # kill too; the store keeps ta's (and any ta hook stored unanswered at the kill)
         check_reclaimed(node, [rx_b], kills, sa_stored, "c, tenant tb")
     finally:

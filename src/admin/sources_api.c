@@ -693,6 +693,24 @@ static int count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ct
   return 0;
 }
 
+typedef struct {
+  const char *source;
+  size_t sl;
+  int64_t rows;
+} lane_count_t;
+
+static int lane_count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  lane_count_t *lc = ctx;
+  const uint8_t *p = (const uint8_t *)k;
+  if (kl < 3 || kl < 3 + (size_t)p[1]) return 0;
+  size_t at = 2 + p[1];
+  size_t sl = p[at];
+  if (kl >= at + 1 + sl && sl == lc->sl && !memcmp(p + at + 1, lc->source, sl)) lc->rows++;
+  return 0;
+}
+
 static void delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit_who_t *who, const char *tenant,
                           const char *name) {
   const char *dl = ak_admin_arg(c, "deliveries");
@@ -730,6 +748,14 @@ static void delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audi
       goto out;
     }
     cc.rows += on_log;
+    /* and its ordered lanes' rows ('o' tlen tenant slen source ...) */
+    lane_count_t lc = {.source = s->cfg.id, .sl = strlen(s->cfg.id)};
+    const char o = AK_IDX_LANE;
+    if (ak_store_scan(inst->store, AK_CF_INDEX, &o, 1, lane_count_cb, &lc) != 0) {
+      ak_admin_error(c, 503, "store_unavailable");
+      goto out;
+    }
+    cc.rows += lc.rows;
     int64_t inflight = atomic_load(s->inflight);
     if (cc.rows > 0 || inflight > 0) {
       int64_t pending = cc.rows > inflight ? cc.rows - inflight : 0;

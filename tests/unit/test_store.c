@@ -716,3 +716,126 @@ Test(store, outcome_tombstones_reuse_the_insert_position) {
   rocksdb_set_perf_level(rocksdb_disable);
   ak_store_free(st);
 }
+
+/* ---- layout 2: the group marker codec and the migration from layout 1 ---- */
+
+Test(store, a_group_marker_round_trips_and_refuses_damage) {
+  const char *t1[] = {"log", "http"}, *t2[] = {"http"};
+  ak_marker_set_in_t sets[] = {
+    {.tenant = "acme", .tenant_len = 4, .source = "gh", .source_len = 2, .nsinks = 2, .types = t1},
+    {.tenant = "", .tenant_len = 0, .source = "stripe", .source_len = 6, .nsinks = 1, .types = t2},
+  };
+  uint16_t hooks[] = {0, 1, 1, 0, 0};
+  uint8_t v[256];
+  size_t n = ak_marker_encode(v, sizeof v, 1796000000123, 5, sets, 2, hooks);
+  cr_assert_eq(n, ak_marker_size(5, sets, 2));
+  ak_marker_t m;
+  cr_assert_eq(ak_marker_decode(v, n, &m), 0);
+  cr_assert_eq(m.committed_at_ms, 1796000000123);
+  cr_assert_eq(m.count, 5);
+  cr_assert_eq(m.nsets, 2);
+  const uint8_t *pos = NULL;
+  ak_marker_set_t s;
+  cr_assert_eq(ak_marker_next_set(&m, &pos, &s), 0);
+  cr_assert(s.tenant_len == 4 && !memcmp(s.tenant, "acme", 4) && s.source_len == 2 && s.nsinks == 2);
+  const char *ty;
+  size_t tl;
+  ak_marker_set_type(&s, 1, &ty, &tl);
+  cr_assert(tl == 4 && !memcmp(ty, "http", 4));
+  cr_assert_eq(ak_marker_next_set(&m, &pos, &s), 0);
+  cr_assert(s.tenant_len == 0 && s.source_len == 6 && s.nsinks == 1);
+  cr_assert_neq(ak_marker_next_set(&m, &pos, &s), 0, "two sets, no third");
+  for (uint32_t i = 0; i < 5; i++) cr_assert_eq(ak_marker_hook_set(&m, i), hooks[i]);
+  /* every strict prefix, a longer value, a wrong version and a set index out of range */
+  for (size_t k = 0; k < n; k++) cr_assert_neq(ak_marker_decode(v, k, &m), 0, "prefix of %zu bytes", k);
+  v[n] = 0;
+  cr_assert_neq(ak_marker_decode(v, n + 1, &m), 0);
+  v[0] = 2;
+  cr_assert_neq(ak_marker_decode(v, n, &m), 0);
+  v[0] = 1;
+  v[n - 1] = 2;
+  cr_assert_neq(ak_marker_decode(v, n, &m), 0, "hook in set 2 of 2");
+  /* more sinks than a source may have, an index past the sets: not encoded */
+  const char *many[AK_MARKER_MAX_SINKS + 1];
+  for (int i = 0; i <= AK_MARKER_MAX_SINKS; i++) many[i] = "log";
+  ak_marker_set_in_t big = {.tenant = "a", .tenant_len = 1, .source = "b", .source_len = 1,
+                            .nsinks = AK_MARKER_MAX_SINKS + 1, .types = many};
+  uint16_t h0 = 0, h1 = 1;
+  uint8_t w[512];
+  cr_assert_eq(ak_marker_encode(w, sizeof w, 1, 1, &big, 1, &h0), 0);
+  cr_assert_eq(ak_marker_encode(w, sizeof w, 1, 1, sets, 1, &h1), 0);
+  cr_assert_eq(ak_marker_encode(w, 8, 1, 1, sets, 1, &h0), 0, "too small a buffer");
+}
+
+static int count_prefix(ak_store_t *st, int cf, const char *pfx) {
+  int n = 0;
+  cr_assert_eq(ak_store_scan(st, cf, pfx, pfx ? strlen(pfx) : 0, count_any, &n), 0);
+  return n;
+}
+
+static uint64_t meta_of(ak_store_t *st, const char *key, bool *found) {
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, AK_CF_DEFAULT, key, strlen(key), &v, &vl);
+  uint64_t x = rc == 0 && vl == 8 ? ak_get_u64((const uint8_t *)v) : rc == 0 && vl == 4 ? ak_get_u32((const uint8_t *)v) : 0;
+  *found = rc == 0;
+  free(v);
+  return x;
+}
+
+/* A store written by layout 1 (no m:format; per delivery a row and a due key, per hook an
+ * archive obligation) opens as layout 2: the obligations go, the rows stay (they are the
+ * exception rows of layout 2), the low and reclaim marks pass every hook it held. A second
+ * open changes nothing; an interrupted migration (format still absent) is done again. */
+Test(store, a_layout_1_store_is_migrated_at_open) {
+  ak_store_t *st = open_at("f1", false);
+  bool found;
+  cr_assert_eq(meta_of(st, AK_KEY_FORMAT, &found), AK_STORE_FORMAT);
+  cr_assert(found, "a new store gets the format");
+  cr_assert_not((meta_of(st, AK_KEY_DISPATCH_LOW, &found), found), "a new store has no low mark");
+  ak_batch_t *wb = ak_batch_new(st);
+  ak_batch_delete(wb, AK_CF_DEFAULT, AK_KEY_FORMAT, strlen(AK_KEY_FORMAT));
+  uint8_t ns[8];
+  ak_put_u64(ns, 25001);
+  ak_batch_put(wb, AK_CF_DEFAULT, "m:next_seq:0", 12, ns, 8);
+  for (uint64_t seq = 1; seq <= 25000; seq++) {
+    uint8_t ak[AK_ARCHIVE_KEY_LEN], sz[4] = {0, 0, 0, 9};
+    ak_key_archive(ak, seq);
+    ak_batch_put(wb, AK_CF_INDEX, ak, sizeof ak, sz, 4);
+    if (seq % 1000 == 0) { /* a few rows still owed */
+      uint8_t dk[AK_DELIVERY_KEY_LEN], row[64], due[AK_DUE_KEY_MAX], dv[AK_DUE_VALUE_MAX];
+      ak_key_delivery(dk, seq, 0);
+      ak_batch_put(wb, AK_CF_DELIVERIES, dk, sizeof dk, row,
+                   ak_delivery_row(row, sizeof row, AK_DELIVERY_PENDING, 0, 5, "log"));
+      size_t kl = ak_key_due(due, "default", 7, 5, seq, 0);
+      ak_batch_put(wb, AK_CF_INDEX, due, kl, dv, ak_due_value(dv, sizeof dv, 0, "log", 3, NULL));
+    }
+  }
+  ak_wf_class_t cls;
+  char *err = NULL;
+  cr_assert_eq(ak_store_write(st, wb, true, &cls, &err), 0);
+  ak_batch_free(wb);
+  ak_store_free(st);
+  for (int round = 0; round < 2; round++) {
+    st = open_at("f1", false);
+    cr_assert_eq(meta_of(st, AK_KEY_FORMAT, &found), AK_STORE_FORMAT);
+    cr_assert_eq(meta_of(st, AK_KEY_DISPATCH_LOW, &found), 25001, "every layout-1 hook is below the low mark");
+    cr_assert_eq(meta_of(st, AK_KEY_RECLAIMED, &found), 25001);
+    cr_assert_eq(count_prefix(st, AK_CF_INDEX, "a"), 0, "the archive obligations are gone");
+    cr_assert_eq(count_prefix(st, AK_CF_INDEX, "d"), 25, "the owed rows stay, as exception rows");
+    cr_assert_eq(count_prefix(st, AK_CF_DELIVERIES, NULL), 25);
+    ak_store_free(st);
+  }
+  /* a later layout is refused, not misread */
+  st = open_at("f1", false);
+  uint8_t f[4] = {0, 0, 0, AK_STORE_FORMAT + 1};
+  put_raw(st, AK_CF_DEFAULT, AK_KEY_FORMAT, strlen(AK_KEY_FORMAT), f, 4);
+  ak_store_free(st);
+  char p[300];
+  snprintf(p, sizeof p, "%s/f1", fx.dir);
+  st = ak_store_new(p, false);
+  cr_assert_neq(ak_store_open(st, &err), 0);
+  cr_assert(strstr(err, "later ankusa"), "%s", err);
+  free(err);
+  ak_store_free(st);
+}

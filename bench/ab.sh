@@ -11,10 +11,12 @@
 #            s; CPU per request = the node's CPU over the wrk run / the hooks it stored
 #            (checked: ankusa_ingest_requests_total{status="201"} <= ankusa_store_hooks; a
 #            few more are stored whose client left when wrk stopped).
+#   (and the writer threads' CPU alone, per stored hook: /proc/PID/task, threads ak-writer*)
 #   deliver: the same store restarted with roles [edge, dispatch, storage] and its http
 #            sink pointed at nginx answering a static 201; CPU per delivery = the node's
 #            CPU from its start until every stored hook was delivered / the deliveries
-#            (start-up and the due-index scan included, as bench/deliver.sh counts it).
+#            (start-up and the load of the backlog included, as bench/deliver.sh counts it), and
+#            of that the dispatch thread's and the HTTP client's threads (ak-dispatch, ak-httpc*).
 #
 # Environment: A_BIN, B_BIN (required), ROUNDS (5), DURATION (8), CONNECTIONS (64),
 # THREADS (2), NGINX (/usr/sbin/nginx), KEEP_TMP=1, BENCH_TMP (bench/out; not a tmpfs).
@@ -79,25 +81,30 @@ stop_node() {
   forget_pid "$NODE_PID"
 }
 
-# one side of one round: prints "<us per request> <us per delivery>"
+# one side of one round: prints "<us per request> <us per delivery> <writer us per hook>
+# <dispatch thread us per delivery> <http client threads us per delivery>"
 side() {
-  local bin=$1 dir t0 t1 m c201 hooks ok dlq i
+  local bin=$1 dir t0 t1 m c201 hooks ok dlq i w0 w1 dsp hc
   dir=$(mktemp -d "$TMP/run.XXXXXX")
   config "$dir" '["edge", "storage"]'
   start_node "$bin" "$dir"
   t0=$(cpu_ticks "$NODE_PID")
+  w0=$(thread_ticks "$NODE_PID" ak-writer)
   "$WRK" -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" -s "$REPO/bench/post1k.lua" \
     "http://127.0.0.1:$HTTP_PORT/webhooks/bench" >"$dir/wrk.txt" 2>&1
   t1=$(cpu_ticks "$NODE_PID")
+  w1=$(thread_ticks "$NODE_PID" ak-writer)
   m=$dir/m1.txt
   curl -sf --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" >"$m"
-  c201=$(msum "$m" ankusa_ingest_requests_total instance=default status=201)
+  c201=$(msum "$m" ankusa_ingest_requests_total instance=default source_id=_all outcome=accepted)
   hooks=$(msum "$m" ankusa_store_hooks instance=default)
   # every 201 is a stored hook; a few more may be stored whose client left when wrk stopped
   ((c201 <= hooks)) || die "$bin: $c201 answered 201 but only $hooks stored"
   ((c201 > 0)) || die "$bin: no 201 at all (see $dir/wrk.txt)"
   local ingest_us
   ingest_us=$(awk -v t=$((t1 - t0)) -v u="$TICK_US" -v n="$hooks" 'BEGIN { printf "%.2f", t * u / n }')
+  local writer_us
+  writer_us=$(awk -v t=$((w1 - w0)) -v u="$TICK_US" -v n="$hooks" 'BEGIN { printf "%.2f", t * u / n }')
   stop_node "$dir"
   config "$dir" '["edge", "dispatch", "storage"]'
   start_node "$bin" "$dir"
@@ -108,28 +115,36 @@ side() {
     sleep 0.1
   done
   t1=$(cpu_ticks "$NODE_PID")
+  dsp=$(thread_ticks "$NODE_PID" ak-dispatch)
+  hc=$(thread_ticks "$NODE_PID" ak-httpc)
   dlq=$(msum "$dir/m2.txt" ankusa_deliveries_total instance=default result=dlq)
   ((ok >= hooks)) || die "$bin: delivered $ok of $hooks within 600 s"
   ((dlq == 0)) || die "$bin: $dlq deliveries dead-lettered"
   local deliver_us
   deliver_us=$(awk -v t="$t1" -v u="$TICK_US" -v n="$ok" 'BEGIN { printf "%.2f", t * u / n }')
+  local dsp_us hc_us
+  dsp_us=$(awk -v t="$dsp" -v u="$TICK_US" -v n="$ok" 'BEGIN { printf "%.2f", t * u / n }')
+  hc_us=$(awk -v t="$hc" -v u="$TICK_US" -v n="$ok" 'BEGIN { printf "%.2f", t * u / n }')
   stop_node "$dir"
   rm -rf "$dir"
-  echo "$ingest_us $deliver_us"
+  echo "$ingest_us $deliver_us $writer_us $dsp_us $hc_us"
 }
 
-A_IN=() A_DE=() B_IN=() B_DE=()
+A_IN=() A_DE=() B_IN=() B_DE=() A_W=() B_W=() A_D=() B_D=() A_H=() B_H=()
 echo "ab: A=$A_BIN B=$B_BIN; $ROUNDS rounds, alternating; wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s 1 KiB POST"
 for ((r = 1; r <= ROUNDS; r++)); do
   order="A B"
   ((r % 2 == 0)) && order="B A"
   for s in $order; do
-    if [ "$s" = A ]; then read -r i d < <(side "$A_BIN"); A_IN+=("$i"); A_DE+=("$d")
-    else read -r i d < <(side "$B_BIN"); B_IN+=("$i"); B_DE+=("$d"); fi
-    echo "  round $r $s: $i us CPU per request, $d us CPU per delivery"
+    if [ "$s" = A ]; then read -r i d w dt h < <(side "$A_BIN"); A_IN+=("$i"); A_DE+=("$d"); A_W+=("$w"); A_D+=("$dt"); A_H+=("$h")
+    else read -r i d w dt h < <(side "$B_BIN"); B_IN+=("$i"); B_DE+=("$d"); B_W+=("$w"); B_D+=("$dt"); B_H+=("$h"); fi
+    echo "  round $r $s: $i us CPU per request (writer $w), $d us CPU per delivery (dispatch thread $dt, http client $h)"
   done
 done
 mai=$(median "${A_IN[@]}") mbi=$(median "${B_IN[@]}") mad=$(median "${A_DE[@]}") mbd=$(median "${B_DE[@]}")
 echo "== medians of $ROUNDS rounds (load avg now $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '  ingest:   A %s us, B %s us per request  (B/A %.3f)\n' "$mai" "$mbi" "$(awk -v a="$mai" -v b="$mbi" 'BEGIN{print b/a}')"
 printf '  delivery: A %s us, B %s us per delivery (B/A %.3f)\n' "$mad" "$mbd" "$(awk -v a="$mad" -v b="$mbd" 'BEGIN{print b/a}')"
+printf '  writer thread per hook:      A %s us, B %s us\n' "$(median "${A_W[@]}")" "$(median "${B_W[@]}")"
+printf '  dispatch thread per delivery: A %s us, B %s us\n' "$(median "${A_D[@]}")" "$(median "${B_D[@]}")"
+printf '  http client per delivery:    A %s us, B %s us\n' "$(median "${A_H[@]}")" "$(median "${B_H[@]}")"

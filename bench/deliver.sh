@@ -105,7 +105,7 @@ scrape() { # OUT: GET /metrics of the running node into OUT
 read_metrics() {
   local m=$1
   M_HOOKS=$(msum "$m" ankusa_store_hooks instance=default)
-  M_C201=$(msum "$m" ankusa_ingest_requests_total instance=default status=201)
+  M_C201=$(msum "$m" ankusa_ingest_responses_total instance=default status=201)
   M_OK=$(msum "$m" ankusa_deliveries_total instance=default sink=http result=ok)
   M_DLQ=$(msum "$m" ankusa_deliveries_total instance=default result=dlq)
   M_PENDING=$(msum "$m" ankusa_queue_pending instance=default)

@@ -251,13 +251,13 @@ ankusa_load() {
   for ((j = 0; j < 50; j++)); do
     curl -sf --max-time 2 "http://127.0.0.1:$ADMIN_PORT/metrics" >"$m" || die "GET /metrics failed"
     q=$(metric_sum ankusa_batcher_queue_records "$m")
-    now="$(metric "$m" 'ankusa_ingest_requests_total{instance="default",status="201"}') $(metric "$m" 'ankusa_store_hooks{instance="default"}')"
+    now="$(metric "$m" 'ankusa_ingest_responses_total{instance="default",status="201"}') $(metric "$m" 'ankusa_store_hooks{instance="default"}')"
     [ "$q" = 0 ] && [ "$now" = "$prev" ] && break
     prev=$now
     sleep 0.2
   done
-  c201=$(metric "$m" 'ankusa_ingest_requests_total{instance="default",status="201"}')
-  n503=$(metric "$m" 'ankusa_ingest_requests_total{instance="default",status="503"}')
+  c201=$(metric "$m" 'ankusa_ingest_responses_total{instance="default",status="201"}')
+  n503=$(metric "$m" 'ankusa_ingest_responses_total{instance="default",status="503"}')
   hooks=$(metric "$m" 'ankusa_store_hooks{instance="default"}')
   bsum=$(metric "$m" 'ankusa_commit_batch_size_sum{instance="default"}')
   bcnt=$(metric "$m" 'ankusa_commit_batch_size_count{instance="default"}')
@@ -282,12 +282,12 @@ ankusa_load() {
   # closed is stored but never answered, so the store may hold up to one hook per
   # connection more than the 201 count -- never fewer.
   if [ "$c201" = "$hooks" ]; then
-    echo "  ankusa run $i $kind: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 = ankusa_store_hooks"
+    echo "  ankusa run $i $kind: honest: ankusa_ingest_responses_total{status=\"201\"} = $c201 = ankusa_store_hooks"
   elif ((c201 < hooks && hooks - c201 <= CONNECTIONS)); then
-    echo "  ankusa run $i $kind: honest: ankusa_ingest_requests_total{status=\"201\"} = $c201 <= ankusa_store_hooks = $hooks;"
+    echo "  ankusa run $i $kind: honest: ankusa_ingest_responses_total{status=\"201\"} = $c201 <= ankusa_store_hooks = $hooks;"
     echo "    $((hooks - c201)) hooks were committed for connections wrk had closed at the end (stored, never answered)"
   else
-    echo "  !! ankusa run $i $kind: ankusa_ingest_requests_total{status=\"201\"} = $c201 but ankusa_store_hooks = $hooks"
+    echo "  !! ankusa run $i $kind: ankusa_ingest_responses_total{status=\"201\"} = $c201 but ankusa_store_hooks = $hooks"
     HONEST=0
   fi
   [ "${n503:-0}" = 0 ] || echo "  !! ankusa run $i $kind: $n503 answers were 503"

@@ -83,6 +83,17 @@ wait_http() { # URL EXPECTED_CODE PID SECONDS [curl args...]
   return 1
 }
 
+thread_ticks() { # PID PREFIX: user+system ticks of PID's threads whose name starts with PREFIX
+  local f t=0 u
+  for f in /proc/"$1"/task/*; do
+    case "$(cat "$f/comm" 2>/dev/null)" in
+    "$2"*) u=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$f/stat" 2>/dev/null || echo 0)
+      t=$((t + u)) ;;
+    esac
+  done
+  echo "$t"
+}
+
 cpu_ticks() { # PID...: user+system clock ticks used so far by these processes
   local p t=0 u
   for p in "$@"; do

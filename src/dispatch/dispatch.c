@@ -65,7 +65,8 @@ typedef struct dsinks dsinks_t;
 /* A claimed row: from claim until its outcome is written. */
 typedef struct row {
   struct row *qnext;             /* the sink key's queue */
-  struct row *onext;             /* the outcome queue (under mu) */
+  struct row *onext;             /* the outcome stack (ak_dispatch.ostack) */
+  struct ak_dispatch *d;         /* set when its attempt starts: the sink's callback finds it */
   ak_list_t run_link;            /* the running list, in start order */
   tenant_t *t;
   skey_t *key;
@@ -209,7 +210,7 @@ struct ak_dispatch {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   inbox_t inbox;                 /* under mu */
-  row_t *ohead, *otail;          /* finished attempts, under mu */
+  _Atomic(row_t *) ostack;       /* finished attempts, pushed lock-free by the sinks' threads (LIFO) */
   bool stop;                     /* under mu */
   int64_t stop_deadline_ms;      /* under mu */
 
@@ -2252,29 +2253,23 @@ static void scan(ak_dispatch_t *d, int64_t now) {
 
 /* ------------------------------------------------------------------ attempts ---- */
 
-/* The sink's callback (any thread): ctx is a small cell, freed here, so a sink holds no
- * scheduler pointer past its one call. */
-typedef struct {
-  ak_dispatch_t *d;
-  row_t *r;
-} cb_cell_t;
 
+
+/* The sink's callback (any thread): ctx is the row (alive until its outcome is taken:
+ * a timed-out row waits as a zombie). Outcomes are pushed without a lock; only the push
+ * that finds the stack empty takes mu to wake the dispatcher, which looks at the stack
+ * under mu before it sleeps, so no wake-up is lost. */
 static void on_sink_done(void *ctx, const ak_sink_outcome_t *o) {
-  cb_cell_t *c = ctx;
-  ak_dispatch_t *d = c->d;
-  row_t *r = c->r;
-  free(c);
-  pthread_mutex_lock(&d->mu);
+  row_t *r = ctx;
+  ak_dispatch_t *d = r->d;
   r->out = *o;
-  r->onext = NULL;
-  /* the dispatcher re-checks the queue under mu before it sleeps: only the first
-   * outcome of a burst needs to wake it */
-  AK_ASSERT_HELD(&d->mu);
-  bool was_empty = !d->ohead;
-  if (d->otail) d->otail->onext = r;
-  else d->ohead = r;
-  d->otail = r;
-  if (was_empty) pthread_cond_signal(&d->cv);
+  row_t *old = atomic_load(&d->ostack);
+  do {
+    r->onext = old;
+  } while (!atomic_compare_exchange_weak(&d->ostack, &old, r));
+  if (old) return;
+  pthread_mutex_lock(&d->mu);
+  pthread_cond_signal(&d->cv);
   pthread_mutex_unlock(&d->mu);
 }
 
@@ -2288,16 +2283,7 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
   k->running++;
   k->t->running++;
   d->running++;
-  cb_cell_t *c = malloc(sizeof *c);
-  if (!c) {
-    ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
-    snprintf(o.reason, sizeof o.reason, "out of memory");
-    settle(d, r, &o, false, now);
-    free(r);
-    return;
-  }
-  c->d = d;
-  c->r = r;
+  r->d = d;
   char id[AK_UUID_STR_LEN], rid[AK_UUID_STR_LEN];
   ak_uuid_format(r->env.id, id);
   if (r->has_replay) ak_uuid_format(r->replay_id, rid);
@@ -2318,7 +2304,7 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
     .dedupe_key = dkey,
     .source = &r->src->cfg,
   };
-  si->vt->deliver(si->self, &att, c, on_sink_done);
+  si->vt->deliver(si->self, &att, r, on_sink_done);
   free(dkey);
   free(idem);
 }
@@ -2554,8 +2540,13 @@ static void *run(void *arg) {
     pthread_mutex_lock(&d->mu);
     inbox_t in = d->inbox;
     d->inbox = spare;
-    row_t *outs = d->ohead;
-    d->ohead = d->otail = NULL;
+    /* the stack holds the newest first: settle in arrival order */
+    row_t *outs = NULL;
+    for (row_t *r = atomic_exchange(&d->ostack, NULL), *nx; r; r = nx) {
+      nx = r->onext;
+      r->onext = outs;
+      outs = r;
+    }
     mnotice_t *mv = d->minbox;
     size_t mn = d->nminbox;
     uint64_t lost_from = d->notice_lost_from;
@@ -2632,7 +2623,8 @@ static void *run(void *arg) {
     if (d->last_tick_ms + TICK_MS < wake) wake = d->last_tick_ms + TICK_MS;
     if (!ak_list_empty(&d->ready) && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
     pthread_mutex_lock(&d->mu);
-    if (!d->inbox.n && !d->nminbox && !d->notice_lost_from && !d->ohead && !(d->stop && !stopping) && wake > now) {
+    if (!d->inbox.n && !d->nminbox && !d->notice_lost_from && !atomic_load(&d->ostack) && !(d->stop && !stopping) &&
+        wake > now) {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       int64_t ms = wake - now;
@@ -3044,7 +3036,7 @@ void ak_dispatch_free(ak_dispatch_t *d) {
     sinks_destroy(ds);
   }
   /* rows: running ones are referenced by the outcome queue or were abandoned */
-  for (row_t *r = d->ohead, *nx; r; r = nx) {
+  for (row_t *r = atomic_exchange(&d->ostack, NULL), *nx; r; r = nx) {
     nx = r->onext;
     if (!r->zombie) umap_del(&d->claimed, row_id(r->seq, r->sink));
     ak_envelope_clear(&r->env);

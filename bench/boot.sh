@@ -23,11 +23,12 @@
 #   baseline: the same binary and the same config on an empty data dir (made fresh per
 #             round, so it includes creating the store).
 # Printed per round: both times, their difference, and what the node logged about its
-# load: the dispatcher's `due index loaded rows=.. seconds=..`, the store's
+# load: the dispatcher's `due index loaded rows=.. seconds=..` (plus, on store layout 2, its
+# `hook log loaded pending_hooks=.. seconds=..`: the two are added), the store's
 # `wal_replay_seconds=..` (and `dedupe index loaded`, if present). Then medians per side.
 #
 # Checks (exit 1 when one fails): the fill stored at least PENDING hooks; each pending
-# boot's due index holds at least PENDING rows (when the node logs that line); every node
+# boot's due index (and hook log) holds at least PENDING (when the node logs them); every node
 # became ready within READY_TIMEOUT and exited 0 on SIGTERM without an error line.
 #
 # Environment:
@@ -158,6 +159,15 @@ load_fields() {
   DUE_ROWS=$(sed -n 's/.*msg="due index loaded".* rows=\([0-9]*\).*/\1/p' <<<"$log" | tail -1)
   DUE_S=$(sed -n 's/.*msg="due index loaded".* seconds=\([0-9.]*\).*/\1/p' <<<"$log" | tail -1)
   WAL_S=$(sed -n 's/.*msg="store opened".* wal_replay_seconds=\([0-9.]*\).*/\1/p' <<<"$log" | tail -1)
+  # the hook log (store layout 2): the pending hooks it holds and its load time join the
+  # due index's (whose rows are then only the exceptions: retries, dead, lanes)
+  local lh ls
+  lh=$(sed -n 's/.*msg="hook log loaded".* pending_hooks=\([0-9]*\).*/\1/p' <<<"$log" | tail -1)
+  ls=$(sed -n 's/.*msg="hook log loaded".* seconds=\([0-9.]*\).*/\1/p' <<<"$log" | tail -1)
+  if [ -n "$lh" ] && [ -n "$DUE_ROWS" ]; then
+    DUE_ROWS=$((DUE_ROWS + lh))
+    DUE_S=$(awk -v a="${DUE_S:-0}" -v b="${ls:-0}" 'BEGIN { printf "%.3f", a + b }')
+  fi
   local dd
   dd=$(sed -n 's/.*msg="dedupe index loaded" \(.*\)/\1/p' <<<"$log" | tail -1)
   LOAD_TEXT="due index: ${DUE_ROWS:-?} rows in ${DUE_S:-?} s; wal replay ${WAL_S:-?} s${dd:+; dedupe index: $dd}"
@@ -235,7 +245,7 @@ measure_pending() { # SIDE BIN ROUND
   eval "LOAD_$side+=(\"${DUE_S:-nan}\")"
   P_TEXT="$LOAD_TEXT"
   if [ -n "$DUE_ROWS" ] && ((DUE_ROWS < PENDING)); then
-    echo "  !! round $r $side: the due index held $DUE_ROWS rows, fewer than PENDING=$PENDING"
+    echo "  !! round $r $side: the due index and the hook log held $DUE_ROWS, fewer than PENDING=$PENDING"
     HONEST=0
   fi
 }

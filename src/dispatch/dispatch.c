@@ -1,18 +1,24 @@
 /* The dispatcher (dispatch.h). One thread owns every scheduler structure below; other
- * threads only touch the inbox (writer commits, replay notices) and the outcome queue
- * (sink callbacks), both under `mu`, and a few atomics read by gauges and replay jobs.
+ * threads only touch the inboxes (commit markers, replay notices) under `mu`, the outcome
+ * stack (sink callbacks, lock-free), and a few atomics read by gauges, replay jobs and
+ * the sources API.
  *
- * Store contract (docs/storage.md): a due key 'd' <tenant> <at> <seq> <sink> exists for
- * every pending delivery row. Claiming changes nothing in the store; an outcome deletes
- * or moves the due key (and updates the delivery row) in one batched, unsynced write, so
- * a crash redelivers rather than loses. Every outcome batch is written before the next
- * scan, so a scan never sees a due key whose outcome is already decided.
+ * Store contract (docs/storage.md, "The hook log"): a commit writes its hooks and one group
+ * marker, no row per delivery. The dispatcher keeps each tenant's hooks with deliveries
+ * owed in memory (the log), claims from it in seq order, and writes a cursor per tenant
+ * (batched, unsynced) below which everything is settled. Only exceptions get rows: a
+ * delivery waiting for a retry or a breaker, or spilled (settled ones waited behind it),
+ * has a delivery row and a due key 'd' <tenant> <at> <seq> <sink>; a dead one a dead row
+ * and an 'x' entry; a delivery of an ordered sink a lane row. An exception row's outcome
+ * deletes or moves its due key in the batched outcome write, so a crash redelivers rather
+ * than loses; every outcome batch is written before the next scan, so a scan never sees a
+ * due key whose outcome is already decided.
  *
- * Per tenant the scan keeps a cursor (the last due key it claimed) and starts there;
- * a row that becomes due before the cursor (a commit racing a scan, a retry, a replay)
- * moves the cursor back, and the set of claimed rows keeps the rescan from claiming a row
- * twice. A scan therefore costs the tenants it serves and the rows it claims, not the
- * backlog or the number of tenants. */
+ * Per tenant the exception scan keeps a cursor (the last due key it claimed) and starts
+ * there; a row that becomes due before the cursor (a retry, a replay) moves the cursor
+ * back, and the set of claimed rows keeps the rescan from claiming a row twice. A scan
+ * therefore costs the tenants it serves and the rows it claims, not the backlog or the
+ * number of tenants. */
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>

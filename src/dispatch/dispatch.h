@@ -1,13 +1,13 @@
-/* The dispatcher: one thread that turns the store's due delivery rows into sink attempts.
- * Owns the tenant-fair scheduler (deficit round-robin over the tenants with work due,
- * per-tenant windows, slots round-robin across tenants and then their sink keys), the
- * sink instances, breakers, retry decisions, the batched outcome writes, dead-lettering,
- * hook reclaim and the dispatch/queue metrics. Never blocks on a sink (sinks are async)
- * and never writes a hook; the writer only tells it, after each commit, which tenants
- * got new rows.
+/* The dispatcher: one thread that turns the hook log (the commits' group markers) and the
+ * store's exception rows into sink attempts. Owns the tenant-fair scheduler (deficit
+ * round-robin over the tenants with work due, per-tenant windows, slots round-robin across
+ * tenants and then their sink keys), the hook log in memory and its per-tenant cursors,
+ * ordered lanes, the sink instances, breakers, retry decisions, the batched outcome
+ * writes, dead-lettering, hook reclaim and the dispatch/queue metrics. Never blocks on a
+ * sink (sinks are async) and never writes a hook; the writer hands it each commit's marker.
  *
- * Claims live in memory: a claimed row keeps its due key in the store, so a row claimed
- * when the process died is due again at the next start. */
+ * Claims live in memory: a claimed delivery has no row of its own (or keeps its due key),
+ * so a delivery claimed when the process died is owed again at the next start. */
 #ifndef AK_DISPATCH_DISPATCH_H
 #define AK_DISPATCH_DISPATCH_H
 
@@ -53,8 +53,9 @@ typedef struct ak_dispatch ak_dispatch_t;
  * refused by the egress guard, fails here with err naming sources.<id>.sinks[i]) and the
  * metrics. Does not start the thread. */
 ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen);
-/* Scan the due index once (per-tenant counters and cursors), hook into the writer, start
- * the thread. 0, or -1 with err. */
+/* Load the hook log (cursors, then the group markers from m:dlow), the ordered lanes and
+ * the reclaim candidates, scan the due index once (per-tenant counters and cursors), hook
+ * into the writer, start the thread. 0, or -1 with err (a damaged marker refuses it). */
 int ak_dispatch_start(ak_dispatch_t *d, char *err, size_t errlen);
 /* Stop claiming, wait up to wait_ms for running attempts, write the outcomes, join.
  * Rows still claimed stay due in the store. */

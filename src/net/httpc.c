@@ -1,10 +1,14 @@
 /* The shared HTTP client (net/httpc.h) on libcurl multi. Owns a few worker threads per
  * client (one per online CPU, at most MAX_WORKERS, started by the first request), each
  * with its own CURLM driven by curl_multi_socket_action from its own epoll set, its own
- * connection cache and idle easy handles, and a bounded queue whose first entry wakes the
- * thread through an eventfd. A worker needs no other worker's state: one thread (≈20 us of
- * CPU per request, mostly libcurl and the kernel's TCP path) was the limit of a whole
- * HTTP sink in a backlog drain, so the transfers are spread over several. Also owns the
+ * connection cache and idle easy handles, a bounded queue and a free list of answered
+ * requests for submit to reuse. A worker needs no other worker's state. Requests fill the
+ * first worker up to spread_at before the next gets any (pick_worker): a thread hop costs
+ * more than a transfer's share of libcurl, so a burst stays on one thread, and the others
+ * take what one thread cannot (a backlog drain, a stalled destination). A request is
+ * built once, by submit, in one block (body, header lines and the curl_slist nodes that
+ * point at them); the worker is woken through an eventfd only when it sleeps, once per
+ * sleep, and answers the completions of one turn back to back. Also owns the
  * outstanding bound, cancellation by owner, and the address check of every connection a
  * request uses. Never blocks a caller on I/O (submit queues, the threads do the rest),
  * never calls back while holding a lock, never follows a redirect or uses a proxy, never
@@ -17,8 +21,8 @@
  * (rebinding), and a refused address never sees a TCP handshake. A kept connection may
  * have been opened for a request judged by another policy (or by none), so the address of
  * the connection a request is about to go out on is judged again (CURLOPT_PREREQFUNCTION,
- * before a byte of it is sent). Proxies are disabled (CURLOPT_PROXY ""): through one, the
- * check would judge the proxy. */
+ * before a byte of it is sent). Proxies are disabled (CURLOPT_PROXY "", CURLOPT_NOPROXY
+ * "*"): through one, the check would judge the proxy. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>

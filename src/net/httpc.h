@@ -33,6 +33,9 @@ typedef struct ak_httpc_opts {
   size_t max_outstanding; /* requests accepted and not answered yet, at most; 0 = the default */
   unsigned max_active;    /* transfers under way at once per thread, the rest wait their turn;
                              0 = 64 */
+  unsigned spread_at;     /* requests (queued + under way) the first thread carries before the
+                             next one gets any, and so on; beyond that on every thread, the
+                             least loaded takes it. 0 = 32 */
 } ak_httpc_opts_t;
 
 /* May a request connect to (or send on a kept connection to) sa? Answering false refuses

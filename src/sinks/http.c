@@ -201,12 +201,12 @@ static int64_t parse_retry_after(const char *v) {
 }
 
 static void outcome_for_status(long status, int64_t retry_after_ms, ak_sink_outcome_t *out) {
-  snprintf(out->reason, sizeof out->reason, "http %ld", status);
-  if (status >= 200 && status <= 299) {
+  if (status >= 200 && status <= 299) { /* the common case: no reason to format */
     out->result = AK_SINK_OK;
     out->reason[0] = '\0';
     return;
   }
+  snprintf(out->reason, sizeof out->reason, "http %ld", status);
   switch (status) {
   case 400: case 401: case 403: case 404: case 410: case 413: case 422:
     out->result = AK_SINK_PERMANENT;

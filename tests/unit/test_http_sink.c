@@ -630,6 +630,7 @@ Test(http_sink, status_mapping) {
     snprintf(p, sizeof p, "/status/%u", ok[i]);
     ak_sink_outcome_t out = post_to(rv, eg, p);
     cr_expect_eq(out.result, AK_SINK_OK, "%u: %s", ok[i], out.reason);
+    cr_expect_str_eq(out.reason, "", "%u: an ok has no reason", ok[i]);
   }
   const unsigned perm[] = {400, 401, 403, 404, 410, 413, 422};
   for (size_t i = 0; i < sizeof perm / sizeof perm[0]; i++) {

@@ -815,3 +815,169 @@ Test(httpc, sink_destroy_cancels_only_its_own) {
   ak_egress_free(eg);
   srv_stop(s);
 }
+
+/* Requests reuse the memory of answered ones (and their header list nodes live in it):
+ * one worker, one transfer at a time, so every request after the first sits where an
+ * earlier one did. Each must send its own header lines, body and method and nothing of
+ * the one before (more lines, a longer body), and see only its own wanted headers; a
+ * request too large to be kept goes and comes back the same. */
+Test(httpc, reused_requests_carry_only_their_own) {
+  srv_t *s = srv_start();
+  ak_httpc_t *c = client(1, 0, 1);
+  static waiter_t w;
+  static char big[40000]; /* more than a kept request holds, less than the server reads */
+  memset(big, 'c', sizeof big);
+  char abody[200];
+  memset(abody, 'a', sizeof abody);
+  const char *alines[] = {"X-A-0: zero", "X-A-1: one", "X-A-2: two", "X-A-3: three", "X-A-4: four", "X-A-5: five"};
+  const char *clines[] = {"X-C: c"};
+  const char *want[] = {"x-one"};
+  for (int round = 0; round < 3; round++) {
+    /* A: six lines, 200 bytes, wants x-one (which /hdr answers) */
+    run(c, &(ak_httpc_req_t){.url = url(s, "/hdr"), .headers = alines, .nheaders = 6, .body = abody,
+                             .body_len = sizeof abody, .timeout_ms = 5000, .want_headers = want, .nwant = 1},
+        &w);
+    cr_expect_eq(w.result, AK_HTTPC_OK, "round %d A: %s", round, w.why);
+    cr_expect(w.has_hdr[0] && strcmp(w.hdr[0], "second") == 0, "round %d A: x-one", round);
+    pthread_mutex_lock(&s->mu);
+    char v[64];
+    for (int i = 0; i < 6; i++) {
+      char name[16];
+      snprintf(name, sizeof name, "x-a-%d", i);
+      cr_expect(head_value(s->head, name, v, sizeof v) && strcmp(v, alines[i] + 7) == 0, "round %d A: %s", round,
+                name);
+    }
+    cr_expect_null(head_value(s->head, "x-c", v, sizeof v));
+    cr_expect_eq(s->body_len, sizeof abody);
+    cr_expect(memcmp(s->body, abody, sizeof abody) == 0);
+    pthread_mutex_unlock(&s->mu);
+
+    /* B: no lines, one byte, PUT; wants x-one, which a 204 does not carry */
+    run(c, &(ak_httpc_req_t){.method = "PUT", .url = url(s, "/status/204"), .body = "b", .body_len = 1,
+                             .timeout_ms = 5000, .want_headers = want, .nwant = 1},
+        &w);
+    cr_expect_eq(w.result, AK_HTTPC_OK, "round %d B: %s", round, w.why);
+    cr_expect(!w.has_hdr[0], "round %d B: the previous request's x-one is not this one's", round);
+    pthread_mutex_lock(&s->mu);
+    cr_expect_str_eq(s->method, "PUT");
+    for (int i = 0; i < 6; i++) {
+      char name[16];
+      snprintf(name, sizeof name, "x-a-%d", i);
+      cr_expect_null(head_value(s->head, name, v, sizeof v), "round %d B: no %s left over", round, name);
+    }
+    cr_expect_eq(s->body_len, 1);
+    cr_expect_eq(s->body[0], 'b');
+    pthread_mutex_unlock(&s->mu);
+
+    /* C: one line, a body larger than a kept request */
+    run(c, &(ak_httpc_req_t){.url = url(s, "/status/201"), .headers = clines, .nheaders = 1, .body = big,
+                             .body_len = sizeof big, .timeout_ms = 5000},
+        &w);
+    cr_expect_eq(w.result, AK_HTTPC_OK, "round %d C: %s", round, w.why);
+    cr_expect_eq(w.status, 201);
+    pthread_mutex_lock(&s->mu);
+    cr_expect(head_value(s->head, "x-c", v, sizeof v) && strcmp(v, "c") == 0, "round %d C: x-c", round);
+    cr_expect_null(head_value(s->head, "x-a-0", v, sizeof v));
+    cr_expect_eq(s->body_len, sizeof big);
+    cr_expect(s->body[0] == 'c' && s->body[sizeof s->body - 1] == 'c');
+    pthread_mutex_unlock(&s->mu);
+  }
+  cr_expect_eq(srv_requests(s), 9);
+  ak_httpc_free(c);
+  srv_stop(s);
+}
+
+/* The worker sleeps in epoll_wait with a transfer under way (a slow answer, far from its
+ * timeout): a request submitted then must wake it and start at once, not wait for the
+ * slow one to move. */
+Test(httpc, submit_wakes_a_worker_waiting_on_a_transfer) {
+  srv_t *s = srv_start();
+  ak_httpc_t *c = client(1, 0, 4);
+  static waiter_t slow, fast;
+  waiter_init(&slow);
+  waiter_init(&fast);
+  cr_assert_eq(ak_httpc_submit(c, &(ak_httpc_req_t){.url = url(s, "/sleep/3000"), .timeout_ms = 10000}, on_done,
+                               &slow),
+               0);
+  usleep(200 * 1000); /* the slow one is sent; the worker sleeps on it */
+  for (int i = 0; i < 3; i++) {
+    waiter_init(&fast);
+    int64_t t0 = mono_ms();
+    cr_assert_eq(ak_httpc_submit(c, &(ak_httpc_req_t){.url = url(s, "/status/204"), .timeout_ms = 5000}, on_done,
+                                 &fast),
+                 0);
+    wait_for(&fast, 5);
+    cr_expect_eq(calls_of(&fast), 1);
+    cr_expect_eq(fast.result, AK_HTTPC_OK, "%s", fast.why);
+    cr_expect_lt(mono_ms() - t0, 1000, "answered in %lld ms", (long long)(mono_ms() - t0));
+    usleep(50 * 1000); /* asleep again before the next one */
+  }
+  cr_expect_eq(calls_of(&slow), 0, "the slow one is still under way");
+  wait_for(&slow, 10);
+  cr_expect_eq(slow.result, AK_HTTPC_OK, "%s", slow.why);
+  ak_httpc_free(c);
+  srv_stop(s);
+}
+
+/* Never through a proxy, whatever the environment says (the address check would judge the
+ * proxy): a proxy named there that does not exist changes nothing. */
+Test(httpc, no_proxy_from_the_environment) {
+  setenv("http_proxy", "http://127.0.0.1:9", 1);
+  setenv("HTTP_PROXY", "http://127.0.0.1:9", 1);
+  setenv("all_proxy", "http://127.0.0.1:9", 1);
+  srv_t *s = srv_start();
+  ak_httpc_t *c = client(1, 0, 0);
+  static waiter_t w;
+  run(c, &(ak_httpc_req_t){.url = url(s, "/status/204"), .timeout_ms = 5000}, &w);
+  cr_expect_eq(w.result, AK_HTTPC_OK, "%s", w.why);
+  cr_expect_eq(srv_requests(s), 1, "sent to the server itself");
+  ak_httpc_free(c);
+  srv_stop(s);
+}
+
+/* Fill first: with little outstanding, one worker carries it all (one thread to wake, one
+ * connection kept), here ten requests one after the other over two workers: one TCP
+ * connection. */
+Test(httpc, few_requests_stay_on_one_worker) {
+  srv_t *s = srv_start();
+  ak_httpc_t *c = client(2, 0, 0);
+  static waiter_t w;
+  for (int i = 0; i < 10; i++) {
+    run(c, &(ak_httpc_req_t){.url = url(s, "/status/204"), .timeout_ms = 5000}, &w);
+    cr_expect_eq(w.result, AK_HTTPC_OK, "%s", w.why);
+  }
+  cr_expect_eq(srv_accepts(s), 1, "every request on the first worker's connection");
+  ak_httpc_free(c);
+  srv_stop(s);
+}
+
+/* ...and past spread_at the next worker takes what the first cannot start: two slow
+ * answers fill the first worker (two transfers at most), a third request goes to the
+ * second and is answered at once instead of waiting for a slot. */
+Test(httpc, a_full_worker_spills_to_the_next) {
+  srv_t *s = srv_start();
+  char err[160] = "";
+  ak_httpc_t *c = ak_httpc_new(&(ak_httpc_opts_t){.name = "ak-httpc-test", .workers = 2, .max_active = 2,
+                                                 .spread_at = 2},
+                               err, sizeof err);
+  cr_assert_not_null(c, "%s", err);
+  static waiter_t slow[2], fast;
+  for (int i = 0; i < 2; i++) {
+    waiter_init(&slow[i]);
+    cr_assert_eq(ak_httpc_submit(c, &(ak_httpc_req_t){.url = url(s, "/sleep/3000"), .timeout_ms = 10000}, on_done,
+                                 &slow[i]),
+                 0);
+  }
+  usleep(100 * 1000);
+  waiter_init(&fast);
+  int64_t t0 = mono_ms();
+  cr_assert_eq(ak_httpc_submit(c, &(ak_httpc_req_t){.url = url(s, "/status/204"), .timeout_ms = 5000}, on_done, &fast),
+               0);
+  wait_for(&fast, 10);
+  cr_expect_eq(fast.result, AK_HTTPC_OK, "%s", fast.why);
+  cr_expect_lt(mono_ms() - t0, 1000, "answered in %lld ms", (long long)(mono_ms() - t0));
+  cr_expect_eq(calls_of(&slow[0]) + calls_of(&slow[1]), 0, "the slow ones still under way");
+  ak_httpc_free(c);
+  cr_expect_eq(slow[0].result, AK_HTTPC_CANCELLED);
+  srv_stop(s);
+}

@@ -1221,6 +1221,42 @@ static const char *row_type(const row_t *r, size_t *len) {
   return r->type;
 }
 
+/* Puts r's delivery row as dead (attempts, dead-lettered now) and its 'x' entry into the
+ * open batch (between op_begin and op_end). */
+static void put_dead(ak_dispatch_t *d, const row_t *r, uint32_t attempts, const char *reason, int64_t now) {
+  size_t tl;
+  const char *ty = row_type(r, &tl);
+  uint8_t dk[AK_DELIVERY_KEY_LEN], row[300], xk[AK_DEAD_KEY_LEN], xv[1024];
+  ak_key_delivery(dk, r->seq, r->sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_DEAD, attempts, now, ty, tl,
+                                 r->has_replay ? r->replay_id : NULL);
+  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  ak_key_dead(xk, now, r->seq, r->sink);
+  ak_dead_entry_t e = {.received_at_ms = r->env.received_at_ms, .attempts = attempts, .sink_type = ty,
+                       .sink_type_len = tl, .source = r->env.source, .source_len = r->env.source_len,
+                       .tenant = r->t->name, .tenant_len = r->t->nlen, .reason = reason,
+                       .reason_len = strlen(reason)};
+  memcpy(e.id, r->env.id, 16);
+  size_t xl = ak_dead_entry_encode(xv, sizeof xv, &e);
+  ak_batch_put(batch(d, now), AK_CF_INDEX, xk, sizeof xk, xv, xl);
+}
+
+/* Puts a pending delivery row (attempts, due at) and, unless lane, its due key into the
+ * open batch. */
+static void put_pending(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sink, int64_t at, uint32_t attempts,
+                        const char *ty, size_t tl, const uint8_t *replay, bool due_key, int64_t now) {
+  uint8_t dk[AK_DELIVERY_KEY_LEN], row[300];
+  if (due_key) {
+    uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX];
+    size_t kl = ak_key_due(k, t->name, t->nlen, at, seq, sink);
+    size_t vl = ak_due_value(v, sizeof v, attempts, ty, tl, replay);
+    ak_batch_put(batch(d, now), AK_CF_INDEX, k, kl, v, vl);
+  }
+  ak_key_delivery(dk, seq, sink);
+  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, attempts, at, ty, tl, replay);
+  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+}
+
 /* Reschedule: the due key moves to `at`, the row records `attempts` (a row from the log
  * gets its row and due key here). false when nothing could be written: a row from the
  * log is then back on the log, unclaimed. */
@@ -1236,14 +1272,7 @@ static bool op_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t attem
   if (!r->from_log) op_delete_due(d, r, now);
   size_t tl;
   const char *ty = row_type(r, &tl);
-  uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
-  size_t kl = ak_key_due(k, r->t->name, r->t->nlen, at, r->seq, r->sink);
-  size_t vl = ak_due_value(v, sizeof v, attempts, ty, tl, r->has_replay ? r->replay_id : NULL);
-  ak_batch_put(batch(d, now), AK_CF_INDEX, k, kl, v, vl);
-  ak_key_delivery(dk, r->seq, r->sink);
-  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, attempts, at, ty, tl,
-                                 r->has_replay ? r->replay_id : NULL);
-  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  put_pending(d, r->t, r->seq, r->sink, at, attempts, ty, tl, r->has_replay ? r->replay_id : NULL, true, now);
   op_end(d);
   if (r->from_log) {
     r->from_log = false;
@@ -1281,21 +1310,7 @@ static bool op_dead(ak_dispatch_t *d, row_t *r, uint32_t attempts, const char *r
     return false;
   }
   if (!r->from_log) op_delete_due(d, r, now);
-  size_t tl;
-  const char *ty = row_type(r, &tl);
-  uint8_t dk[AK_DELIVERY_KEY_LEN], row[300], xk[AK_DEAD_KEY_LEN], xv[1024];
-  ak_key_delivery(dk, r->seq, r->sink);
-  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_DEAD, attempts, now, ty, tl,
-                                 r->has_replay ? r->replay_id : NULL);
-  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
-  ak_key_dead(xk, now, r->seq, r->sink);
-  ak_dead_entry_t e = {.received_at_ms = r->env.received_at_ms, .attempts = attempts, .sink_type = ty,
-                       .sink_type_len = tl, .source = r->env.source, .source_len = r->env.source_len,
-                       .tenant = r->t->name, .tenant_len = r->t->nlen, .reason = reason,
-                       .reason_len = strlen(reason)};
-  memcpy(e.id, r->env.id, 16);
-  size_t xl = ak_dead_entry_encode(xv, sizeof xv, &e);
-  ak_batch_put(batch(d, now), AK_CF_INDEX, xk, sizeof xk, xv, xl);
+  put_dead(d, r, attempts, reason, now);
   op_end(d);
   if (r->from_log) {
     r->from_log = false;
@@ -1374,12 +1389,10 @@ static bool lane_push(ak_dispatch_t *d, tenant_t *t, const lset_t *ls, uint64_t 
   lane_t *l = lane_by_prefix(d, t, pfx, pl);
   if (!l || !op_begin(d)) return false;
   ak_put_u64(pfx + pl, seq);
-  uint8_t v[9 + AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
+  uint8_t v[9 + AK_DUE_VALUE_MAX];
   size_t vl = lane_value(v, sizeof v, at, 0, ls->types[sink], ls->tlens[sink], NULL);
   ak_batch_put(batch(d, at), AK_CF_INDEX, pfx, pl + 8, v, vl);
-  ak_key_delivery(dk, seq, sink);
-  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, 0, at, ls->types[sink], ls->tlens[sink], NULL);
-  ak_batch_put(batch(d, at), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  put_pending(d, t, seq, sink, at, 0, ls->types[sink], ls->tlens[sink], NULL, false, at);
   op_end(d);
   lane_rows(l, +1);
   if (l->head_known && !l->busy && seq < l->head_seq) l->head_known = false; /* a commit landed late */
@@ -1459,15 +1472,12 @@ static bool op_lane_reschedule(ak_dispatch_t *d, row_t *r, int64_t at, uint32_t 
   }
   size_t tl;
   const char *ty = row_type(r, &tl);
-  uint8_t k[AK_LANE_KEY_MAX], v[9 + AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
+  uint8_t k[AK_LANE_KEY_MAX], v[9 + AK_DUE_VALUE_MAX];
   memcpy(k, l->pfx, l->pl);
   ak_put_u64(k + l->pl, r->seq);
   size_t vl = lane_value(v, sizeof v, at, attempts, ty, tl, r->has_replay ? r->replay_id : NULL);
   ak_batch_put(batch(d, now), AK_CF_INDEX, k, l->pl + 8, v, vl);
-  ak_key_delivery(dk, r->seq, r->sink);
-  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, attempts, at, ty, tl,
-                                 r->has_replay ? r->replay_id : NULL);
-  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  put_pending(d, l->t, r->seq, r->sink, at, attempts, ty, tl, r->has_replay ? r->replay_id : NULL, false, now);
   op_end(d);
   l->head_known = true;
   l->head_seq = r->seq;
@@ -1497,20 +1507,7 @@ static void op_lane_clear(ak_dispatch_t *d, row_t *r, const char *dead_reason, u
   if (!dead_reason) {
     ak_batch_delete(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk);
   } else {
-    size_t tl;
-    const char *ty = row_type(r, &tl);
-    uint8_t row[300], xk[AK_DEAD_KEY_LEN], xv[1024];
-    size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_DEAD, attempts, now, ty, tl,
-                                   r->has_replay ? r->replay_id : NULL);
-    ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
-    ak_key_dead(xk, now, r->seq, r->sink);
-    ak_dead_entry_t e = {.received_at_ms = r->env.received_at_ms, .attempts = attempts, .sink_type = ty,
-                         .sink_type_len = tl, .source = r->env.source, .source_len = r->env.source_len,
-                         .tenant = r->t->name, .tenant_len = r->t->nlen, .reason = dead_reason,
-                         .reason_len = strlen(dead_reason)};
-    memcpy(e.id, r->env.id, 16);
-    size_t xl = ak_dead_entry_encode(xv, sizeof xv, &e);
-    ak_batch_put(batch(d, now), AK_CF_INDEX, xk, sizeof xk, xv, xl);
+    put_dead(d, r, attempts, dead_reason, now);
   }
   op_end(d);
   lane_next(d, l, now);
@@ -1526,14 +1523,7 @@ static bool spill_row(ak_dispatch_t *d, row_t *r, int64_t now) {
   if (!op_begin(d)) return false;
   size_t tl;
   const char *ty = row_type(r, &tl);
-  uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
-  size_t kl = ak_key_due(k, r->t->name, r->t->nlen, now, r->seq, r->sink);
-  size_t vl = ak_due_value(v, sizeof v, r->attempts, ty, tl, r->has_replay ? r->replay_id : NULL);
-  ak_batch_put(batch(d, now), AK_CF_INDEX, k, kl, v, vl);
-  ak_key_delivery(dk, r->seq, r->sink);
-  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, r->attempts, now, ty, tl,
-                                 r->has_replay ? r->replay_id : NULL);
-  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  put_pending(d, r->t, r->seq, r->sink, now, r->attempts, ty, tl, r->has_replay ? r->replay_id : NULL, true, now);
   op_end(d);
   r->from_log = false;
   r->due_at = now;
@@ -1545,13 +1535,7 @@ static bool spill_row(ak_dispatch_t *d, row_t *r, int64_t now) {
 /* The same for a delivery nobody claimed: a pending row due now, attempts 0. */
 static bool spill_todo(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sink, const lset_t *ls, int64_t now) {
   if (!op_begin(d)) return false;
-  uint8_t k[AK_DUE_KEY_MAX], v[AK_DUE_VALUE_MAX], dk[AK_DELIVERY_KEY_LEN], row[300];
-  size_t kl = ak_key_due(k, t->name, t->nlen, now, seq, sink);
-  size_t vl = ak_due_value(v, sizeof v, 0, ls->types[sink], ls->tlens[sink], NULL);
-  ak_batch_put(batch(d, now), AK_CF_INDEX, k, kl, v, vl);
-  ak_key_delivery(dk, seq, sink);
-  size_t rl = ak_delivery_row_ex(row, sizeof row, AK_DELIVERY_PENDING, 0, now, ls->types[sink], ls->tlens[sink], NULL);
-  ak_batch_put(batch(d, now), AK_CF_DELIVERIES, dk, sizeof dk, row, rl);
+  put_pending(d, t, seq, sink, now, 0, ls->types[sink], ls->tlens[sink], NULL, true, now);
   op_end(d);
   /* still pending, now as a row: the scan finds it there */
   log_settle(d, t, seq, sink, true, now);

@@ -3,9 +3,8 @@
  * with its own CURLM driven by curl_multi_socket_action from its own epoll set, its own
  * connection cache and idle easy handles, a bounded queue and a free list of answered
  * requests for submit to reuse. A worker needs no other worker's state. Requests fill the
- * first worker up to spread_at before the next gets any (pick_worker): a thread hop costs
- * more than a transfer's share of libcurl, so a burst stays on one thread, and the others
- * take what one thread cannot (a backlog drain, a stalled destination). A request is
+ * first worker up to spread_at before the next gets any (pick_worker; 1 by default: an
+ * idle worker first, else the least loaded, see DEFAULT_SPREAD). A request is
  * built once, by submit, in one block (body, header lines and the curl_slist nodes that
  * point at them); the worker is woken through an eventfd only when it sleeps, once per
  * sleep, and answers the completions of one turn back to back. Also owns the
@@ -47,7 +46,12 @@
 #define MAX_WORKERS 4        /* worker threads per client, at most (one per online CPU) */
 #define DEFAULT_ACTIVE 64    /* transfers in one worker's CURLM at once */
 #define NODE_ACTIVE 256      /* the same for the node's client, shared by every sink */
-#define DEFAULT_SPREAD 32    /* requests on a worker before the next one gets any (pick_worker) */
+/* requests on a worker before the next one gets any (pick_worker). 1: a request goes to a
+ * worker with nothing under way, else to the least loaded. 32 (the first worker takes a
+ * burst of 32 alone) halved the client's context switches in bench/http_sink.sh, but in the
+ * node's drain, where the dispatch thread shares the two cores, it cost 1.44x the CPU per
+ * delivery (bench/ab.sh, 5 rounds, 23:52 Dec 1: 116.6 against 80.9 us; with 1: 1.015) */
+#define DEFAULT_SPREAD 1
 #define EVENTS 256           /* epoll events taken per wait */
 #define REQ_MIN 2048         /* a request's allocation, at least (then powers of two) */
 #define REQ_KEEP_MAX 32768   /* larger requests are freed when answered, not kept for reuse */

@@ -35,7 +35,7 @@ typedef struct ak_httpc_opts {
                              0 = 64 */
   unsigned spread_at;     /* requests (queued + under way) the first thread carries before the
                              next one gets any, and so on; beyond that on every thread, the
-                             least loaded takes it. 0 = 32 */
+                             least loaded takes it. 0 = 1 (see DEFAULT_SPREAD in httpc.c) */
 } ak_httpc_opts_t;
 
 /* May a request connect to (or send on a kept connection to) sa? Answering false refuses

@@ -1049,11 +1049,9 @@ static bool op_begin(ak_dispatch_t *d);
 static void op_end(ak_dispatch_t *d);
 
 static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
-  /* While the storage role runs, every hook keeps its archive obligation until the
-   * compactor archives it, and no compactor clears one yet: the hook cannot be reclaimed
-   * here, and asking the store ('a' point reads, mostly from SST files) was a fifth of
-   * this thread's time in bench/deliver.sh. The compactor, when it clears obligations
-   * (in seq order), owns reclaiming the hooks whose rows are gone by then. */
+  /* While the storage role runs, nothing is reclaimed: the archive compactor (a later
+   * issue) has not archived the hook, and reclaim will take the lower of its cursor and
+   * the dispatcher's. */
   if (d->inst->roles & AK_ROLE_STORAGE) return;
   /* the candidate is written with the outcome that made it one, so a kill before the
    * hook's delete leaves it to the next start instead of nobody */

@@ -1,0 +1,121 @@
+/* The blob store handle, key checks and scopes (blob/blob.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "blob/blob.h"
+
+bool ak_blob_key_ok(const char *key) {
+  if (!key || !*key || strlen(key) > AK_BLOB_KEY_MAX || strstr(key, ".ak-tmp-")) return false;
+  const char *seg = key;
+  for (const char *p = key;; p++) {
+    if (*p == '/' || !*p) {
+      size_t n = (size_t)(p - seg);
+      if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.')) return false;
+      if (!*p) return true;
+      seg = p + 1;
+    } else if (*p < 0x21 || *p > 0x7e || *p == '\\') {
+      return false;
+    }
+  }
+}
+
+ak_blob_t *ak_blob_scope(const ak_blob_t *b, const char *key_prefix, const char *scope) {
+  ak_blob_t *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->vt = b->vt;
+  s->self = b->self;
+  int n = snprintf(s->prefix, sizeof s->prefix, "%s%s%s/", b->prefix, key_prefix ? key_prefix : "", scope);
+  if (n < 0 || (size_t)n >= sizeof s->prefix) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void ak_blob_free(ak_blob_t *b) {
+  if (!b) return;
+  if (b->owner && b->vt->destroy) b->vt->destroy(b->self);
+  free(b);
+}
+
+/* The full key of a scoped one, checked. */
+static bool full_key(const ak_blob_t *b, const char *key, char *out, size_t cap, char *err, size_t errlen) {
+  int n = snprintf(out, cap, "%s%s", b->prefix, key ? key : "");
+  if (n < 0 || (size_t)n >= cap || !ak_blob_key_ok(out)) {
+    snprintf(err, errlen, "invalid blob key");
+    return false;
+  }
+  return true;
+}
+
+int ak_blob_put(ak_blob_t *b, const char *key, const void *data, size_t len, char *err, size_t errlen) {
+  char k[AK_BLOB_KEY_MAX + 1];
+  if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
+  return b->vt->put(b->self, k, data, len, err, errlen);
+}
+
+int ak_blob_get_range(ak_blob_t *b, const char *key, uint64_t off, size_t len, uint8_t **data, size_t *got,
+                      char *err, size_t errlen) {
+  char k[AK_BLOB_KEY_MAX + 1];
+  *data = NULL;
+  *got = 0;
+  if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
+  return b->vt->get_range(b->self, k, off, len, data, got, err, errlen);
+}
+
+int ak_blob_head(ak_blob_t *b, const char *key, uint64_t *size, char *err, size_t errlen) {
+  char k[AK_BLOB_KEY_MAX + 1];
+  if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
+  return b->vt->head(b->self, k, size, err, errlen);
+}
+
+int ak_blob_get(ak_blob_t *b, const char *key, uint8_t **data, size_t *len, char *err, size_t errlen) {
+  uint64_t size = 0;
+  *data = NULL;
+  *len = 0;
+  int rc = ak_blob_head(b, key, &size, err, errlen);
+  if (rc != AK_BLOB_OK) return rc;
+  if (size > SIZE_MAX / 2) {
+    snprintf(err, errlen, "blob too large to read whole");
+    return AK_BLOB_ERROR;
+  }
+  return ak_blob_get_range(b, key, 0, (size_t)size, data, len, err, errlen);
+}
+
+int ak_blob_list(ak_blob_t *b, const char *prefix, const char *after, size_t max, ak_blob_list_t *out, char *err,
+                 size_t errlen) {
+  memset(out, 0, sizeof *out);
+  char p[AK_BLOB_KEY_MAX + 1], a[AK_BLOB_KEY_MAX + 1];
+  int n = snprintf(p, sizeof p, "%s%s", b->prefix, prefix ? prefix : "");
+  if (n < 0 || (size_t)n >= sizeof p) {
+    snprintf(err, errlen, "invalid blob prefix");
+    return AK_BLOB_ERROR;
+  }
+  if (after) {
+    n = snprintf(a, sizeof a, "%s%s", b->prefix, after);
+    if (n < 0 || (size_t)n >= sizeof a) {
+      snprintf(err, errlen, "invalid blob continuation");
+      return AK_BLOB_ERROR;
+    }
+  }
+  int rc = b->vt->list(b->self, p, after ? a : NULL, max, out, err, errlen);
+  if (rc != AK_BLOB_OK) return rc;
+  /* back to keys relative to the scope */
+  size_t pl = strlen(b->prefix);
+  for (size_t i = 0; i < out->n; i++) memmove(out->keys[i], out->keys[i] + pl, strlen(out->keys[i] + pl) + 1);
+  if (out->next) memmove(out->next, out->next + pl, strlen(out->next + pl) + 1);
+  return AK_BLOB_OK;
+}
+
+void ak_blob_list_clear(ak_blob_list_t *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->keys[i]);
+  free(l->keys);
+  free(l->next);
+  memset(l, 0, sizeof *l);
+}
+
+int ak_blob_delete(ak_blob_t *b, const char *key, char *err, size_t errlen) {
+  char k[AK_BLOB_KEY_MAX + 1];
+  if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
+  return b->vt->del(b->self, k, err, errlen);
+}

@@ -1,0 +1,79 @@
+/* Blob stores (DESIGN.md §5, issue 21): where archive segments, claim packs and backups
+ * go. One interface (put, get, get_range, head, list with pagination, delete) behind one
+ * vtable per type, registered by one row in blob/registry.c; LocalFS today, S3 and GCS
+ * later. Calls are synchronous: their callers (the compactor, backups) run on threads of
+ * their own. Owns key checking and the scope prefix (segments, claims, backup: a scope is
+ * a key prefix the adapters never see); never knows what the bytes mean.
+ *
+ * Keys are '/'-separated names of printable ASCII without "." or ".." segments, empty
+ * segments, a leading '/' or a backslash, at most AK_BLOB_KEY_MAX bytes: the same key
+ * means the same object on every adapter. */
+#ifndef AK_BLOB_BLOB_H
+#define AK_BLOB_BLOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AK_BLOB_KEY_MAX 1024
+
+enum {
+  AK_BLOB_OK = 0,
+  AK_BLOB_NOT_FOUND = 1, /* get, get_range, head: no such object */
+  AK_BLOB_ERROR = -1,    /* err says what (secret-free) */
+};
+
+typedef struct ak_blob_list {
+  char **keys;   /* up to max keys in byte order, each the full key (scope included) */
+  size_t n;
+  char *next;    /* the continuation: pass as `after` for the next page; NULL at the end */
+} ak_blob_list_t;
+
+typedef struct ak_blob_vtable {
+  const char *type;
+  /* Writes the whole object, replacing one of the same key; it is durable when put
+   * answers OK (a crash leaves the old object or the new one, never a part). */
+  int (*put)(void *self, const char *key, const void *data, size_t len, char *err, size_t errlen);
+  /* The len bytes from off (fewer at the end of the object; 0 past it). *data is malloc'd. */
+  int (*get_range)(void *self, const char *key, uint64_t off, size_t len, uint8_t **data, size_t *got, char *err,
+                   size_t errlen);
+  int (*head)(void *self, const char *key, uint64_t *size, char *err, size_t errlen);
+  /* Keys starting with prefix and greater than after (NULL: from the first), at most max. */
+  int (*list)(void *self, const char *prefix, const char *after, size_t max, ak_blob_list_t *out, char *err,
+              size_t errlen);
+  /* Deleting a key that does not exist is OK. */
+  int (*del)(void *self, const char *key, char *err, size_t errlen);
+  void (*destroy)(void *self);
+} ak_blob_vtable_t;
+
+/* One blob store and one scope on it. */
+typedef struct ak_blob {
+  const ak_blob_vtable_t *vt;
+  void *self;
+  char prefix[256]; /* key_prefix + scope + "/" */
+  bool owner;       /* destroys self when freed (the first handle; scopes share it) */
+} ak_blob_t;
+
+/* A LocalFS store rooted at root (created if missing). NULL with err on failure. */
+ak_blob_t *ak_blob_local_new(const char *root, char *err, size_t errlen);
+/* A handle on the same store whose keys live under key_prefix + scope + "/" (key_prefix
+ * may be "" or end with '/'). The store outlives it: free scopes before the store. */
+ak_blob_t *ak_blob_scope(const ak_blob_t *b, const char *key_prefix, const char *scope);
+void ak_blob_free(ak_blob_t *b);
+
+/* Is key a valid key (see above)? */
+bool ak_blob_key_ok(const char *key);
+
+/* The operations, keys relative to the handle's scope. */
+int ak_blob_put(ak_blob_t *b, const char *key, const void *data, size_t len, char *err, size_t errlen);
+int ak_blob_get(ak_blob_t *b, const char *key, uint8_t **data, size_t *len, char *err, size_t errlen);
+int ak_blob_get_range(ak_blob_t *b, const char *key, uint64_t off, size_t len, uint8_t **data, size_t *got,
+                      char *err, size_t errlen);
+int ak_blob_head(ak_blob_t *b, const char *key, uint64_t *size, char *err, size_t errlen);
+/* Keys come back relative to the scope; next too. */
+int ak_blob_list(ak_blob_t *b, const char *prefix, const char *after, size_t max, ak_blob_list_t *out, char *err,
+                 size_t errlen);
+void ak_blob_list_clear(ak_blob_list_t *l);
+int ak_blob_delete(ak_blob_t *b, const char *key, char *err, size_t errlen);
+
+#endif

@@ -610,12 +610,12 @@ static row_t *key_pop(ak_dispatch_t *d, skey_t *k) {
 /* ------------------------------------------------------------------ the hook log ---- */
 
 /* A hook with unsettled deliveries (docs/storage.md, "The hook log"): a bit per sink of
- * its set, in todo (not claimed) or open (claimed, not settled); settled is neither. */
+ * its set, in unclaimed_bits (not claimed yet) or open (claimed, not settled); settled is neither. */
 typedef struct lentry {
   uint64_t seq;
   int64_t at_ms;                 /* its commit time: due since then */
   uint32_t set;                  /* d->lsets index */
-  uint32_t todo, open;
+  uint32_t unclaimed_bits, open;
   uint32_t pad;
 } lentry_t;
 
@@ -648,7 +648,7 @@ static lentry_t *lq_at(const tenant_t *t, size_t i) { return &t->lq[(t->lq_head 
 static uint32_t full_mask(unsigned n) { return n >= 32 ? 0xffffffffu : (1u << n) - 1; }
 
 static unsigned settled_bits(const ak_dispatch_t *d, const lentry_t *e) {
-  return d->lsets[e->set]->nsinks - (unsigned)__builtin_popcount(e->todo | e->open);
+  return d->lsets[e->set]->nsinks - (unsigned)__builtin_popcount(e->unclaimed_bits | e->open);
 }
 
 static int lq_grow(tenant_t *t) {
@@ -704,7 +704,7 @@ static void lq_pop_settled(ak_dispatch_t *d, tenant_t *t, int64_t now) {
   bool popped = false;
   while (t->lq_n) {
     lentry_t *h = lq_at(t, 0);
-    if (h->todo | h->open) break;
+    if (h->unclaimed_bits | h->open) break;
     t->lq_head = (t->lq_head + 1) & (t->lq_cap - 1);
     t->lq_n--;
     d->log_entries--;
@@ -726,10 +726,10 @@ static void lq_pop_settled(ak_dispatch_t *d, tenant_t *t, int64_t now) {
 /* The due time of t's first delivery not claimed yet (INT64_MAX: none); skips the
  * entries with nothing left to claim for good. */
 static int64_t log_due(tenant_t *t) {
-  while (t->lq_scan < t->lq_n && !lq_at(t, t->lq_scan)->todo) t->lq_scan++;
+  while (t->lq_scan < t->lq_n && !lq_at(t, t->lq_scan)->unclaimed_bits) t->lq_scan++;
   for (size_t i = t->lq_scan; i < t->lq_n; i++) {
     const lentry_t *e = lq_at(t, i);
-    if (e->todo) return e->at_ms;
+    if (e->unclaimed_bits) return e->at_ms;
   }
   return INT64_MAX;
 }
@@ -743,15 +743,15 @@ static void tenant_due_update(tenant_t *t) {
  * or, past the memory bound, waits in the store for a refill. */
 static void log_add(ak_dispatch_t *d, tenant_t *t, uint64_t seq, int64_t at, uint32_t set, uint32_t owned) {
   lset_t *ls = d->lsets[set];
-  uint32_t todo = full_mask(ls->nsinks) & ~owned;
-  if (!todo) return;
+  uint32_t unclaimed_bits = full_mask(ls->nsinks) & ~owned;
+  if (!unclaimed_bits) return;
   if (t->overflow_from || t->lq_n >= LOG_TENANT_MAX || d->log_entries >= LOG_MAX) goto add; /* waits in the store */
   /* an ordered sink's delivery goes to its lane */
-  for (uint32_t m = todo & ls->ordered; m; m &= m - 1) {
+  for (uint32_t m = unclaimed_bits & ls->ordered; m; m &= m - 1) {
     uint16_t b = (uint16_t)__builtin_ctz(m);
-    if (lane_push(d, t, ls, seq, b, at)) todo &= ~(1u << b);
+    if (lane_push(d, t, ls, seq, b, at)) unclaimed_bits &= ~(1u << b);
   }
-  if (!todo) return;
+  if (!unclaimed_bits) return;
 add:
   if (t->overflow_from) {
     if (seq < t->overflow_from) {
@@ -766,7 +766,7 @@ add:
     tenant_lactive(d, t);
     return;
   }
-  lentry_t e = {.seq = seq, .at_ms = at, .set = set, .todo = todo};
+  lentry_t e = {.seq = seq, .at_ms = at, .set = set, .unclaimed_bits = unclaimed_bits};
   if (!t->lq_n || lq_at(t, t->lq_n - 1)->seq < seq) {
     *lq_at(t, t->lq_n) = e;
     t->lq_n++;
@@ -786,7 +786,7 @@ add:
   }
   if (t->lq_n == 1 || lq_at(t, 0)->seq == seq) tenant_dirty(d, t);
   d->log_entries++;
-  int owed = __builtin_popcount(todo);
+  int owed = __builtin_popcount(unclaimed_bits);
   atomic_fetch_add(&ls->pending, owed);
   count_unclaimed(d, t, 0, owed);
   if (at < t->next_due) t->next_due = at;
@@ -803,7 +803,7 @@ static lentry_t *log_find(tenant_t *t, uint64_t seq, size_t *pos) {
 static void log_claimed(tenant_t *t, uint64_t seq, uint16_t sink) {
   lentry_t *e = log_find(t, seq, NULL);
   if (!e) return;
-  e->todo &= ~(1u << sink);
+  e->unclaimed_bits &= ~(1u << sink);
   e->open |= 1u << sink;
 }
 
@@ -813,7 +813,7 @@ static void log_unclaim(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t si
   lentry_t *e = log_find(t, seq, &p);
   if (!e || !(e->open & (1u << sink))) return;
   e->open &= ~(1u << sink);
-  e->todo |= 1u << sink;
+  e->unclaimed_bits |= 1u << sink;
   if (p < t->lq_scan) t->lq_scan = p;
   count_unclaimed(d, t, 0, +1);
   if (e->at_ms < t->next_due) t->next_due = e->at_ms;
@@ -826,9 +826,9 @@ static void log_settle(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sin
   size_t p;
   lentry_t *e = log_find(t, seq, &p);
   uint32_t bit = 1u << sink;
-  if (!e || !((e->open | e->todo) & bit)) return;
+  if (!e || !((e->open | e->unclaimed_bits) & bit)) return;
   e->open &= ~bit;
-  e->todo &= ~bit;
+  e->unclaimed_bits &= ~bit;
   if (!via_row || ak_buf_grow(&d->settle_after, &d->capsettle_after, d->nsettle_after + 1,
                               sizeof *d->settle_after) != 0)
     atomic_fetch_sub(&d->lsets[e->set]->pending, 1);
@@ -839,7 +839,7 @@ static void log_settle(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sin
     t->behind++;
     d->behind_total++;
   }
-  else if (!(e->todo | e->open)) lq_pop_settled(d, t, now);
+  else if (!(e->unclaimed_bits | e->open)) lq_pop_settled(d, t, now);
   held_update(d, t, now);
 }
 
@@ -1531,7 +1531,7 @@ static bool spill_row(ak_dispatch_t *d, row_t *r, int64_t now) {
 }
 
 /* The same for a delivery nobody claimed: a pending row due now, attempts 0. */
-static bool spill_todo(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sink, const lset_t *ls, int64_t now) {
+static bool spill_unclaimed(ak_dispatch_t *d, tenant_t *t, uint64_t seq, uint16_t sink, const lset_t *ls, int64_t now) {
   if (!op_begin(d)) return false;
   put_pending(d, t, seq, sink, now, 0, ls->types[sink], ls->tlens[sink], NULL, true, now);
   op_end(d);
@@ -1550,15 +1550,15 @@ static void log_spill(ak_dispatch_t *d, tenant_t *t, int64_t now) {
   while (t->behind > 0 && t->lq_n) {
     lentry_t *h = lq_at(t, 0);
     uint64_t seq = h->seq;
-    uint32_t open = h->open, todo = h->todo;
+    uint32_t open = h->open, unclaimed_bits = h->unclaimed_bits;
     const lset_t *ls = d->lsets[h->set];
     for (; open; open &= open - 1) {
       uint16_t b = (uint16_t)__builtin_ctz(open);
       row_t *r = umap_get(&d->claimed, row_id(seq, b));
       if (!r || !r->from_log || !spill_row(d, r, now)) return;
     }
-    for (; todo; todo &= todo - 1)
-      if (!spill_todo(d, t, seq, (uint16_t)__builtin_ctz(todo), ls, now)) return;
+    for (; unclaimed_bits; unclaimed_bits &= unclaimed_bits - 1)
+      if (!spill_unclaimed(d, t, seq, (uint16_t)__builtin_ctz(unclaimed_bits), ls, now)) return;
   }
 }
 
@@ -2146,7 +2146,7 @@ static size_t claim_tenant(ak_dispatch_t *d, ak_store_cursor_t *it, tenant_t *t,
   (void)log_due(t);
   for (size_t i = t->lq_scan; i < t->lq_n && n < want; i++) {
     const lentry_t *e = lq_at(t, i);
-    for (uint32_t m = e->todo; m && n < want; m &= m - 1) {
+    for (uint32_t m = e->unclaimed_bits; m && n < want; m &= m - 1) {
       cand_t *c = &d->cand[n++];
       c->kl = c->vl = 0;
       c->at = e->at_ms;
@@ -2185,7 +2185,7 @@ static size_t claim_tenant(ak_dispatch_t *d, ak_store_cursor_t *it, tenant_t *t,
     recs[i] = NULL;
     if (rc == CLAIM_STOP) {
       *store_err = true;
-      if (!c->from_log && c->at < stop_at) stop_at = c->at; /* still due; a log row is still todo */
+      if (!c->from_log && c->at < stop_at) stop_at = c->at; /* still due; a log row stays unclaimed */
       i++;
       break;
     }

@@ -8,7 +8,7 @@ PYTEST ?= /usr/bin/python3 -m pytest
 CONFIG ?= examples/quickstart/ankusa.yml
 
 # Reconfigure when a source file appears or disappears (meson lists them at setup).
-SRCLIST := $(shell ls src/*/*.c src/*.c tests/unit/*.c tests/powerfs/*.c 2>/dev/null | sort | md5sum | cut -c1-12)
+SRCLIST := $(shell ls src/*/*.c src/*.c tests/unit/*.c tests/powerfs/*.c tests/blobtool/*.c 2>/dev/null | sort | md5sum | cut -c1-12)
 
 .PHONY: all deps run test layers unit e2e asan test-build bench fuzz clean format drill
 

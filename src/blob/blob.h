@@ -56,6 +56,22 @@ typedef struct ak_blob {
 
 /* A LocalFS store rooted at root (created if missing). NULL with err on failure. */
 ak_blob_t *ak_blob_local_new(const char *root, char *err, size_t errlen);
+
+struct json_t;
+struct ak_httpc;
+/* The remote adapters (blob/s3.c, blob/gcs.c). cfg is the validated s3 or gcs block of a
+ * store mapping (core/later.c's rows: bucket, region, endpoint, credentials...; gcs: bucket,
+ * endpoint, auth, token); they speak HTTP through httpc (the node's shared client), which
+ * outlives them. NULL with err (secret-free) on failure. */
+ak_blob_t *ak_blob_s3_new(const struct json_t *cfg, struct ak_httpc *httpc, char *err, size_t errlen);
+ak_blob_t *ak_blob_gcs_new(const struct json_t *cfg, struct ak_httpc *httpc, char *err, size_t errlen);
+
+/* The store a mapping names: {type: local|s3|gcs, root, s3: {...}, gcs: {...}} (the
+ * storage section, or a claim/backup store). type local uses root, else default_root. */
+ak_blob_t *ak_blob_open(const struct json_t *store, const char *default_root, struct ak_httpc *httpc, char *err,
+                        size_t errlen);
+/* "local", "s3", "gcs": the type of the store a handle is on. */
+const char *ak_blob_type(const ak_blob_t *b);
 /* A handle on the same store whose keys live under key_prefix + scope + "/" (key_prefix
  * may be "" or end with '/'). The store outlives it: free scopes before the store. */
 ak_blob_t *ak_blob_scope(const ak_blob_t *b, const char *key_prefix, const char *scope);

@@ -59,7 +59,8 @@ int64_t ak_seg_writer_max_received(const ak_seg_writer_t *w);
 /* The smallest and largest id added (bytewise). */
 void ak_seg_writer_id_range(const ak_seg_writer_t *w, uint8_t min_id[16], uint8_t max_id[16]);
 /* The two objects of what was added (at least one hook): *seg and *idx point into the
- * writer (valid until reset or free). 0 or AK_SEG_NOMEM. */
+ * writer (valid until reset or free). 0, AK_SEG_NOMEM, or AK_SEG_MALFORMED when nothing
+ * was added or two hooks share an id (the index could not be read back). */
 int ak_seg_writer_finish(ak_seg_writer_t *w, const uint8_t **seg, size_t *seg_len, const uint8_t **idx,
                          size_t *idx_len);
 /* Empties it for the next segment (keeps its memory). */
@@ -68,12 +69,15 @@ void ak_seg_writer_free(ak_seg_writer_t *w);
 
 /* ------------------------------------------------------------------ decoding ---- */
 
-/* The frame at off in a segment (or in a ranged read of one frame: off 0 of buf is
- * the frame's start when base is the frame's offset). payload points into buf. */
+/* The frame at off in a segment (or, with off 0, in a ranged read of one frame: buf then
+ * starts at the frame's offset from the index). payload points into buf. */
 int ak_seg_frame(const uint8_t *buf, size_t len, size_t off, const uint8_t **payload, size_t *plen,
                  size_t *frame_len);
-/* Walks a whole segment: checks the magic, then calls fn for every frame in order
- * (payload, its offset); fn returning nonzero stops the walk (answered AK_SEG_OK). */
+/* Walks a whole segment: checks the magic, that it holds at least one frame, and every
+ * frame (a damaged one anywhere means fn is never called), then calls fn for every frame
+ * in order (payload, its offset); fn returning nonzero stops the walk (answered
+ * AK_SEG_OK). A segment cut at a frame boundary still walks: check len against the
+ * index's seg_bytes when it matters. */
 int ak_seg_walk(const uint8_t *seg, size_t len,
                 int (*fn)(void *ctx, const uint8_t *payload, size_t plen, uint64_t off), void *ctx);
 
@@ -91,8 +95,9 @@ typedef struct ak_seg_index {
   const uint8_t *entries; /* points into the parsed buffer */
 } ak_seg_index_t;
 
-/* Checks the magic, the crc, that count entries fit exactly, that ids are strictly
- * increasing, seqs within [first, last] and frames within the segment size. */
+/* Checks the magic, the crc, that count entries (at least one) fit exactly, that ids are
+ * strictly increasing, first <= last, seqs within [first, last] and frames (header
+ * included, after the magic) within the segment size. */
 int ak_seg_index_parse(const uint8_t *buf, size_t len, ak_seg_index_t *ix);
 void ak_seg_index_entry(const ak_seg_index_t *ix, uint32_t i, ak_seg_entry_t *e);
 /* Binary search by id: true and *e when present. */

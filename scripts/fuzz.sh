@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config
-#                                              uuid verify token dedupe http marker; "fuzz_verify" = "verify")
+#                                              uuid verify token dedupe http marker segment;
+#                                              "fuzz_verify" = "verify")
 # Each harness stops at SECONDS or FUZZ_RUNS executions (10,000,000), whichever comes
 # first; FUZZ_JOBS harnesses run at once (1). The campaign: FUZZ_SECONDS=1800 make fuzz.
 # Every run starts from a throwaway copy of fuzz/corpus/<target>/, so the committed seeds
@@ -19,7 +20,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
 fi
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("${@#fuzz_}")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker)
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -46,6 +47,8 @@ declare -A SRCS=(
   [marker]="src/store/marker.c src/store/keys.c"
   # the server layer's request engine, without its sockets (server.c) or TLS
   [http]="src/http/proto.c src/http/parse.c src/core/buf.c"
+  # the archive's segment and index codec, the records it frames and their checksum
+  [segment]="src/archive/segment.c src/core/envelope.c src/store/crc32c.c"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=

@@ -13,6 +13,9 @@
 #include "admin/healthcheck.h"
 #include "admin/hooks_api.h"
 #include "admin/sources_api.h"
+#include "archive/catalogue.h"
+#include "archive/compactor.h"
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/config_view.h"
 #include "core/envelope.h"
@@ -22,6 +25,7 @@
 #include "core/sources.h"
 #include "edge/edge.h"
 #include "modules.h"
+#include "net/httpc.h"
 #include "queue/writer.h"
 #include "store/audit.h"
 #include "store/store.h"
@@ -36,6 +40,8 @@ static void usage(FILE *f) {
           "       ankusa healthcheck [--config FILE]   (GET /ready on ingest, then admin; exit 0 or 1)\n"
           "       ankusa inspect hooks --data-dir DIR\n"
           "       ankusa inspect rows --data-dir DIR [--cf NAME] [--prefix TEXT]   (every row, raw)\n"
+          "       ankusa inspect segments [--config FILE] [--data-dir DIR]   (the archive catalogue)\n"
+          "       ankusa inspect hook ID [--config FILE] [--data-dir DIR]   (from the store or the archive)\n"
           "       ankusa rotate-secrets [--config FILE]   (node stopped: re-seal stored secrets)\n"
           "       ankusa options --markdown | --secrets\n"
           "       ankusa version\n");
@@ -161,22 +167,114 @@ static int inspect_rows(ak_store_t *st, const char *cf, const char *prefix) {
   return 0;
 }
 
+static int seg_one(void *ctx, const ak_cat_row_t *r) {
+  (void)ctx;
+  char lo[AK_UUID_STR_LEN], hi[AK_UUID_STR_LEN];
+  ak_uuid_format(r->min_id, lo);
+  ak_uuid_format(r->max_id, hi);
+  json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:I,s:s,s:s}", "first_seq", (json_int_t)r->first_seq,
+                        "last_seq", (json_int_t)r->last_seq, "count", (json_int_t)r->count, "bytes",
+                        (json_int_t)r->seg_bytes, "index_bytes", (json_int_t)r->idx_bytes, "min_received_at",
+                        (json_int_t)r->min_received_ms, "max_received_at", (json_int_t)r->max_received_ms, "min_id",
+                        lo, "max_id", hi, "archived_at", (json_int_t)r->archived_at_ms, "segment", r->seg_key,
+                        "index", r->idx_key);
+  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  puts(s);
+  free(s);
+  json_decref(j);
+  return 0;
+}
+
+/* inspect hook ID: the store's copy, else the archive's (through the config's blob store). */
+static int inspect_hook(ak_store_t *st, const ak_config_t *cfg, const char *ids) {
+  uint8_t id[16];
+  if (!ak_uuid_parse(ids, id)) {
+    fprintf(stderr, "ankusa: %s is not a hook id\n", ids);
+    return 64;
+  }
+  char *v = NULL;
+  size_t vl = 0;
+  uint64_t seq = 0;
+  int rc = ak_store_find_hook(st, id, &seq, &v, &vl);
+  const char *where = "store";
+  if (rc < 0) {
+    fprintf(stderr, "ankusa: the store cannot be read\n");
+    return 1;
+  }
+  if (rc == 1) {
+    char err[512] = "";
+    ak_httpc_t *hc = ak_httpc_new(&(ak_httpc_opts_t){.name = "ak-inspect"}, err, sizeof err);
+    ak_blob_t *b = hc ? ak_archive_open_blob(cfg, "default", hc, err, sizeof err) : NULL;
+    if (!b) {
+      ak_httpc_free(hc);
+      fprintf(stderr, "ankusa: not in the store, and the archive cannot be opened: %s\n", err);
+      return 1;
+    }
+    const ak_archive_cfg_t *ac = ak_archive_cfg(cfg);
+    uint8_t *rec = NULL;
+    size_t len = 0;
+    int ar = ak_archive_fetch(st, b, id, ac && ac->retention_days > 0 ? ac->retention_days * 86400000LL : 0,
+                              ak_now_ms(), &rec, &len, &seq, err, sizeof err);
+    ak_blob_free(b);
+    ak_httpc_free(hc);
+    if (ar == AK_ARCHIVE_ERROR) {
+      fprintf(stderr, "ankusa: the archive cannot be read: %s\n", err);
+      return 1;
+    }
+    if (ar != AK_ARCHIVE_FOUND) {
+      fprintf(stderr, "ankusa: %s: %s\n", ids, ar == AK_ARCHIVE_EXPIRED ? "expired (archive retention)" : "not found");
+      return 2;
+    }
+    v = (char *)rec;
+    vl = len;
+    where = "archive";
+  }
+  ak_envelope_t env;
+  if (ak_envelope_decode((const uint8_t *)v, vl, &env) != 0) {
+    fprintf(stderr, "ankusa: the hook record is damaged\n");
+    free(v);
+    return 1;
+  }
+  json_t *j = ak_hooks_api_json(&env, 1);
+  json_object_set_new(j, "from", json_string(where));
+  char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  puts(s);
+  free(s);
+  json_decref(j);
+  ak_envelope_clear(&env);
+  free(v);
+  return 0;
+}
+
 static int cmd_inspect(int argc, char **argv) {
-  const char *data_dir = NULL, *cf = NULL, *prefix = NULL;
+  const char *data_dir = NULL, *cf = NULL, *prefix = NULL, *config = NULL, *hook_id = NULL;
   bool rows = argc >= 1 && strcmp(argv[0], "rows") == 0;
-  if (argc < 1 || (strcmp(argv[0], "hooks") != 0 && !rows)) {
+  bool segments = argc >= 1 && strcmp(argv[0], "segments") == 0;
+  bool hook = argc >= 2 && strcmp(argv[0], "hook") == 0;
+  if (argc < 1 || (strcmp(argv[0], "hooks") != 0 && !rows && !segments && !hook)) {
     usage(stderr);
     return 64;
   }
-  for (int i = 1; i < argc; i++) {
+  if (hook) hook_id = argv[1];
+  for (int i = hook ? 2 : 1; i < argc; i++) {
     if (strcmp(argv[i], "--data-dir") == 0 && i + 1 < argc) data_dir = argv[++i];
     else if (strncmp(argv[i], "--data-dir=", 11) == 0) data_dir = argv[i] + 11;
+    else if ((segments || hook) && strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];
     else if (rows && strcmp(argv[i], "--cf") == 0 && i + 1 < argc) cf = argv[++i];
     else if (rows && strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) prefix = argv[++i];
     else {
       fprintf(stderr, "ankusa: unknown argument %s\n", argv[i]);
       return 64;
     }
+  }
+  ak_config_t *cfg = NULL;
+  if (segments || hook) {
+    /* the config names the blob store and, unless --data-dir does, the data dir */
+    if (data_dir && setenv("ANKUSA_DATA_DIR", data_dir, 1) != 0) return 1;
+    int lc = load_config(config, &cfg);
+    if (lc) return lc;
+    const ak_node_cfg_t *nc = ak_node_cfg(cfg);
+    data_dir = nc && nc->data_dir ? nc->data_dir : "./data";
   }
   if (!data_dir) {
     fprintf(stderr, "ankusa: inspect %s needs --data-dir DIR (the node.data_dir)\n", argv[0]);
@@ -196,6 +294,22 @@ static int cmd_inspect(int argc, char **argv) {
     int r = inspect_rows(st, cf, prefix);
     ak_store_free(st);
     free(sp);
+    return r;
+  }
+  if (segments || hook) {
+    int r = 0;
+    if (segments) {
+      if (ak_cat_scan(st, 0, seg_one, NULL) != 0) {
+        fprintf(stderr, "ankusa: reading the archive catalogue failed part-way; output is incomplete\n");
+        r = 1;
+      }
+      fflush(stdout);
+    } else {
+      r = inspect_hook(st, cfg, hook_id);
+    }
+    ak_store_free(st);
+    free(sp);
+    ak_config_free(cfg);
     return r;
   }
   inspect_ctx_t ic = {0, 0};

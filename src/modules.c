@@ -12,6 +12,9 @@
  *   - the dispatcher starts before the writer (its due-index scan and the writer's commit
  *     notices must not both count a row), the admin listener before the ingest listener
  *     (a node that answers /ready on 4000 answers on 4002 too);
+ *   - the archive (storage role) after the dispatcher, whose reclaim its cursor bounds,
+ *     and before the writer: its boot reconcile raises next_seq past what the archive
+ *     holds before the writer hands out a seq;
  *   - the writer last of the stateful modules, so it is the first to stop: it commits and
  *     answers everything queued before the ingest listener waits for its last answers.
  * The sections of features not built yet (core/later.c) keep the places their modules
@@ -19,6 +22,7 @@
 #include "modules.h"
 #include "admin/admin.h"
 #include "admin/sources_api.h"
+#include "archive/compactor.h"
 #include "core/gauges.h"
 #include "core/later.h"
 #include "core/log.h"
@@ -60,12 +64,13 @@ static const ak_module_t *const modules[] = {
   &ak_mod_httpc,
   &ak_mod_dispatch,
   &ak_mod_replay,
+  &ak_mod_storage,
+  &ak_mod_archive,
   &ak_mod_admin,
   &ak_mod_listener,
   &ak_mod_edge,
   &ak_mod_batcher,
   &ak_mod_wal,
-  &ak_mod_storage,
   &ak_mod_claim_check,
   &ak_mod_backup,
   &ak_mod_lifecycle,

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "admin/hooks_api.h"
+#include "archive/catalogue.h"
+#include "archive/compactor.h"
+#include "core/clock.h"
 #include "core/envelope.h"
 #include "core/log.h"
 #include "store/store.h"
@@ -49,7 +52,11 @@ void *ak_hooks_api_json(const ak_envelope_t *env, int with_body) {
   return j;
 }
 
-/* GET /v1/hooks/{id}: read by id (its sealed seq, else the 'i' index; ak_store_find_hook).
+/* GET /v1/hooks/{id}: read by id (its sealed seq, else the 'i' index; ak_store_find_hook),
+ * and when the store no longer holds it, from the archive (the catalogue, the segment's
+ * index, one ranged read): the same answer either way. A hook retention deleted is 404
+ * expired. The blob read runs on the admin thread: admin calls are rare and bounded by the
+ * adapter's timeouts.
  * Another tenant's hook is "not found" to a scoped caller: an id names no tenant, so
  * nothing is forbidden, and existence is not told. */
 void ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
@@ -66,6 +73,27 @@ void ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
   if (rc < 0) {
     ak_admin_error(call, 503, "store_unavailable");
     return;
+  }
+  if (rc == 1 && ak_archive_blob(call->inst)) {
+    char err[512] = "";
+    uint8_t *rec = NULL;
+    size_t len = 0;
+    int ar = ak_archive_fetch(st, ak_archive_blob(call->inst), id, ak_archive_retention_ms(call->inst), ak_now_ms(),
+                              &rec, &len, &seq, err, sizeof err);
+    if (ar == AK_ARCHIVE_ERROR) {
+      ak_log(AK_LOG_ERROR, "admin", "archived hook could not be read", "id=%s error=\"%s\"", path->id, err);
+      ak_admin_error(call, 503, "archive_unavailable");
+      return;
+    }
+    if (ar == AK_ARCHIVE_EXPIRED) {
+      ak_admin_error(call, 404, "expired");
+      return;
+    }
+    if (ar == AK_ARCHIVE_FOUND) {
+      v = (char *)rec;
+      vl = len;
+      rc = 0;
+    }
   }
   if (rc == 1) {
     ak_admin_error(call, 404, "hook_not_found");

@@ -4,6 +4,47 @@
 #include <string.h>
 #include <jansson.h>
 #include "blob/blob.h"
+#include "core/clock.h"
+#include "core/metrics.h"
+
+enum { OP_PUT, OP_GET, OP_HEAD, OP_LIST, OP_DELETE, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"put", "get", "head", "list", "delete"};
+
+struct ak_blob_metrics {
+  ak_series_t *dur[OP_COUNT], *errs[OP_COUNT];
+};
+
+void ak_blob_instrument(ak_blob_t *b, ak_metrics_t *m, const char *instance) {
+  if (!m || b->metrics) return;
+  struct ak_blob_metrics *bm = calloc(1, sizeof *bm);
+  if (!bm) return;
+  static const double bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30};
+  const char *const labels[] = {"instance", "store", "op", NULL};
+  ak_family_t *df = ak_metrics_family(m, "ankusa_blob_request_duration_seconds",
+                                      "Blob store requests (archive segments, indexes, manifests), by store and "
+                                      "operation, retries included.",
+                                      AK_METRIC_HISTOGRAM, labels, bounds, sizeof bounds / sizeof *bounds);
+  ak_family_t *ef = ak_metrics_family(m, "ankusa_blob_errors_total",
+                                      "Blob store requests that failed (after the adapter's retries), by store and "
+                                      "operation; a missing object is not an error.",
+                                      AK_METRIC_COUNTER, labels, NULL, 0);
+  for (int i = 0; i < OP_COUNT; i++) {
+    const char *v[] = {instance, b->vt->type, op_names[i]};
+    bm->dur[i] = ak_metrics_series(df, v);
+    bm->errs[i] = ak_metrics_series(ef, v);
+  }
+  b->metrics = bm;
+}
+
+static int64_t op_begin(const ak_blob_t *b) { return b->metrics ? ak_mono_ns() : 0; }
+
+static int op_end(const ak_blob_t *b, int op, int64_t t0, int rc) {
+  if (b->metrics) {
+    ak_histogram_observe(b->metrics->dur[op], (double)(ak_mono_ns() - t0) / 1e9);
+    if (rc == AK_BLOB_ERROR) ak_counter_add(b->metrics->errs[op], 1);
+  }
+  return rc;
+}
 
 bool ak_blob_key_ok(const char *key) {
   if (!key || !*key || strlen(key) > AK_BLOB_KEY_MAX || strstr(key, ".ak-tmp-")) return false;
@@ -25,6 +66,7 @@ ak_blob_t *ak_blob_scope(const ak_blob_t *b, const char *key_prefix, const char 
   if (!s) return NULL;
   s->vt = b->vt;
   s->self = b->self;
+  s->metrics = b->metrics;
   int n = snprintf(s->prefix, sizeof s->prefix, "%s%s%s/", b->prefix, key_prefix ? key_prefix : "", scope);
   if (n < 0 || (size_t)n >= sizeof s->prefix) {
     free(s);
@@ -36,6 +78,7 @@ ak_blob_t *ak_blob_scope(const ak_blob_t *b, const char *key_prefix, const char 
 void ak_blob_free(ak_blob_t *b) {
   if (!b) return;
   if (b->owner && b->vt->destroy) b->vt->destroy(b->self);
+  if (b->owner) free(b->metrics);
   free(b);
 }
 
@@ -52,7 +95,8 @@ static bool full_key(const ak_blob_t *b, const char *key, char *out, size_t cap,
 int ak_blob_put(ak_blob_t *b, const char *key, const void *data, size_t len, char *err, size_t errlen) {
   char k[AK_BLOB_KEY_MAX + 1];
   if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
-  return b->vt->put(b->self, k, data, len, err, errlen);
+  int64_t t0 = op_begin(b);
+  return op_end(b, OP_PUT, t0, b->vt->put(b->self, k, data, len, err, errlen));
 }
 
 int ak_blob_get_range(ak_blob_t *b, const char *key, uint64_t off, size_t len, uint8_t **data, size_t *got,
@@ -61,13 +105,15 @@ int ak_blob_get_range(ak_blob_t *b, const char *key, uint64_t off, size_t len, u
   *data = NULL;
   *got = 0;
   if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
-  return b->vt->get_range(b->self, k, off, len, data, got, err, errlen);
+  int64_t t0 = op_begin(b);
+  return op_end(b, OP_GET, t0, b->vt->get_range(b->self, k, off, len, data, got, err, errlen));
 }
 
 int ak_blob_head(ak_blob_t *b, const char *key, uint64_t *size, char *err, size_t errlen) {
   char k[AK_BLOB_KEY_MAX + 1];
   if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
-  return b->vt->head(b->self, k, size, err, errlen);
+  int64_t t0 = op_begin(b);
+  return op_end(b, OP_HEAD, t0, b->vt->head(b->self, k, size, err, errlen));
 }
 
 int ak_blob_get(ak_blob_t *b, const char *key, uint8_t **data, size_t *len, char *err, size_t errlen) {
@@ -99,7 +145,8 @@ int ak_blob_list(ak_blob_t *b, const char *prefix, const char *after, size_t max
       return AK_BLOB_ERROR;
     }
   }
-  int rc = b->vt->list(b->self, p, after ? a : NULL, max, out, err, errlen);
+  int64_t t0 = op_begin(b);
+  int rc = op_end(b, OP_LIST, t0, b->vt->list(b->self, p, after ? a : NULL, max, out, err, errlen));
   if (rc != AK_BLOB_OK) return rc;
   /* back to keys relative to the scope */
   size_t pl = strlen(b->prefix);
@@ -118,7 +165,8 @@ void ak_blob_list_clear(ak_blob_list_t *l) {
 int ak_blob_delete(ak_blob_t *b, const char *key, char *err, size_t errlen) {
   char k[AK_BLOB_KEY_MAX + 1];
   if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
-  return b->vt->del(b->self, k, err, errlen);
+  int64_t t0 = op_begin(b);
+  return op_end(b, OP_DELETE, t0, b->vt->del(b->self, k, err, errlen));
 }
 
 ak_blob_t *ak_blob_open(const json_t *store, const char *default_root, struct ak_httpc *httpc, char *err,

@@ -52,6 +52,7 @@ typedef struct ak_blob {
   void *self;
   char prefix[256]; /* key_prefix + scope + "/" */
   bool owner;       /* destroys self when freed (the first handle; scopes share it) */
+  struct ak_blob_metrics *metrics; /* request durations and errors (ak_blob_instrument), or NULL */
 } ak_blob_t;
 
 /* A LocalFS store rooted at root (created if missing). NULL with err on failure. */
@@ -70,6 +71,11 @@ ak_blob_t *ak_blob_gcs_new(const struct json_t *cfg, struct ak_httpc *httpc, cha
  * storage section, or a claim/backup store). type local uses root, else default_root. */
 ak_blob_t *ak_blob_open(const struct json_t *store, const char *default_root, struct ak_httpc *httpc, char *err,
                         size_t errlen);
+/* Count this store's requests (ankusa_blob_request_duration_seconds{store, op} and
+ * ankusa_blob_errors_total{store, op}); scopes made after it count too. Before any use. */
+struct ak_metrics;
+void ak_blob_instrument(ak_blob_t *b, struct ak_metrics *m, const char *instance);
+
 /* "local", "s3", "gcs": the type of the store a handle is on. */
 const char *ak_blob_type(const ak_blob_t *b);
 /* A handle on the same store whose keys live under key_prefix + scope + "/" (key_prefix

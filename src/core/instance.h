@@ -24,6 +24,7 @@ struct ak_sources;
 struct ak_gauges;
 struct ak_sweeper;
 struct ak_httpc;
+struct ak_archive;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -48,6 +49,7 @@ typedef struct ak_instance {
   struct ak_sources *sources;  /* every source served, with its verifier (core/sources.h) */
   struct ak_gauges *gauges;    /* the gauge sampler; modules add their samplers at open (core/gauges.h) */
   struct ak_httpc *httpc;      /* the HTTP client every HTTP-speaking module shares (net/httpc.h) */
+  struct ak_archive *archive;  /* the compactor (archive/compactor.h); NULL without the storage role */
 } ak_instance_t;
 
 #endif

@@ -1,10 +1,9 @@
 /* The config sections of Ankusa features this build does not implement yet: routes,
- * storage (the segment archive), claim_check, backup and lifecycle. Each has the
+ * claim_check, backup and lifecycle. Each has the
  * original's keys, defaults and ANKUSA_* overrides as real option rows, validated like
  * any other section, so a file that restates a default or turns a feature off loads
  * unchanged; only what asks for the feature itself is refused, naming the key:
- * routes.enabled and backup.enabled true, storage.type s3 or gcs (by their rows'
- * enum_unsupported), a lifecycle section with sinks (by its check hook). These modules
+ * routes.enabled and backup.enabled true (by their rows' enum_unsupported), a lifecycle section with sinks (by its check hook). These modules
  * have no typed struct and no lifecycle: when a feature is built, its module takes over
  * its section's rows and this file loses a part. The claim_check role is refused by the
  * node section (core/node.c); the claim gateway's address rule is here. */
@@ -12,86 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/config.h"
+#include "core/blobcfg.h"
 #include "core/later.h"
 
 #define ANKUSA_PORT(k, d, e, what) \
   {.key = k, .type = AK_OPT_INT, .def = d, .min = 0, .max = 65535, \
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .env = e, .doc = what}
 
-/* ------------------------------------------------------------ object stores ---- */
-
-/* storage.s3 and the s3 block of a claim or backup store. Only the storage section's
- * block reads the environment (as the original does). */
-#define S3_ROWS(bucket_env, region_env, endpoint_env) \
-  {.key = "bucket", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN, \
-   .env = bucket_env, .doc = "bucket (required when type is s3)"}, \
-  {.key = "region", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN, \
-   .env = region_env, .doc = "region (required when type is s3)"}, \
-  {.key = "endpoint", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN, \
-   .env = endpoint_env, .doc = "endpoint URL (default: AWS's for the region)"}, \
-  {.key = "access_key_id", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET, \
-   .doc = "static credential (else AWS_* env, IRSA, then IMDSv2)"}, \
-  {.key = "secret_access_key", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET, \
-   .doc = "static credential"}, \
-  {.key = "session_token", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET, \
-   .doc = "temporary credentials only"}, \
-  {0}
-
-#define GCS_ROWS(bucket_env) \
-  {.key = "bucket", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN, \
-   .env = bucket_env, .doc = "bucket (required when type is gcs)"}, \
-  {.key = "endpoint", .type = AK_OPT_STRING, .def = "https://storage.googleapis.com", .min = 1, \
-   .flags = AK_OPTF_HAS_MIN, .doc = "API endpoint"}, \
-  {.key = "auth", .type = AK_OPT_ENUM, .def = "metadata", .enum_vals = "metadata|token|none", \
-   .doc = "metadata: the instance metadata server; token: the token below; none: no credential"}, \
-  {.key = "token", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET | AK_OPTF_HAS_MIN, \
-   .doc = "bearer token, required iff auth is token"}, \
-  {0}
-
-static const ak_opt_t storage_s3_rows[] = {S3_ROWS("ANKUSA_S3_BUCKET", "ANKUSA_S3_REGION", "ANKUSA_S3_ENDPOINT")};
-static const ak_opt_t storage_gcs_rows[] = {GCS_ROWS("ANKUSA_GCS_BUCKET")};
-static const ak_opt_t store_s3_rows[] = {S3_ROWS(NULL, NULL, NULL)};
-static const ak_opt_t store_gcs_rows[] = {GCS_ROWS(NULL)};
-
-/* claim_check.store, backup.store: unset = the storage bucket. */
-static const ak_opt_t store_rows[] = {
-  {.key = "type", .type = AK_OPT_ENUM, .def = "local", .enum_vals = "local|s3|gcs", .doc = "where the objects live"},
-  {.key = "root", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "local only: the directory"},
-  {.key = "s3", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = store_s3_rows, .doc = "type s3 only"},
-  {.key = "gcs", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = store_gcs_rows, .doc = "type gcs only"},
-  {0},
-};
-
 static bool has_text(const json_t *obj, const char *key) { return json_is_string(json_object_get(obj, key)); }
-
-/* The rules of a store mapping (storage, or a claim/backup store) at path: the block of
- * its type names its bucket; a gcs token goes with auth token; root is for local. */
-static void store_check(ak_check_t *c, const char *path, const json_t *st) {
-  const char *type = json_string_value(json_object_get(st, "type"));
-  if (!type) return;
-  const json_t *s3 = json_object_get(st, "s3"), *gcs = json_object_get(st, "gcs");
-  if (!strcmp(type, "s3")) {
-    if (!has_text(s3, "bucket")) ak_check_error(c, "%s.s3.bucket: required when %s.type is s3", path, path);
-    if (!has_text(s3, "region")) ak_check_error(c, "%s.s3.region: required when %s.type is s3", path, path);
-  }
-  if (!strcmp(type, "gcs") && !has_text(gcs, "bucket"))
-    ak_check_error(c, "%s.gcs.bucket: required when %s.type is gcs", path, path);
-  if (json_is_object(gcs)) {
-    const char *auth = json_string_value(json_object_get(gcs, "auth"));
-    bool token = has_text(gcs, "token");
-    if (auth && !strcmp(auth, "token") && !token)
-      ak_check_error(c, "%s.gcs.token: required when %s.gcs.auth is token", path, path);
-    if (auth && strcmp(auth, "token") && token)
-      ak_check_error(c, "%s.gcs.token: only with %s.gcs.auth token", path, path);
-  }
-  if (has_text(st, "root") && strcmp(type, "local"))
-    ak_check_error(c, "%s.root: only with %s.type local", path, path);
-}
 
 /* -------------------------------------------------------------------- routes ---- */
 
-static const ak_opt_t routes_store_rows[] = {
+static const ak_opt_t routes_ak_blobcfg_store_rows[] = {
   {.key = "type", .type = AK_OPT_ENUM, .enum_vals = "ets|redis", .flags = AK_OPTF_NULLABLE,
    .doc = "where routes live: ets (this node) or redis (shared); a url without a type means redis. Default ets"},
   {.key = "url", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET | AK_OPTF_HAS_MIN,
@@ -158,7 +89,7 @@ static const ak_opt_t routes_rows[] = {
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "status of an IP denial: 403 or 404"},
   {.key = "trusted_proxies", .type = AK_OPT_STRLIST, .def = "[]",
    .doc = "CIDRs whose X-Forwarded-For is believed"},
-  {.key = "store", .type = AK_OPT_MAP, .children = routes_store_rows, .doc = "where routes live"},
+  {.key = "store", .type = AK_OPT_MAP, .children = routes_ak_blobcfg_store_rows, .doc = "where routes live"},
   {.key = "cache", .type = AK_OPT_MAP, .children = routes_cache_rows, .doc = "route lookup cache"},
   {.key = "ip_rules", .type = AK_OPT_MAP, .children = ip_rules_rows, .doc = "node-wide IP rules"},
   {.key = "admin", .type = AK_OPT_MAP, .children = routes_admin_rows, .doc = "route admin listener"},
@@ -195,60 +126,6 @@ const ak_module_t ak_mod_routes = {
   .check = routes_check,
 };
 
-/* ------------------------------------------------------------------- storage ---- */
-
-static const ak_opt_t storage_rows[] = {
-  {.key = "type", .type = AK_OPT_ENUM, .def = "local", .enum_vals = "local|s3|gcs", .enum_unsupported = "s3|gcs",
-   .env = "ANKUSA_STORAGE_TYPE", .doc = "where segments are archived (s3 and gcs are not supported yet)"},
-  {.key = "roll_bytes", .type = AK_OPT_INT, .def = "16777216", .min = 1, .flags = AK_OPTF_HAS_MIN,
-   .doc = "a segment rolls at this size"},
-  {.key = "roll_ms", .type = AK_OPT_INT, .def = "30000", .min = 0, .flags = AK_OPTF_HAS_MIN,
-   .doc = "or at this age, whichever comes first"},
-  {.key = "key_prefix", .type = AK_OPT_STRING, .def = "", .env = "ANKUSA_STORAGE_KEY_PREFIX",
-   .doc = "\"\" or one or more name/ parts ([A-Za-z0-9._-]) before every segment key"},
-  {.key = "s3", .type = AK_OPT_MAP, .children = storage_s3_rows, .doc = "type s3 only"},
-  {.key = "gcs", .type = AK_OPT_MAP, .children = storage_gcs_rows, .doc = "type gcs only"},
-  {0},
-};
-
-/* "" or ("name/")+ with name from [A-Za-z0-9._-]. */
-static bool key_prefix_ok(const char *p) {
-  size_t part = 0;
-  for (; *p; p++) {
-    char ch = *p;
-    if (ch == '/') {
-      if (!part) return false;
-      part = 0;
-    } else if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-               ch == '_' || ch == '-') {
-      part++;
-    } else {
-      return false;
-    }
-  }
-  return part == 0;
-}
-
-static void storage_check(ak_check_t *c, json_t *st, json_t *root) {
-  (void)root;
-  json_t *kp = json_object_get(st, "key_prefix");
-  if (json_is_string(kp) && !key_prefix_ok(json_string_value(kp))) {
-    char *r = ak_check_render(kp, false);
-    ak_check_error(c, "storage.key_prefix: invalid prefix %s; expected \"\" or one or more name/ parts "
-                   "(name from [A-Za-z0-9._-])", r ? r : "?");
-    free(r);
-  }
-  store_check(c, "storage", st);
-}
-
-const ak_module_t ak_mod_storage = {
-  .name = "storage",
-  .section = "storage",
-  .doc = "segment archive: not built yet; type local (the default) is accepted, s3 and gcs are refused",
-  .options = storage_rows,
-  .check = storage_check,
-};
-
 /* --------------------------------------------------------------- claim_check ---- */
 
 static const ak_opt_t claim_check_rows[] = {
@@ -259,7 +136,7 @@ static const ak_opt_t claim_check_rows[] = {
    .doc = "target size of one pack object"},
   {.key = "retention_days", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
    .doc = "local claims kept this long; null: no sweeper"},
-  {.key = "store", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = store_rows,
+  {.key = "store", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = ak_blobcfg_store_rows,
    .doc = "where claims live (unset: the storage bucket)"},
   {0},
 };
@@ -274,7 +151,7 @@ static bool is_loopback(const char *ip) {
 
 static void claim_check_check(ak_check_t *c, json_t *cc, json_t *root) {
   json_t *store = json_object_get(cc, "store");
-  if (json_is_object(store)) store_check(c, "claim_check.store", store);
+  if (json_is_object(store)) ak_blobcfg_check(c, "claim_check.store", store);
   const char *ip = json_string_value(json_object_get(cc, "ip"));
   json_t *ps = json_object_get(json_object_get(root, "admin"), "principals");
   if (ip && !is_loopback(ip) && json_array_size(ps) == 0 && !ak_check_reported_under(c, "admin.principals"))
@@ -298,7 +175,7 @@ static const ak_opt_t backup_rows[] = {
   {.key = "interval_ms", .type = AK_OPT_INT, .def = "60000", .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "how often a checkpoint is uploaded"},
   {.key = "keep", .type = AK_OPT_INT, .def = "3", .min = 1, .flags = AK_OPTF_HAS_MIN, .doc = "backups kept"},
-  {.key = "store", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = store_rows,
+  {.key = "store", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = ak_blobcfg_store_rows,
    .doc = "where backups live (unset: the storage bucket)"},
   {0},
 };
@@ -306,7 +183,7 @@ static const ak_opt_t backup_rows[] = {
 static void backup_check(ak_check_t *c, json_t *b, json_t *root) {
   (void)root;
   json_t *store = json_object_get(b, "store");
-  if (json_is_object(store)) store_check(c, "backup.store", store);
+  if (json_is_object(store)) ak_blobcfg_check(c, "backup.store", store);
 }
 
 const ak_module_t ak_mod_backup = {

@@ -263,6 +263,7 @@ struct ak_dispatch {
   uint64_t dlow_written, dlow_batch; /* m:dlow as written, and as put in the open batch (0: none) */
   uint64_t reclaimed_to;
   uint64_t reclaimed_hooks;      /* minus m:hook_count:r */
+  _Atomic uint64_t archived_below; /* the compactor's cursor as it wrote it (storage role) */
   tenant_t **dirty;
   size_t ndirty, capdirty;
   ak_list_t lactive;             /* tenants with log entries or overflow */
@@ -283,7 +284,7 @@ struct ak_dispatch {
   _Atomic int pub_has_room;
 
   ak_series_t *g_pending, *g_scheduled, *g_inflight, *g_dead, *g_oldest, *g_running, *g_claimed, *g_runnable,
-      *g_active, *g_breakers, *c_transitions, *c_write_fail, *g_claimed_bytes, *c_spills, *g_log_entries;
+      *g_active, *g_breakers, *c_transitions, *c_write_fail, *c_reclaim_fail, *g_claimed_bytes, *c_spills, *g_log_entries;
   ak_family_t *f_tenant_pending, *f_tenant_inflight, *f_transitions;
   ak_series_t *g_tenants;
   uint64_t transitions_seen;
@@ -1048,11 +1049,26 @@ static ak_batch_t *batch(ak_dispatch_t *d, int64_t now) {
 static bool op_begin(ak_dispatch_t *d);
 static void op_end(ak_dispatch_t *d);
 
+/* How far reclaim may go: the log's low mark as written, and while the storage role runs
+ * no further than the compactor's cursor, so a hook leaves the store only once it is both
+ * delivered and archived. */
+static uint64_t reclaim_limit(ak_dispatch_t *d) {
+  uint64_t to = d->dlow_written;
+  if (d->inst->roles & AK_ROLE_STORAGE) {
+    uint64_t a = atomic_load(&d->archived_below);
+    if (a < to) to = a;
+  }
+  return to;
+}
+
+void ak_dispatch_archived_below(ak_dispatch_t *d, uint64_t seq) {
+  if (!d) return;
+  uint64_t cur = atomic_load(&d->archived_below);
+  while (seq > cur && !atomic_compare_exchange_weak(&d->archived_below, &cur, seq)) {
+  }
+}
+
 static void reclaim_note(ak_dispatch_t *d, uint64_t seq, const uint8_t id[16]) {
-  /* While the storage role runs, nothing is reclaimed: the archive compactor (a later
-   * issue) has not archived the hook, and reclaim will take the lower of its cursor and
-   * the dispatcher's. */
-  if (d->inst->roles & AK_ROLE_STORAGE) return;
   /* the candidate is written with the outcome that made it one, so a kill before the
    * hook's delete leaves it to the next start instead of nobody */
   if (op_begin(d)) {
@@ -1148,7 +1164,7 @@ static void reclaim(ak_dispatch_t *d) {
       ak_store_unpin(st);
     }
     if (ak_store_write(st, wb, false, &cls, &err) != 0) {
-      ak_counter_add(d->c_write_fail, 1);
+      ak_counter_add(d->c_reclaim_fail, 1);
       free(err);
     } else {
       reclaimed(d, n);
@@ -1698,12 +1714,11 @@ static bool has_seq(const uint64_t *v, size_t n, uint64_t seq) {
   return lo < n && v[lo] == seq;
 }
 
-/* Hooks below the log's low mark whose deliveries all settled without a row of their own
- * are deleted, RECLAIM_CHUNK at a time, with their markers and unsealed id keys. Not while
- * the storage role runs: the compactor (a later issue) has not archived them. */
+/* Hooks below the reclaim limit (the log's low mark, and the compactor's cursor while the
+ * storage role runs) whose deliveries all settled without a row of their own are deleted,
+ * RECLAIM_CHUNK at a time, with their markers and unsealed id keys. */
 static void log_reclaim(ak_dispatch_t *d) {
-  if (d->inst->roles & AK_ROLE_STORAGE) return;
-  uint64_t from = d->reclaimed_to, to = d->dlow_written;
+  uint64_t from = d->reclaimed_to, to = reclaim_limit(d);
   if (to <= from) return;
   if (to - from > RECLAIM_CHUNK) to = from + RECLAIM_CHUNK;
   ak_store_t *st = d->inst->store;
@@ -1745,7 +1760,7 @@ static void log_reclaim(ak_dispatch_t *d) {
   ak_wf_class_t cls;
   char *err = NULL;
   if (ak_store_write(st, wb, false, &cls, &err) != 0) {
-    ak_counter_add(d->c_write_fail, 1);
+    ak_counter_add(d->c_reclaim_fail, 1);
     free(err);
   } else {
     d->reclaimed_to = to;
@@ -2589,7 +2604,7 @@ static void *run(void *arg) {
       d->last_tick_ms = now;
       log_refill(d, now);
       for (size_t i = 0; i < d->nlsets; i++) lset_ordered(d, d->lsets[i]);
-      if (d->reclaimed_to < d->dlow_written && !(d->inst->roles & AK_ROLE_STORAGE)) log_reclaim(d);
+      if (d->reclaimed_to < reclaim_limit(d)) log_reclaim(d);
       publish(d, now);
       if (d->tick && !stopping) d->tick(d->tick_ctx, now);
       if (now - last_gauge >= 1000) {
@@ -2812,6 +2827,12 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
                                        (const char *const[]){"instance", "sink", "state", NULL}, NULL, 0);
   d->g_tenants = ak_metrics_instance_series(m, in, "ankusa_tenants", "Tenants the scheduler keeps queue counters for (seen with delivery rows since start).", AK_METRIC_GAUGE);
   d->c_write_fail = ak_metrics_instance_series(m, in, "ankusa_dispatch_write_failures_total", "Outcome batches the store refused (those rows are delivered again).", AK_METRIC_COUNTER);
+  {
+    const char *const sl[] = {"instance", "stage", NULL};
+    ak_family_t *ff = ak_metrics_family(m, AK_METRIC_COMPACT_FAILURES, AK_METRIC_COMPACT_FAILURES_HELP,
+                                        AK_METRIC_COUNTER, sl, NULL, 0);
+    d->c_reclaim_fail = ak_metrics_series(ff, (const char *const[]){in, "reclaim"});
+  }
   d->c_spills = ak_metrics_instance_series(m, in, "ankusa_dispatch_log_spills_total", "Deliveries moved off the hook log into rows of their own because settled ones waited behind them (docs/storage.md).", AK_METRIC_COUNTER);
   d->g_log_entries = ak_metrics_instance_series(m, in, "ankusa_dispatch_log_hooks", "Hooks with unsettled deliveries the dispatcher holds in memory (the hook log's window).", AK_METRIC_GAUGE);
   const char *const tl[] = {"instance", "tenant", NULL};

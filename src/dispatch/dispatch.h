@@ -104,6 +104,18 @@ void ak_dispatch_queue_counts(ak_dispatch_t *d, ak_dispatch_counts_t *out);
 typedef void (*ak_dispatch_settled_fn)(void *ctx, const uint8_t replay_id[16], bool delivered);
 void ak_dispatch_on_replay_settled(ak_dispatch_t *d, ak_dispatch_settled_fn fn, void *ctx);
 
+/* ankusa_compact_failures_total{stage}: the archive's stages (segment, retention) and the
+ * hook reclaim sweep (reclaim), which runs here. */
+#define AK_METRIC_COMPACT_FAILURES "ankusa_compact_failures_total"
+#define AK_METRIC_COMPACT_FAILURES_HELP \
+  "Archive failures by stage: segment (a segment was not written), retention (the retention sweep), reclaim " \
+  "(the hook reclaim sweep)."
+
+/* The compactor's cursor (archive/compactor.c), once written: every hook below seq is
+ * archived. While the storage role runs, reclaim goes no further (it starts at 0: nothing
+ * archived). Any thread; never moves back. */
+void ak_dispatch_archived_below(ak_dispatch_t *d, uint64_t seq);
+
 /* Called on the dispatch thread about every 100 ms (replay jobs drip from here). */
 typedef void (*ak_dispatch_tick_fn)(void *ctx, int64_t now_ms);
 void ak_dispatch_on_tick(ak_dispatch_t *d, ak_dispatch_tick_fn fn, void *ctx);

@@ -857,6 +857,8 @@ void ak_writer_note_reclaimed(ak_writer_t *w, uint64_t n) {
   ak_gauge_set(w->m_hooks, (double)left);
 }
 
+uint64_t ak_writer_committed_below(ak_writer_t *w) { return safe_below(w, -1); }
+
 uint64_t ak_writer_next_seq(ak_writer_t *w) {
   pthread_mutex_lock(&w->mu);
   uint64_t s = w->next_seq;

@@ -120,6 +120,9 @@ bool ak_writer_ready(ak_writer_t *w, const char **reason);
 /* The seq the next committed hook gets, and the hooks held in the store. */
 uint64_t ak_writer_next_seq(ak_writer_t *w);
 uint64_t ak_writer_hooks(ak_writer_t *w);
+/* Every seq below the answer is committed or void (never will be): the next seq, or the
+ * first seq of a batch some writer thread is committing. Any thread. */
+uint64_t ak_writer_committed_below(ak_writer_t *w);
 /* n hooks were reclaimed (their delete, with m:hook_count:r, is written): the hook count
  * and its gauge drop. Any thread. */
 void ak_writer_note_reclaimed(ak_writer_t *w, uint64_t n);

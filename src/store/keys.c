@@ -2,7 +2,7 @@
 #include <string.h>
 #include "store/keys.h"
 
-const char *const ak_cf_names[AK_CF_COUNT] = {"default", "hooks", "deliveries", "index", "quarantine", "audit", "dedupe"};
+const char *const ak_cf_names[AK_CF_COUNT] = {"default", "hooks", "deliveries", "index", "quarantine", "audit", "dedupe", "archive"};
 
 void ak_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
 void ak_put_u32(uint8_t *p, uint32_t v) {

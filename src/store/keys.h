@@ -11,7 +11,7 @@
 /* a family added later is created at open (create_missing_column_families): an older store
  * opens fine and starts it empty */
 enum { AK_CF_DEFAULT = 0, AK_CF_HOOKS, AK_CF_DELIVERIES, AK_CF_INDEX, AK_CF_QUARANTINE, AK_CF_AUDIT, AK_CF_DEDUPE,
-       AK_CF_COUNT };
+       AK_CF_ARCHIVE, AK_CF_COUNT };
 extern const char *const ak_cf_names[AK_CF_COUNT];
 
 /* default CF meta keys */
@@ -47,6 +47,15 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 /* dc:<tenant> -> u64: the tenant's log cursor: every delivery of its hooks below it is
  * settled; only meaningful at or above m:dlow */
 #define AK_KEY_TENANT_CURSOR "dc:"
+
+/* m:acursor -> u64: the compactor's cursor: every hook below it is in a catalogued
+ * segment (archive/compactor.c); reclaim takes the lower of it and m:dlow */
+#define AK_KEY_ARCHIVE_CURSOR "m:acursor"
+/* m:aexpired -> u64: archive retention deleted every segment whose hooks all lie below it */
+#define AK_KEY_ARCHIVE_EXPIRED "m:aexpired"
+
+/* archive CF: the catalogue, one row per segment (archive/catalogue.h) */
+#define AK_ARC_SEGMENT 'S' /* 'S' first_seq:64 -> catalogue row v1 */
 
 /* index CF tags */
 #define AK_IDX_DUE 'd'     /* 'd' tlen:8 tenant at:64 seq:64 sink:16 -> due value v1 */

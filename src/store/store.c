@@ -520,6 +520,9 @@ bool ak_store_is_open(ak_store_t *st) {
 const char *ak_store_path(const ak_store_t *st) { return st->path; }
 double ak_store_last_open_seconds(const ak_store_t *st) { return st->open_seconds; }
 uint64_t ak_store_next_seq(const ak_store_t *st) { return st->next_seq; }
+void ak_store_raise_next_seq(ak_store_t *st, uint64_t seq) {
+  if (seq > st->next_seq) st->next_seq = seq;
+}
 uint64_t ak_store_hook_count(const ak_store_t *st) { return st->hook_count; }
 const uint8_t *ak_store_id_key(const ak_store_t *st) { return st->has_id_key ? st->id_key : NULL; }
 

@@ -47,6 +47,9 @@ void ak_store_thread_init(void);
 void ak_store_close(ak_store_t *st);
 bool ak_store_is_open(ak_store_t *st);
 const char *ak_store_path(const ak_store_t *st);
+/* The archive found hooks up to seq - 1 (archive/compactor.c's boot reconcile, which wrote
+ * m:next_seq:a synced): the next seq handed out is at least seq. Before the writer opens. */
+void ak_store_raise_next_seq(ak_store_t *st, uint64_t seq);
 double ak_store_last_open_seconds(const ak_store_t *st);
 
 /* Values read at open. */

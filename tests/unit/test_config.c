@@ -146,6 +146,13 @@ Test(config, defaults_from_empty_document) {
               "\"dedupe\":{\"max_entries\":10000000,\"max_entries_per_tenant\":1000000,\"sweep_interval_ms\":10000},"
               "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false,\"guard_static_sources\":false},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
+              "\"storage\":{\"type\":\"local\",\"roll_bytes\":16777216,\"roll_ms\":30000,\"interval_ms\":1000,"
+              "\"key_prefix\":\"\",\"catalogue_retention_days\":null,"
+              "\"s3\":{\"bucket\":null,\"region\":null,\"endpoint\":null,\"access_key_id\":null,"
+              "\"secret_access_key\":null,\"session_token\":null},"
+              "\"gcs\":{\"bucket\":null,\"endpoint\":\"https://storage.googleapis.com\",\"auth\":\"metadata\","
+              "\"token\":null}},"
+              "\"archive\":{\"retention_days\":null},"
               "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000,\"principals\":[]},"
               "\"listener\":{\"drain_delay_ms\":5000,\"drain_timeout_ms\":30000,\"loops\":0,\"max_connections\":20000,"
               "\"max_connections_per_client\":0,\"max_request_line_bytes\":8192,\"max_header_bytes\":32768,\"max_headers\":100,"
@@ -154,11 +161,6 @@ Test(config, defaults_from_empty_document) {
               "\"http\":{\"ip\":null,\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
               "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,\"max_queue_bytes\":268435456,\"tenant_max_queue\":2500,\"tenant_max_queue_bytes\":67108864},"
               "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
-              "\"storage\":{\"type\":\"local\",\"roll_bytes\":16777216,\"roll_ms\":30000,\"key_prefix\":\"\","
-              "\"s3\":{\"bucket\":null,\"region\":null,\"endpoint\":null,\"access_key_id\":null,"
-              "\"secret_access_key\":null,\"session_token\":null},"
-              "\"gcs\":{\"bucket\":null,\"endpoint\":\"https://storage.googleapis.com\",\"auth\":\"metadata\","
-              "\"token\":null}},"
               "\"claim_check\":{\"port\":4001,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,"
               "\"retention_days\":null},"
               "\"backup\":{\"enabled\":false,\"interval_ms\":60000,\"keep\":3}}");
@@ -1243,8 +1245,8 @@ Test(config, root_options_table) {
   cr_assert_eq(ak_config_load_string(ak_modules(), "", 0, env, &cfg, &err), 0, "%s", err);
   const ak_opt_t *rows = ak_config_root_options(cfg);
   const char *want[] = {"node", "log", "metrics", "sources", "source_store", "audit", "store_headers", "routes",
-                        "rate_limits", "admission", "quarantine", "dedupe", "egress", "dispatch", "admin", "listener", "http", "batcher",
-                        "wal", "storage", "claim_check", "backup", "lifecycle"};
+                        "rate_limits", "admission", "quarantine", "dedupe", "egress", "dispatch", "storage", "archive", "admin", "listener",
+                        "http", "batcher", "wal", "claim_check", "backup", "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {
     cr_assert_lt(n, sizeof want / sizeof want[0]);

@@ -56,7 +56,12 @@ int main(int argc, char **argv) {
   ak_httpc_t *hc = ak_httpc_new(&(ak_httpc_opts_t){.name = "blobtool"}, err, sizeof err);
   if (!hc) return fail("http client", err);
   ak_blob_t *b = ak_blob_open(cfg, "/tmp/blobtool-root", hc, err, sizeof err);
-  if (!b) return fail("open", err);
+  if (!b) {
+    /* freed so that the sanitizer run reports the adapters' leaks, not ours */
+    ak_httpc_free(hc);
+    json_decref(cfg);
+    return fail("open", err);
+  }
   const char *op = argv[2], *key = argv[3];
   int rc = AK_BLOB_ERROR;
   if (!strcmp(op, "put") && argc >= 5) {

@@ -456,6 +456,7 @@ def expiration(minutes=60):
 
 def test_credentials_from_web_identity(tmp_path, proxy, standins):
     role, jwt = "arn:aws:iam::123456789012:role/ankusa-archive", "eyJhbGciOi.web-identity+token/=="
+    lifetime = {"minutes": 60}
 
     def sts(method, path, hdrs, body):
         form = urllib.parse.parse_qs(body.decode(), keep_blank_values=True, strict_parsing=True)
@@ -470,7 +471,7 @@ def test_credentials_from_web_identity(tmp_path, proxy, standins):
             "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
             "<AssumeRoleWithWebIdentityResult><Credentials>"
             f"<AccessKeyId>{WKEY}</AccessKeyId><SecretAccessKey>{esc(WSECRET)}</SecretAccessKey>"
-            f"<SessionToken>{esc(WTOKEN)}</SessionToken><Expiration>{expiration()}</Expiration>"
+            f"<SessionToken>{esc(WTOKEN)}</SessionToken><Expiration>{expiration(**lifetime)}</Expiration>"
             "</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>").encode()
 
     s = standins(sts)
@@ -486,6 +487,11 @@ def test_credentials_from_web_identity(tmp_path, proxy, standins):
     # one STS call per blobtool run (get = head + range: the second uses the cache)
     assert len(s.seen) == 2
     assert s.seen[0][2].get("content-type") == "application/x-www-form-urlencoded"
+    # credentials within 5 minutes of their expiry are not reused: each op asks again
+    lifetime["minutes"] = 4
+    assert get(cfg, key, env=env) == b"web identity"
+    assert len(s.seen) == 4
+    lifetime["minutes"] = 60
     # another token: STS refuses it, and the error says so without the token
     token_file.write_text("someone-else\n")
     r = blobtool(cfg, "head", key, env=env)

@@ -212,15 +212,15 @@ static void wake_worker(worker_t *w) {
 
 /* ---- answering -------------------------------------------------------------------- */
 
-/* An answered request: its memory waits on the worker's recycle list until the end of the
- * batch, then goes to free_reqs for submit to reuse (or back to malloc when it is large or
- * enough are kept already). Worker thread. */
 /* A signed request's secret does not outlive it in memory that is reused or freed. */
 static void req_wipe(req_t *r) {
   if (r->userpwd_len) explicit_bzero((void *)r->userpwd, r->userpwd_len);
   r->userpwd_len = 0;
 }
 
+/* An answered request: its memory waits on the worker's recycle list until the end of the
+ * batch, then goes to free_reqs for submit to reuse (or back to malloc when it is large or
+ * enough are kept already). Worker thread. */
 static void req_recycle(worker_t *w, req_t *r) {
   req_wipe(r);
   ak_buf_free(&r->resp);

@@ -23,13 +23,26 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
-if [ "${#missing[@]}" -eq 0 ]; then
-  exit 0
+if [ "${#missing[@]}" -ne 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "deps: installing ${missing[*]}" >&2
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# npm tools the e2e tests run (not in Debian): into .deps/npm (git-ignored), only when
+# missing. s3rver stands in for S3 behind tests/e2e/s3proxy.py (DESIGN.md §8).
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NPM_PREFIX="$ROOT/.deps/npm"
+S3RVER_VERSION=3.7.1
+if [ "$(node -p "require('$NPM_PREFIX/node_modules/s3rver/package.json').version" 2>/dev/null)" != "$S3RVER_VERSION" ]; then
+  if ! command -v npm >/dev/null; then
+    echo "deps: npm is missing: cannot install s3rver@$S3RVER_VERSION (the S3 e2e tests will fail)" >&2
+  else
+    echo "deps: installing s3rver@$S3RVER_VERSION into $NPM_PREFIX" >&2
+    mkdir -p "$NPM_PREFIX"
+    npm install --prefix "$NPM_PREFIX" --no-audit --no-fund --loglevel=error "s3rver@$S3RVER_VERSION" >/dev/null
+  fi
+fi

@@ -78,6 +78,7 @@ typedef struct easy {
   long timeout_ms;   /* as last set; -1 = never */
   int kind;          /* K_* last set */
   char custom[24];   /* CUSTOMREQUEST last set ("" = none) */
+  bool sigv4;        /* AWS_SIGV4 and USERPWD are set: cleared when the request ends */
   /* the last address a request on this handle was allowed to send to, and by whom: the
    * next one to the same address under the same policy needs no second look */
   ak_httpc_addr_fn ok_fn;
@@ -100,6 +101,9 @@ struct req {
   void *addr_ctx;
   const char *url;
   const char *custom; /* NULL = POST (K_POST), GET or HEAD */
+  const char *sigv4;  /* CURLOPT_AWS_SIGV4, or NULL */
+  const char *userpwd; /* with sigv4: key id and secret (wiped when r is recycled) */
+  size_t userpwd_len;
   int kind;
   const uint8_t *body;
   size_t body_len;
@@ -208,10 +212,17 @@ static void wake_worker(worker_t *w) {
 
 /* ---- answering -------------------------------------------------------------------- */
 
+/* A signed request's secret does not outlive it in memory that is reused or freed. */
+static void req_wipe(req_t *r) {
+  if (r->userpwd_len) explicit_bzero((void *)r->userpwd, r->userpwd_len);
+  r->userpwd_len = 0;
+}
+
 /* An answered request: its memory waits on the worker's recycle list until the end of the
  * batch, then goes to free_reqs for submit to reuse (or back to malloc when it is large or
  * enough are kept already). Worker thread. */
 static void req_recycle(worker_t *w, req_t *r) {
+  req_wipe(r);
   ak_buf_free(&r->resp);
   r->next = w->recycle;
   w->recycle = r;
@@ -564,6 +575,13 @@ static bool req_start(worker_t *w, req_t *r, const char **why) {
     SET(CURLOPT_URL, r->url);
   }
   SET(CURLOPT_HTTPHEADER, r->hdrs);
+  if (r->sigv4) {
+    /* libcurl signs from the request it is about to send, so every attempt (a submit of
+     * its own) carries a fresh date and signature */
+    SET(CURLOPT_AWS_SIGV4, r->sigv4);
+    SET(CURLOPT_USERPWD, r->userpwd);
+    x->sigv4 = true;
+  }
   if (x->timeout_ms != r->timeout_ms) {
     SET(CURLOPT_TIMEOUT_MS, r->timeout_ms);
     SET(CURLOPT_CONNECTTIMEOUT_MS, r->timeout_ms);
@@ -601,9 +619,16 @@ static bool req_start(worker_t *w, req_t *r, const char **why) {
 }
 #undef SET
 
-/* A handle back to the idle ones, or freed when they are enough already. */
+/* A handle back to the idle ones, or freed when they are enough already. The credentials
+ * of a signed request do not stay behind in it (nor does its way of authenticating). */
 static void easy_release(worker_t *w, easy_t *x) {
   x->r = NULL;
+  if (x->sigv4) {
+    curl_easy_setopt(x->e, CURLOPT_USERPWD, NULL);
+    curl_easy_setopt(x->e, CURLOPT_AWS_SIGV4, NULL);
+    curl_easy_setopt(x->e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+    x->sigv4 = false;
+  }
   if (w->nspare < w->c->max_active) w->spare[w->nspare++] = x;
   else easy_free(x);
 }
@@ -1082,6 +1107,8 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
 
   size_t body_len = kind == K_POST ? req->body_len : 0;
   size_t url_len = strlen(req->url) + 1, custom_len = custom ? strlen(custom) + 1 : 0, lines_len = 0;
+  size_t sigv4_len = req->aws_sigv4 ? strlen(req->aws_sigv4) + 1 : 0;
+  size_t userpwd_len = req->aws_sigv4 && req->userpwd ? strlen(req->userpwd) + 1 : 0;
   size_t lens[64]; /* each line measured once, when there are not too many */
   for (size_t i = 0; i < req->nheaders; i++) {
     size_t l = strlen(req->headers[i]) + 1;
@@ -1091,7 +1118,7 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
   size_t want_len = 0;
   for (size_t i = 0; i < req->nwant; i++) want_len += strlen(req->want_headers[i]) + 1 + AK_HTTPC_VALUE_MAX;
   size_t nodes_len = req->nheaders * sizeof(struct curl_slist);
-  size_t need = nodes_len + body_len + url_len + custom_len + lines_len + want_len;
+  size_t need = nodes_len + body_len + url_len + custom_len + lines_len + want_len + sigv4_len + userpwd_len;
   worker_t *w = pick_worker(c);
   req_t *r = NULL;
   pthread_mutex_lock(&w->free_mu);
@@ -1145,6 +1172,13 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
     p += l;
   }
   r->hdrs = req->nheaders ? nodes : NULL;
+  if (sigv4_len) {
+    r->sigv4 = memcpy(p, req->aws_sigv4, sigv4_len);
+    p += sigv4_len;
+    r->userpwd = userpwd_len ? memcpy(p, req->userpwd, userpwd_len) : "";
+    r->userpwd_len = userpwd_len;
+    p += userpwd_len;
+  }
   if (req->user_len) memcpy(r->user.bytes, req->user, req->user_len);
   for (size_t i = 0; i < req->nwant; i++) {
     size_t l = strlen(req->want_headers[i]);
@@ -1160,6 +1194,7 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
   int rc = w->stop ? AK_HTTPC_STOPPED : !reserve_outstanding(c) ? AK_HTTPC_BUSY : 0;
   if (rc != 0) {
     pthread_mutex_unlock(&w->mu);
+    req_wipe(r);
     free(r);
     return rc;
   }

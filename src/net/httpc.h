@@ -66,6 +66,11 @@ typedef struct ak_httpc_req {
   const void *owner;               /* a tag ak_httpc_cancel finds the request by; NULL = none */
   const void *user;                /* user_len (<= AK_HTTPC_USER_MAX) bytes of the caller's, */
   size_t user_len;                 /* handed back in the completion: no allocation of its own */
+  const char *aws_sigv4;           /* libcurl's CURLOPT_AWS_SIGV4 ("aws:amz:REGION:SERVICE"):
+                                      libcurl signs the request (host, x-amz-date and every
+                                      header line above); NULL = unsigned */
+  const char *userpwd;             /* with aws_sigv4: "ACCESS_KEY_ID:SECRET" (a secret: never in
+                                      a why, a log line, or a handle once the request ends) */
 } ak_httpc_req_t;
 
 typedef enum {

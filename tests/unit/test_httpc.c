@@ -455,6 +455,44 @@ Test(httpc, methods_on_a_reused_handle) {
   srv_stop(s);
 }
 
+/* aws_sigv4 + userpwd: libcurl signs the request (the header lines we hand it included),
+ * and the handle, reused for an unsigned request next, carries no credentials over. */
+Test(httpc, aws_sigv4_signs_and_leaves_nothing_behind) {
+  srv_t *s = srv_start();
+  ak_httpc_t *c = client(1, 0, 1);
+  static waiter_t w;
+  const char *lines[] = {"x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"};
+  for (int round = 0; round < 2; round++) {
+    run(c, &(ak_httpc_req_t){.method = "GET", .url = url(s, "/status/200"), .headers = lines, .nheaders = 1,
+                             .timeout_ms = 5000, .max_response_bytes = 64, .aws_sigv4 = "aws:amz:eu-west-3:s3",
+                             .userpwd = "AKIDEXAMPLE:the-secret/key"},
+        &w);
+    cr_expect_eq(w.result, AK_HTTPC_OK, "%s", w.why);
+    pthread_mutex_lock(&s->mu);
+    char v[512];
+    cr_expect(head_value(s->head, "authorization", v, sizeof v) != NULL, "signed");
+    cr_expect(strncmp(v, "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/", 40) == 0, "%s", v);
+    cr_expect(strstr(v, "/eu-west-3/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
+                        "Signature=") != NULL,
+              "our header line is signed: %s", v);
+    cr_expect(head_value(s->head, "x-amz-date", v, sizeof v) != NULL);
+    cr_expect_null(strstr(s->head, "the-secret"), "the secret is never sent");
+    pthread_mutex_unlock(&s->mu);
+    /* the same handle, unsigned: no authorization, no date of libcurl's */
+    run(c, &(ak_httpc_req_t){.method = "GET", .url = url(s, "/status/200"), .timeout_ms = 5000,
+                             .max_response_bytes = 64},
+        &w);
+    cr_expect_eq(w.result, AK_HTTPC_OK, "%s", w.why);
+    pthread_mutex_lock(&s->mu);
+    cr_expect_null(head_value(s->head, "authorization", v, sizeof v), "nothing carried over: %s", s->head);
+    cr_expect_null(head_value(s->head, "x-amz-date", v, sizeof v));
+    pthread_mutex_unlock(&s->mu);
+  }
+  cr_expect_eq(srv_accepts(s), 1, "one kept connection for all of them");
+  ak_httpc_free(c);
+  srv_stop(s);
+}
+
 Test(httpc, timeout) {
   srv_t *s = srv_start();
   ak_httpc_t *c = client(0, 0, 0);

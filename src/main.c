@@ -64,8 +64,8 @@ static int load_config(const char *path, ak_config_t **cfg) {
 }
 
 /* The original's success line: `config OK: roles=[:edge, :dispatch, :storage] sources=a,b
- * wal=disk`, the roles as Elixir prints a list of atoms. Its `storage=<blob module>` field
- * names an archive store, which this build has not (docs/configuration.md). */
+ * wal=disk storage=Ankusa.BlobStore.LocalFS`, the roles as Elixir prints a list of atoms and
+ * the archive's blob store by the original's module name (as GET /v1/config names it). */
 static int cmd_check(const char *path) {
   ak_config_t *cfg;
   int rc = load_config(path, &cfg);
@@ -81,7 +81,9 @@ static int cmd_check(const char *path) {
   }
   printf("] sources=");
   for (size_t i = 0; i < sc->n; i++) printf("%s%s", i ? "," : "", sc->v[i].id);
-  printf(" wal=%s\n", ak_wal_type_text(ak_wal_cfg(cfg)->type));
+  printf(" wal=%s", ak_wal_type_text(ak_wal_cfg(cfg)->type));
+  const char *st = json_string_value(json_object_get(json_object_get(cfg->effective, "storage"), "type"));
+  printf(" storage=Ankusa.BlobStore.%s\n", st && !strcmp(st, "s3") ? "S3" : st && !strcmp(st, "gcs") ? "GCS" : "LocalFS");
   ak_config_free(cfg);
   return 0;
 }

@@ -74,8 +74,8 @@ struct ak_archive {
 /* ------------------------------------------------------------------ config ---- */
 
 static const ak_opt_t storage_rows[] = {
-  {.key = "type", .type = AK_OPT_ENUM, .def = "local", .enum_vals = "local|s3|gcs", .enum_unsupported = "s3|gcs",
-   .env = "ANKUSA_STORAGE_TYPE", .doc = "where segments are archived (s3 and gcs are not supported yet)",
+  {.key = "type", .type = AK_OPT_ENUM, .def = "local", .enum_vals = "local|s3|gcs",
+   .env = "ANKUSA_STORAGE_TYPE", .doc = "where segments are archived: local (<data_dir>/default/segments), s3, gcs",
    AK_AT(ak_storage_cfg_t, type)},
   {.key = "roll_bytes", .type = AK_OPT_INT, .def = "16777216", .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "a segment is cut at this size", AK_AT(ak_storage_cfg_t, roll_bytes)},

@@ -20,6 +20,10 @@
    .doc = "static credential"}, \
   {.key = "session_token", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET, \
    .doc = "temporary credentials only"}, \
+  {.key = "timeout_ms", .type = AK_OPT_INT, .def = "10000", .min = 1, .max = 600000, \
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "one request's budget (each attempt)"}, \
+  {.key = "retries", .type = AK_OPT_INT, .def = "2", .min = 0, .max = 10, .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, \
+   .doc = "attempts after the first on a transport error, 408, 429 or 5xx (200 ms, then 1 s apart)"}, \
   {0}
 
 #define GCS_ROWS(bucket_env) \

@@ -43,7 +43,7 @@ def test_check_config_ok_line_sorts_sources(tmp_path):
     p = run_cli("check-config", "--config", cfg)
     assert p.returncode == 0, p.stderr
     # the original's line: roles as Elixir prints a list of atoms
-    assert p.stdout == "config OK: roles=[:edge, :dispatch, :storage] sources=a,b wal=disk\n", p.stdout
+    assert p.stdout == "config OK: roles=[:edge, :dispatch, :storage] sources=a,b wal=disk storage=Ankusa.BlobStore.LocalFS\n", p.stdout
     assert not (tmp_path / "d").exists(), "check-config must not create the data dir"
 
 
@@ -305,8 +305,6 @@ def test_later_section_restating_defaults_loads(tmp_path, section):
 LATER_REFUSED = [
     pytest.param("routes: {enabled: true}\n", {},
                  "  routes.enabled: true is not supported yet; set it to false or remove it", id="routes-enabled"),
-    pytest.param("storage: {type: s3, s3: {bucket: b, region: r}}\n", {},
-                 '  storage.type: "s3" is not supported yet', id="storage-s3"),
     pytest.param("backup: {enabled: true}\n", {},
                  "  backup.enabled: true is not supported yet; set it to false or remove it", id="backup-enabled"),
     pytest.param("lifecycle:\n  sinks: [{type: log}]\n", {},
@@ -323,8 +321,6 @@ LATER_REFUSED = [
     pytest.param("", {"ANKUSA_BACKUP_ENABLED": "TRUE"},
                  "  backup.enabled (from ANKUSA_BACKUP_ENABLED): true is not supported yet; set it to false or "
                  "remove it", id="backup-enabled-env"),
-    pytest.param("", {"ANKUSA_STORAGE_TYPE": "gcs"},
-                 '  storage.type (from ANKUSA_STORAGE_TYPE): "gcs" is not supported yet', id="storage-gcs-env"),
 ]
 
 

@@ -325,7 +325,7 @@ def test_compose_config_passes_check_config():
     """The quickstart topology: its operator-written http://worker:8080/hooks sink is trusted."""
     p = run_cli("check-config", "--config", COMPOSE_CONFIG)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "config OK: roles=[:edge, :dispatch, :storage] sources=demo wal=disk"
+    assert p.stdout.strip() == "config OK: roles=[:edge, :dispatch, :storage] sources=demo wal=disk storage=Ankusa.BlobStore.LocalFS"
 
 
 def test_compose_admin_on_any_address_without_principals_is_refused(tmp_path):

@@ -15,6 +15,8 @@
 #include "admin/sources_api.h"
 #include "archive/catalogue.h"
 #include "archive/compactor.h"
+#include "archive/segment.h"
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/config_view.h"
@@ -38,7 +40,7 @@ static void usage(FILE *f) {
           "       ankusa check-config [--config FILE]\n"
           "       ankusa print-config [--config FILE]\n"
           "       ankusa healthcheck [--config FILE]   (GET /ready on ingest, then admin; exit 0 or 1)\n"
-          "       ankusa inspect hooks --data-dir DIR\n"
+          "       ankusa inspect hooks --data-dir DIR [--archive [--config FILE]]   (--archive: archived ones too)\n"
           "       ankusa inspect rows --data-dir DIR [--cf NAME] [--prefix TEXT]   (every row, raw)\n"
           "       ankusa inspect segments [--config FILE] [--data-dir DIR]   (the archive catalogue)\n"
           "       ankusa inspect hook ID [--config FILE] [--data-dir DIR]   (from the store or the archive)\n"
@@ -104,6 +106,8 @@ static int cmd_print(const char *path) {
 typedef struct {
   unsigned long long n;
   int bad;
+  uint64_t *seqs; /* --archive: the seqs printed from the store, in order */
+  size_t nseqs, capseqs;
 } inspect_ctx_t;
 
 static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
@@ -123,6 +127,62 @@ static int inspect_one(const char *k, size_t kl, const char *v, size_t vl, void 
   json_decref(j);
   ak_envelope_clear(&env);
   ic->n++;
+  if (ic->capseqs != (size_t)-1 && ak_buf_grow(&ic->seqs, &ic->capseqs, ic->nseqs + 1, sizeof *ic->seqs) == 0)
+    ic->seqs[ic->nseqs++] = ak_get_u64((const uint8_t *)k);
+  return 0;
+}
+
+/* inspect hooks --archive: the archived hooks the store no longer holds, segment by
+ * segment, each line as a stored one's plus "from": "archive". */
+typedef struct {
+  inspect_ctx_t *ic;
+  ak_blob_t *blob;
+  int rc;
+} arch_list_t;
+
+static bool printed(const inspect_ctx_t *ic, uint64_t seq) {
+  size_t lo = 0, hi = ic->nseqs;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ic->seqs[mid] < seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < ic->nseqs && ic->seqs[lo] == seq;
+}
+
+static int arch_frame(void *ctx, const uint8_t *p, size_t n, uint64_t off) {
+  (void)off;
+  arch_list_t *al = ctx;
+  ak_envelope_t env;
+  if (ak_envelope_decode(p, n, &env) != 0) {
+    al->rc = 1;
+    return 0;
+  }
+  if (!printed(al->ic, env.seq)) {
+    json_t *j = ak_hooks_api_json(&env, 0);
+    json_object_set_new(j, "from", json_string("archive"));
+    char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    puts(s);
+    free(s);
+    json_decref(j);
+    al->ic->n++;
+  }
+  ak_envelope_clear(&env);
+  return 0;
+}
+
+static int arch_row(void *ctx, const ak_cat_row_t *r) {
+  arch_list_t *al = ctx;
+  uint8_t *seg = NULL;
+  size_t len = 0;
+  char err[512];
+  int rc = ak_blob_get(al->blob, r->seg_key, &seg, &len, err, sizeof err);
+  if (rc != AK_BLOB_OK || len != r->seg_bytes || ak_seg_walk(seg, len, arch_frame, al) != AK_SEG_OK) {
+    fprintf(stderr, "ankusa: archive segment %s: %s\n", r->seg_key,
+            rc == AK_BLOB_NOT_FOUND ? "gone" : rc != AK_BLOB_OK ? err : "damaged");
+    al->rc = 1;
+  }
+  free(seg);
   return 0;
 }
 
@@ -253,6 +313,7 @@ static int cmd_inspect(int argc, char **argv) {
   bool rows = argc >= 1 && strcmp(argv[0], "rows") == 0;
   bool segments = argc >= 1 && strcmp(argv[0], "segments") == 0;
   bool hook = argc >= 2 && strcmp(argv[0], "hook") == 0;
+  bool archive = false;
   if (argc < 1 || (strcmp(argv[0], "hooks") != 0 && !rows && !segments && !hook)) {
     usage(stderr);
     return 64;
@@ -261,7 +322,8 @@ static int cmd_inspect(int argc, char **argv) {
   for (int i = hook ? 2 : 1; i < argc; i++) {
     if (strcmp(argv[i], "--data-dir") == 0 && i + 1 < argc) data_dir = argv[++i];
     else if (strncmp(argv[i], "--data-dir=", 11) == 0) data_dir = argv[i] + 11;
-    else if ((segments || hook) && strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];
+    else if ((segments || hook || !rows) && strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];
+    else if (!rows && !segments && !hook && strcmp(argv[i], "--archive") == 0) archive = true;
     else if (rows && strcmp(argv[i], "--cf") == 0 && i + 1 < argc) cf = argv[++i];
     else if (rows && strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) prefix = argv[++i];
     else {
@@ -270,7 +332,7 @@ static int cmd_inspect(int argc, char **argv) {
     }
   }
   ak_config_t *cfg = NULL;
-  if (segments || hook) {
+  if (segments || hook || archive) {
     /* the config names the blob store and, unless --data-dir does, the data dir */
     if (data_dir && setenv("ANKUSA_DATA_DIR", data_dir, 1) != 0) return 1;
     int lc = load_config(config, &cfg);
@@ -314,16 +376,42 @@ static int cmd_inspect(int argc, char **argv) {
     ak_config_free(cfg);
     return r;
   }
-  inspect_ctx_t ic = {0, 0};
+  inspect_ctx_t ic = {0};
+  if (!archive) ic.capseqs = (size_t)-1; /* no need to remember what was printed */
   int rc = ak_store_scan(st, AK_CF_HOOKS, NULL, 0, inspect_one, &ic);
+  if (rc != 0) {
+    fflush(stdout);
+    fprintf(stderr, "ankusa: reading the store failed part-way (corruption?); output is incomplete\n");
+    ak_store_free(st);
+    free(sp);
+    free(ic.seqs);
+    ak_config_free(cfg);
+    return 1;
+  }
+  int arc = 0;
+  if (archive) {
+    char aerr[512] = "";
+    ak_httpc_t *hc = ak_httpc_new(&(ak_httpc_opts_t){.name = "ak-inspect"}, aerr, sizeof aerr);
+    ak_blob_t *b = hc ? ak_archive_open_blob(cfg, "default", hc, aerr, sizeof aerr) : NULL;
+    arch_list_t al = {.ic = &ic, .blob = b};
+    if (!b) {
+      fprintf(stderr, "ankusa: the archive cannot be opened: %s\n", aerr);
+      arc = 1;
+    } else if (ak_cat_scan(st, 0, arch_row, &al) != 0) {
+      fprintf(stderr, "ankusa: reading the archive catalogue failed part-way; output is incomplete\n");
+      arc = 1;
+    } else {
+      arc = al.rc;
+    }
+    ak_blob_free(b);
+    ak_httpc_free(hc);
+  }
   fflush(stdout);
   ak_store_free(st);
   free(sp);
-  if (rc != 0) {
-    fprintf(stderr, "ankusa: reading the store failed part-way (corruption?); output is incomplete\n");
-    return 1;
-  }
-  return ic.bad ? 1 : 0;
+  free(ic.seqs);
+  ak_config_free(cfg);
+  return ic.bad || arc ? 1 : 0;
 }
 
 /* Offline (the node stopped: the store is opened for writing): every stored secret

@@ -127,7 +127,9 @@ int ak_archive_read_index(ak_blob_t *blob, const ak_cat_row_t *r, uint8_t **buf,
                           size_t errlen) {
   size_t len = 0;
   *buf = NULL;
-  int rc = ak_blob_get(blob, r->idx_key, buf, &len, err, errlen);
+  /* the row knows the index's size: one ranged GET, no HEAD first */
+  int rc = r->idx_bytes ? ak_blob_get_range(blob, r->idx_key, 0, (size_t)r->idx_bytes, buf, &len, err, errlen)
+                        : ak_blob_get(blob, r->idx_key, buf, &len, err, errlen);
   if (rc != AK_BLOB_OK) return rc == AK_BLOB_NOT_FOUND ? AK_ARCHIVE_NOT_FOUND : AK_ARCHIVE_ERROR;
   if (ak_seg_index_parse(*buf, len, ix) != AK_SEG_OK || ix->first_seq != r->first_seq || ix->last_seq != r->last_seq) {
     snprintf(err, errlen, "archive index %s is damaged", r->idx_key);

@@ -133,10 +133,14 @@ def run_cli(*args, env=None, cwd=None, timeout=CLI_TIMEOUT):
                           text=True, timeout=timeout)
 
 
-def inspect_hooks(data_dir, check=True):
-    """`ankusa inspect hooks --data-dir DIR` parsed into a list of dicts."""
-    p = subprocess.run([BIN, "inspect", "hooks", "--data-dir", str(data_dir)], env=clean_env(),
-                       capture_output=True, timeout=CLI_TIMEOUT * 3)
+def inspect_hooks(data_dir, check=True, archive=True, config=None):
+    """`ankusa inspect hooks --data-dir DIR [--archive]` parsed into a list of dicts: the
+    hooks the node holds, in its store and (archive, the default) in its LocalFS archive,
+    each once (the compactor moves hooks out of the store once they are delivered and
+    archived)."""
+    extra = (["--archive"] + (["--config", str(config)] if config else [])) if archive else []
+    p = subprocess.run([BIN, "inspect", "hooks", "--data-dir", str(data_dir), *extra],
+                       env=clean_env(), capture_output=True, timeout=CLI_TIMEOUT * 3)
     if check:
         assert p.returncode == 0, (f"inspect hooks exited {p.returncode}\nstderr:\n"
                                    f"{p.stderr.decode(errors='replace')[-3000:]}")
@@ -591,6 +595,7 @@ class Server:
         if sources is not None:  # replaces the default sources instead of merging
             self.config["sources"] = sources
         self.config_path = self.workdir / "node-config.yml"  # not ./ankusa.yml: no lookup fallback
+        self.config_text = config_text
         if config_text is not None:
             self.config_path.write_text(config_text)
         else:
@@ -717,8 +722,9 @@ class Server:
         assert r.status == 200, f"GET /v1/hooks/{hook_id}: {r!r}"
         return r.json
 
-    def inspect(self, check=True):
-        return inspect_hooks(self.data_dir, check=check)
+    def inspect(self, check=True, archive=True):
+        return inspect_hooks(self.data_dir, check=check, archive=archive,
+                             config=self.config_path if self.config_text is None else None)
 
     @property
     def store_dir(self):

@@ -221,7 +221,7 @@ def stored(node):
     """The hooks the store holds: `ankusa inspect hooks`, read-only beside the running node.
     (Not ankusa_store_hooks: today that gauge counts hooks ever committed, m:hook_count, and
     does not fall when the dispatcher reclaims one.)"""
-    return {h["id"]: h for h in node.inspect()}
+    return {h["id"]: h for h in node.inspect(archive=False)}
 
 
 def wait_stored(node, pred, timeout, what):

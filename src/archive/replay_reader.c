@@ -25,6 +25,7 @@
 #define SLOTS (2 * AK_REPLAY_MAX_ACTIVE)
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 10000
+#define IDLE_MS 30000 /* a slot its job has not asked about for this long is freed (paused, cancelled) */
 
 typedef struct req {
   uint64_t after;
@@ -41,6 +42,7 @@ typedef struct slot {
   ak_replay_abatch_t out; /* S_READY */
   uint64_t queued;        /* order of requests: oldest first */
   uint64_t used;          /* last fetch: the least recently used slot is reused first */
+  int64_t touched_ms;     /* last fetch, ak_now_ms */
   int64_t retry_at;       /* S_PENDING after a failure: not before (ak_now_ms) */
   int64_t backoff;
 } slot_t;
@@ -240,6 +242,12 @@ static slot_t *next_pending(ak_areader_t *a, int64_t now, int64_t *wake_at) {
   *wake_at = 0;
   for (size_t i = 0; i < SLOTS; i++) {
     slot_t *s = &a->slots[i];
+    if ((s->st == S_PENDING || s->st == S_READY) && now - s->touched_ms > IDLE_MS) {
+      ak_replay_abatch_clear(&s->out); /* bounds memory: prepared batches nobody will take */
+      s->st = S_FREE;
+    }
+    int64_t idle_at = s->touched_ms + IDLE_MS + 1;
+    if (s->st == S_READY && (!*wake_at || idle_at < *wake_at)) *wake_at = idle_at;
     if (s->st != S_PENDING) continue;
     if (s->retry_at > now) {
       if (!*wake_at || s->retry_at < *wake_at) *wake_at = s->retry_at;
@@ -252,6 +260,7 @@ static slot_t *next_pending(ak_areader_t *a, int64_t now, int64_t *wake_at) {
 
 static void *reader_main(void *arg) {
   ak_areader_t *a = arg;
+  pthread_setname_np(pthread_self(), "ak-areplay");
   pthread_mutex_lock(&a->mu);
   for (;;) {
     int64_t wake_at = 0;
@@ -319,6 +328,7 @@ int ak_areader_fetch(void *ctx, const uint8_t job[16], uint64_t after, int64_t f
     *out = s->out;
     memset(&s->out, 0, sizeof s->out);
     s->used = ++a->clock;
+    s->touched_ms = ak_now_ms();
     if (!out->end) {
       /* the job's next request, most likely: read ahead while this batch is moved */
       s->req.after = out->looked_to;
@@ -336,6 +346,7 @@ int ak_areader_fetch(void *ctx, const uint8_t job[16], uint64_t after, int64_t f
   if (s && (s->st == S_PENDING || s->st == S_WORKING) && same_req(&s->req, &q)) {
     s->req.max = max;
     s->used = ++a->clock;
+    s->touched_ms = ak_now_ms();
     pthread_mutex_unlock(&a->mu);
     return AK_REPLAY_FETCH_NOT_READY;
   }
@@ -346,6 +357,7 @@ int ak_areader_fetch(void *ctx, const uint8_t job[16], uint64_t after, int64_t f
     s->req = q;
     s->st = S_PENDING; /* a slot being worked for an old request: its answer is dropped */
     s->queued = s->used = ++a->clock;
+    s->touched_ms = ak_now_ms();
     s->retry_at = 0;
     s->backoff = 0;
     pthread_cond_signal(&a->cv);

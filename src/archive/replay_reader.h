@@ -16,7 +16,7 @@
 
 typedef struct ak_areader ak_areader_t;
 
-#define AK_AREADER_BATCH_BYTES (8u << 20) /* record bytes in one prepared batch, at most (one hook more) */
+#define AK_AREADER_BATCH_BYTES (4u << 20) /* record bytes in one prepared batch, at most (one hook more) */
 #define AK_AREADER_ROWS_PER_REQUEST 4096  /* catalogue rows passed over per request, at most */
 
 /* A reader over the store's catalogue and the blob handle its keys are read through. */

@@ -863,6 +863,17 @@ static int hook_held(ak_store_t *st, uint64_t seq) {
   return rc < 0 ? -1 : rc == 0;
 }
 
+/* The hook log's low mark as written (m:dlow): hooks at or above it may still owe log
+ * deliveries. UINT64_MAX when absent (no log written yet), 0 when unreadable. */
+static uint64_t log_low(ak_store_t *st) {
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, AK_CF_DEFAULT, AK_KEY_DISPATCH_LOW, strlen(AK_KEY_DISPATCH_LOW), &v, &vl);
+  uint64_t x = rc > 0 ? UINT64_MAX : rc == 0 && vl == 8 ? ak_get_u64((const uint8_t *)v) : 0;
+  free(v);
+  return x;
+}
+
 /* Decide (reads, no mutex) and move (one batch, under the mutex) one archive job's share
  * of this tick: the batch the archive side prepared for the job's cursor, or nothing
  * (the request is queued and answered by a later tick). */
@@ -882,12 +893,16 @@ static void run_archive_job(ak_replays_t *r, const turn_t *t, size_t want, int64
   uint64_t last = after;
   int64_t scanned = 0, skipped = b.gone;
   bool partial = false, failed = false;
+  /* a hook whose log deliveries may still be owed (archived before it was delivered) waits
+   * until the log has settled it: a replayed row must not meet the log's own delivery of
+   * the same (seq, sink), which would then take the row over */
+  uint64_t low = b.n ? log_low(st) : UINT64_MAX;
   for (size_t i = 0; i < b.n && !failed; i++) {
-    if (nc >= want) {
-      partial = true; /* the budget is spent: the rest is decided by a later tick */
+    const ak_replay_arec_t *h = &b.v[i];
+    if (nc >= want || h->seq >= low) {
+      partial = true; /* the budget is spent, or the log is behind: a later tick decides the rest */
       break;
     }
-    const ak_replay_arec_t *h = &b.v[i];
     ak_envelope_t env;
     if (ak_envelope_decode(h->rec, h->len, &env) != 0) {
       skipped++; /* the reader checked its frame: a record this build cannot read */

@@ -1031,3 +1031,33 @@ Test(replay, dlq_record_loads_unchanged_beside_archive_records) {
   json_decref(o);
   node_close(&n);
 }
+
+static void put_low(node_t *n, uint64_t low) {
+  uint8_t v[8];
+  ak_put_u64(v, low);
+  put_raw(n, AK_CF_DEFAULT, AK_KEY_DISPATCH_LOW, strlen(AK_KEY_DISPATCH_LOW), v, 8);
+}
+
+Test(replay, archive_job_waits_for_the_hook_log) {
+  node_t n;
+  node_open(&n);
+  memset(&af, 0, sizeof af);
+  put_low(&n, 2); /* hook 1 settled on the log, hooks 2.. maybe not */
+  ak_replay_filter_t f = no_filter();
+  f.is_archive = true;
+  f.from_ms = 1000;
+  f.to_ms = 2000;
+  uint8_t rid[16];
+  json_decref(create(&n, &f, 1000, rid));
+  ak_replays_set_archive(n.inst->replays, fake_fetch, &af);
+  int64_t t = ak_now_ms();
+  for (int i = 0; i < 10; i++, t += 100) ak_replays_tick(n.inst->replays, t);
+  cr_expect_str_eq(jstate(&n, rid), "running");
+  cr_expect_eq(jfield(&n, rid, "scanned"), 1, "only the hook below the log's low mark is decided");
+  put_low(&n, 100);
+  for (int i = 0; i < 20 && !strcmp(jstate(&n, rid), "running"); i++, t += 100) ak_replays_tick(n.inst->replays, t);
+  cr_expect_str_eq(jstate(&n, rid), "done");
+  cr_expect_eq(jfield(&n, rid, "scanned"), 6);
+  ak_replays_set_archive(n.inst->replays, NULL, NULL);
+  node_close(&n);
+}

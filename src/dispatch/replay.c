@@ -123,9 +123,9 @@ static json_t *job_json(const job_t *j, bool record) {
   char ids[AK_UUID_STR_LEN];
   ak_uuid_format(j->id, ids);
   json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:o}", "id", ids, "kind",
-                        j->archive ? "archive" : "dlq", "state", ak_replays_state_name(j->state), "filter", filter_json(j), "rate",
-                        (json_int_t)j->rate, "max_lag_ms", (json_int_t)j->max_lag_ms, "created_at",
-                        (json_int_t)j->created_at, "updated_at", (json_int_t)j->updated_at, "finished_at",
+                        j->archive ? "archive" : "dlq", "state", ak_replays_state_name(j->state), "filter",
+                        filter_json(j), "rate", (json_int_t)j->rate, "max_lag_ms", (json_int_t)j->max_lag_ms,
+                        "created_at", (json_int_t)j->created_at, "updated_at", (json_int_t)j->updated_at, "finished_at",
                         j->finished_at ? json_integer(j->finished_at) : json_null(), "moved", (json_int_t)j->moved,
                         "scanned", (json_int_t)j->scanned, "skipped", (json_int_t)j->skipped, "delivered",
                         (json_int_t)j->delivered, "dead", (json_int_t)j->dead, "error",

@@ -1,8 +1,11 @@
-/* Replay jobs (POST /v1/replays kind dlq): drip dead-lettered delivery rows back into the
- * due queue at a rate, only while the dispatcher has spare capacity, and count how the
- * replayed deliveries end. Owns the job table, the job records in the store and the move
- * of a row out of the dead-letter set; also the dead-letter listing (GET /v1/dlq). Never
- * delivers anything and never touches a row that is not in the dead-letter set.
+/* Replay jobs (POST /v1/replays kind dlq or archive): drip dead-lettered delivery rows
+ * (dlq), or archived hooks (archive), back into the due queue at a rate, only while the
+ * dispatcher has spare capacity, and count how the replayed deliveries end. Owns the job
+ * table, the job records in the store, the move of a row out of the dead-letter set and
+ * the put-back of an archived hook; also the dead-letter listing (GET /v1/dlq). Never
+ * delivers anything, never reads a blob (the archive side prepares what an archive job
+ * moves, see ak_replays_set_archive), and never touches a delivery row that exists unless
+ * it is in the dead-letter set.
  *
  * Wiring (main.c, when the dispatch role runs; after ak_dispatch_new, before start):
  *   inst->replays = ak_replays_new(inst);

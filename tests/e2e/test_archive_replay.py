@@ -127,6 +127,16 @@ def test_archive_replay_redelivers_a_window_and_reclaims_again(ankusa):
         rid2 = start_replay(node, **{"from": 1, "to": 1000})
         j = wait_job(node, rid2)
         assert j["moved"] == 0 and j["skipped"] == 0, j
+        # PATCH as for a dlq job: paused, resumed, cancelled (then finished)
+        rid3 = start_replay(node, **{"from": lo, "to": hi, "rate": 1})
+        r = admin_json(node, "PATCH", f"/v1/replays/{rid3}", {"state": "paused"})
+        assert r.status == 200 and r.json["state"] == "paused" and r.json["kind"] == "archive", r
+        r = admin_json(node, "PATCH", f"/v1/replays/{rid3}", {"state": "running", "rate": 2})
+        assert r.status == 200 and r.json["state"] == "running" and r.json["rate"] == 2, r
+        r = admin_json(node, "PATCH", f"/v1/replays/{rid3}", {"state": "cancelled"})
+        assert r.status == 200 and r.json["state"] == "cancelled" and r.json["finished_at"], r
+        r = admin_json(node, "PATCH", f"/v1/replays/{rid3}", {"state": "running"})
+        assert r.status == 409 and r.json["error"] == "replay_finished", r
         # validation (the original's invalid_filter{field})
         post = lambda body: admin_json(node, "POST", "/v1/replays", body)  # noqa: E731
         bad(post({"kind": "archive", "to": 5}), "from")

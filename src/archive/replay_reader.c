@@ -194,7 +194,15 @@ int ak_areader_read(ak_areader_t *a, uint64_t after, int64_t from, int64_t to, s
   out->looked_to = after;
   if (max < 1) max = 1;
   find_t f = {.after = after, .from = from, .to = to, .left = AK_AREADER_ROWS_PER_REQUEST, .looked_to = after};
-  if (ak_cat_scan(a->st, after + 1, find_cb, &f) != 0) return -1;
+  if (ak_cat_scan(a->st, after + 1, find_cb, &f) != 0) {
+    int64_t now = ak_now_ms();
+    if (now - a->failed_logged_at >= 10000) {
+      a->failed_logged_at = now;
+      ak_log(AK_LOG_WARNING, "replay", "archive replay cannot read the catalogue; retrying", "after_seq=%llu",
+             (unsigned long long)after);
+    }
+    return -1;
+  }
   if (!f.found) {
     out->looked_to = f.looked_to;
     out->end = !f.stopped;

@@ -14,7 +14,9 @@
  *     (a node that answers /ready on 4000 answers on 4002 too);
  *   - the archive (storage role) after the dispatcher, whose reclaim its cursor bounds,
  *     and before the writer: its boot reconcile raises next_seq past what the archive
- *     holds before the writer hands out a seq;
+ *     holds before the writer hands out a seq; its replay reader right after it (it reads
+ *     through the compactor's blob handle) and after the replay jobs it serves, so it
+ *     stops (and takes its fetch back from them) before either is gone;
  *   - the writer last of the stateful modules, so it is the first to stop: it commits and
  *     answers everything queued before the ingest listener waits for its last answers.
  * The sections of features not built yet (core/later.c) keep the places their modules
@@ -23,6 +25,7 @@
 #include "admin/admin.h"
 #include "admin/sources_api.h"
 #include "archive/compactor.h"
+#include "archive/replay_reader.h"
 #include "core/gauges.h"
 #include "core/later.h"
 #include "core/log.h"
@@ -66,6 +69,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_replay,
   &ak_mod_storage,
   &ak_mod_archive,
+  &ak_mod_archive_replay,
   &ak_mod_admin,
   &ak_mod_listener,
   &ak_mod_edge,

@@ -1,5 +1,5 @@
-/* Replays over the admin API (replays_api.h): POST /v1/replays of kind dlq (a job the
- * dispatch thread runs, dispatch/replay.c) or kind quarantine (a release of held hooks,
+/* Replays over the admin API (replays_api.h): POST /v1/replays of kind dlq or archive (a
+ * job the dispatch thread runs, dispatch/replay.c) or kind quarantine (a release of held hooks,
  * run to completion in the request through queue/quarantine.c, each hook verified
  * again), GET /v1/replays, GET and PATCH /v1/replays/{id}. Never shows or moves a job or
  * a held hook of a tenant outside the caller's scope. */
@@ -76,6 +76,83 @@ static void post_dlq_replay(ak_admin_call_t *call, const ak_pen_filter_t *f, int
   }
 }
 
+/* The parts of an archive job's request past the common filter keys. */
+typedef struct archive_req {
+  bool has_from, has_to;
+  int64_t from, to;
+  const char *tenant_id;
+  uint16_t sinks[AK_SOURCE_MAX_SINKS];
+  size_t nsinks;
+  bool has_sinks;
+} archive_req_t;
+
+/* sinks: a non-empty list of distinct sink indexes (0..31). */
+static bool parse_sinks(json_t *val, archive_req_t *a) {
+  size_t n = json_array_size(val);
+  if (!json_is_array(val) || n == 0 || n > AK_SOURCE_MAX_SINKS) return false;
+  uint32_t seen = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_t *x = json_array_get(val, i);
+    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= AK_SOURCE_MAX_SINKS) return false;
+    uint32_t bit = 1u << json_integer_value(x);
+    if (seen & bit) return false;
+    seen |= bit;
+    a->sinks[a->nsinks++] = (uint16_t)json_integer_value(x);
+  }
+  a->has_sinks = true;
+  return true;
+}
+
+/* POST /v1/replays kind archive: a job that re-delivers archived hooks received in
+ * [from, to] (dispatch/replay.c moves them; archive/replay_reader.c reads them). Needs the
+ * dispatch role and the storage role (the archive). A scoped caller must name a source
+ * or a tenant_id of one of its tenants. */
+static void post_archive_replay(ak_admin_call_t *call, const ak_pen_filter_t *f, const archive_req_t *a, int64_t rate,
+                                int64_t max_lag) {
+  ak_instance_t *inst = call->inst;
+  const char *tenant = NULL;
+  if (!ak_admin_may_source(call, f->source_id, &tenant)) {
+    ak_admin_forbidden_tenant(call, tenant);
+    return;
+  }
+  if (!tenant) tenant = a->tenant_id;
+  if (call->scope && (!tenant || !ak_tenant_scope_has(call->scope, tenant, strlen(tenant)) ||
+                      (a->tenant_id && !ak_tenant_scope_has(call->scope, a->tenant_id, strlen(a->tenant_id))))) {
+    ak_admin_forbidden_tenant(call, a->tenant_id ? a->tenant_id : tenant);
+    return;
+  }
+  if (!(inst->roles & AK_ROLE_DISPATCH)) {
+    ak_admin_role_not_enabled(call, "dispatch");
+    return;
+  }
+  if (!(inst->roles & AK_ROLE_STORAGE)) {
+    ak_admin_role_not_enabled(call, "storage");
+    return;
+  }
+  if (!inst->replays) {
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
+  ak_replay_filter_t rf = {.is_archive = true, .from_ms = a->from, .to_ms = a->to, .tenant_id = a->tenant_id,
+                           .sinks = a->has_sinks ? a->sinks : NULL, .nsinks = a->nsinks,
+                           .source_id = f->source_id, .who = call->who, .tenant = tenant};
+  json_t *out = NULL;
+  switch (ak_replays_create(inst->replays, &rf, rate, max_lag, &out)) {
+  case AK_REPLAY_OK:
+    ak_admin_json(call, 202, out);
+    return;
+  case AK_REPLAY_EXISTS:
+    ak_admin_json(call, 200, out);
+    return;
+  case AK_REPLAY_TOO_MANY:
+    ak_admin_json(call, 409, json_pack("{s:s,s:i}", "error", "too_many_replays", "limit", AK_REPLAY_MAX_ACTIVE));
+    return;
+  default:
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
+}
+
 /* POST /v1/replays. Kind quarantine runs to completion in the request; kind dlq creates
  * a job. Both take the same filter keys (on received_at for quarantine, on dead-letter
  * time for dlq). */
@@ -95,23 +172,34 @@ void ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path) {
   const char *bad = NULL;
   const char *kind = json_string_value(json_object_get(b, "kind"));
   bool dlq = kind && !strcmp(kind, "dlq");
+  bool archive = kind && !strcmp(kind, "archive");
+  archive_req_t ar = {0};
   ak_pen_filter_t f;
   ak_pen_filter_init(&f, 10000);
   int64_t rate = AK_REPLAY_RATE_DEFAULT, max_lag = AK_REPLAY_LAG_DEFAULT;
   json_t *filter = json_object();
   const char *key;
   json_t *val;
-  if (!kind || (strcmp(kind, "quarantine") != 0 && !dlq)) bad = "kind";
+  if (!kind || (strcmp(kind, "quarantine") != 0 && !dlq && !archive)) bad = "kind";
   json_object_foreach(b, key, val) {
     if (bad) break;
     if (!strcmp(key, "kind")) continue;
     if (!strcmp(key, "source_id")) {
       if (!json_is_string(val) || !json_string_length(val)) bad = key;
       else f.source_id = json_string_value(val);
-    } else if (!strcmp(key, "id")) {
+    } else if (archive && (!strcmp(key, "from") || !strcmp(key, "to"))) {
+      if (!json_is_integer(val) || json_integer_value(val) < 0) bad = key;
+      else if (key[0] == 'f') ar.has_from = true, ar.from = json_integer_value(val);
+      else ar.has_to = true, ar.to = json_integer_value(val);
+    } else if (archive && !strcmp(key, "tenant_id")) {
+      if (!json_is_string(val) || !json_string_length(val)) bad = key;
+      else ar.tenant_id = json_string_value(val);
+    } else if (archive && !strcmp(key, "sinks")) {
+      if (!parse_sinks(val, &ar)) bad = key;
+    } else if (!archive && !strcmp(key, "id")) { /* id, since, until: not an archive job's keys */
       if (!json_is_string(val) || !ak_uuid_parse(json_string_value(val), f.id)) bad = key;
       else f.has_id = true;
-    } else if (!strcmp(key, "since") || !strcmp(key, "until")) {
+    } else if (!archive && (!strcmp(key, "since") || !strcmp(key, "until"))) {
       if (!json_is_integer(val) || json_integer_value(val) < 0) bad = key;
       else if (key[0] == 's') f.since_ms = json_integer_value(val);
       else f.until_ms = json_integer_value(val);
@@ -132,10 +220,27 @@ void ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path) {
     if (!bad) json_object_set(filter, key, val);
   }
   if (!bad && f.until_ms < f.since_ms) bad = "until";
+  if (!bad && archive && !ar.has_from) bad = "from";
+  if (!bad && archive && !ar.has_to) bad = "to";
+  if (!bad && archive && ar.from > ar.to) bad = "to";
+  if (!bad && archive && ar.has_sinks && f.source_id) {
+    /* with a source named, its current sinks say which indexes mean anything */
+    ak_source_t *src = call->inst->sources ? ak_sources_get(call->inst->sources, f.source_id, strlen(f.source_id))
+                                           : NULL;
+    for (size_t i = 0; src && i < ar.nsinks && !bad; i++)
+      if (ar.sinks[i] >= src->cfg.nsinks) bad = "sinks";
+    if (src) ak_source_release(src);
+  }
   if (bad) {
     ak_admin_invalid_filter(call, bad);
     json_decref(filter);
     json_decref(b);
+    return;
+  }
+  if (archive) {
+    post_archive_replay(call, &f, &ar, rate, max_lag);
+    json_decref(filter);
+    json_decref(b); /* f.source_id and ar.tenant_id pointed into b: the job keeps its own copies */
     return;
   }
   if (dlq) {
@@ -188,6 +293,8 @@ void ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path) {
 static json_t *visible_job(ak_admin_call_t *call, json_t *j, const char **tenant) {
   const char *src = json_string_value(json_object_get(json_object_get(j, "filter"), "source_id"));
   const char *t = ak_admin_source_tenant(call->inst, src);
+  /* an archive job without a source: its tenant_id (the job only touches that tenant's hooks) */
+  if (!src && !t) t = json_string_value(json_object_get(json_object_get(j, "filter"), "tenant_id"));
   if (tenant) *tenant = t;
   if (call->scope && (!t || !ak_tenant_scope_has(call->scope, t, strlen(t)))) {
     json_decref(j);

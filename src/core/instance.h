@@ -25,6 +25,7 @@ struct ak_gauges;
 struct ak_sweeper;
 struct ak_httpc;
 struct ak_archive;
+struct ak_areader;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -50,6 +51,7 @@ typedef struct ak_instance {
   struct ak_gauges *gauges;    /* the gauge sampler; modules add their samplers at open (core/gauges.h) */
   struct ak_httpc *httpc;      /* the HTTP client every HTTP-speaking module shares (net/httpc.h) */
   struct ak_archive *archive;  /* the compactor (archive/compactor.h); NULL without the storage role */
+  struct ak_areader *areader;  /* archive replay reads (archive/replay_reader.h); NULL without storage */
 } ak_instance_t;
 
 #endif

@@ -1112,6 +1112,20 @@ static void reclaimed(ak_dispatch_t *d, uint64_t n) {
   if (n && d->inst->writer) ak_writer_note_reclaimed(d->inst->writer, n);
 }
 
+void ak_dispatch_count_restored(ak_dispatch_t *d, ak_batch_t *wb, uint64_t n) {
+  AK_ASSERT_OWNER(&d->owner);
+  if (!n) return;
+  uint8_t v[8];
+  ak_put_u64(v, (uint64_t)0 - (d->reclaimed_hooks - n));
+  ak_batch_put(wb, AK_CF_DEFAULT, AK_KEY_HOOK_COUNT_RECLAIMED, strlen(AK_KEY_HOOK_COUNT_RECLAIMED), v, 8);
+}
+
+void ak_dispatch_restored(ak_dispatch_t *d, uint64_t n) {
+  AK_ASSERT_OWNER(&d->owner);
+  d->reclaimed_hooks -= n;
+  if (n && d->inst->writer) ak_writer_note_restored(d->inst->writer, n);
+}
+
 /* Candidates ('r' keys, written with the outcome that cleared an exception row): a hook
  * below the reclaim pass's progress whose delivery rows are all gone is deleted, with its
  * id keys if its id is not sealed. Runs after the outcome batch was written. */

@@ -78,6 +78,15 @@ void ak_dispatch_free(ak_dispatch_t *d);
 void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int64_t at_ms, uint64_t rows,
                           uint64_t from_dead);
 
+/* An archive replay puts reclaimed hooks back into the store (dispatch thread only, in a
+ * batch the caller writes; the reclaim that deletes them again counts them off). The
+ * store's hook count must say so in the same batch: count_restored puts m:hook_count:r
+ * less n reclaimed into wb (the caller holds a store pin); once wb is written, restored
+ * makes it the dispatcher's and the writer's count. */
+struct ak_batch;
+void ak_dispatch_count_restored(ak_dispatch_t *d, struct ak_batch *wb, uint64_t n);
+void ak_dispatch_restored(ak_dispatch_t *d, uint64_t n);
+
 /* For replay jobs: age of the oldest due, unclaimed row (0 when none), and whether the
  * global claim window has room. Thread-safe snapshots. */
 int64_t ak_dispatch_oldest_due_age_ms(ak_dispatch_t *d);

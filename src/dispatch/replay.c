@@ -1,10 +1,16 @@
-/* Replay jobs and the dead-letter listing (replay.h). A job walks the dead-letter index
+/* Replay jobs and the dead-letter listing (replay.h). A dlq job walks the dead-letter index
  * ('x' dead_at seq sink, oldest first) from its cursor and moves each matching row back
  * to the due queue. Every move is decided and written on the dispatch thread, which is
  * also the only thread that dead-letters rows, so a row seen in the index cannot change
  * between the scan and the batch that moves it. Never moves a row dead-lettered after the
  * job was created: a replayed row that fails again gets a newer dead-letter time and is
- * past the job's bound, so no job can loop on its own failures. */
+ * past the job's bound, so no job can loop on its own failures.
+ *
+ * An archive job walks the archived hooks in seq order from its cursor (the last seq it
+ * decided), through batches the archive side prepares off this thread (replay.h), and
+ * puts back, for each hook its filter keeps and each selected sink without a delivery row,
+ * the hook record (when reclaim deleted it) and a pending delivery row with the job's id,
+ * in one unsynced batch with the job's cursor. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +20,7 @@
 #include "core/clock.h"
 #include "core/envelope.h"
 #include "core/log.h"
+#include "core/sources.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/replay.h"
 #include "store/audit.h"
@@ -25,6 +32,12 @@
 typedef struct job {
   uint8_t id[16];
   ak_replay_state_t state;
+  bool archive; /* kind archive (else dlq); the archive filter below is immutable too */
+  int64_t from_ms, to_ms;
+  char *tenant_id;
+  uint16_t *sinks; /* NULL: every sink of the hook's source */
+  size_t nsinks;
+  uint64_t aseq; /* archive: the last seq this job has decided (with has_cursor) */
   char *source_id; /* filter; immutable after creation */
   bool has_id;
   uint8_t fid[16];
@@ -51,7 +64,10 @@ struct ak_replays {
   size_t n, cap;
   size_t rr; /* which running job goes first in the next tick */
   /* the original's ankusa_replay_moved_total{kind} and ankusa_replay_throttled_total{reason} */
-  ak_series_t *m_moved_dlq, *m_throttled_lag, *m_throttled_full;
+  ak_series_t *m_moved_dlq, *m_moved_archive, *m_throttled_lag, *m_throttled_full;
+  /* the archive side's fetch (archive/replay_reader.c), NULL without the storage role */
+  ak_replay_fetch_fn afetch;
+  void *actx;
 };
 
 static const char *const state_names[] = {"running", "paused", "cancelled", "done", "failed"};
@@ -71,6 +87,8 @@ static bool finished(const job_t *j) { return j->state != AK_REPLAY_RUNNING && j
 static void job_free(job_t *j) {
   if (!j) return;
   free(j->source_id);
+  free(j->tenant_id);
+  free(j->sinks);
   free(j->error);
   free(j);
 }
@@ -79,6 +97,16 @@ static void job_free(job_t *j) {
 
 static json_t *filter_json(const job_t *j) {
   json_t *f = json_object();
+  if (j->archive) {
+    json_object_set_new(f, "from", json_integer(j->from_ms));
+    json_object_set_new(f, "to", json_integer(j->to_ms));
+    if (j->tenant_id) json_object_set_new(f, "tenant_id", json_string(j->tenant_id));
+    if (j->sinks) {
+      json_t *a = json_array();
+      for (size_t i = 0; i < j->nsinks; i++) json_array_append_new(a, json_integer(j->sinks[i]));
+      json_object_set_new(f, "sinks", a);
+    }
+  }
   if (j->source_id) json_object_set_new(f, "source_id", json_string(j->source_id));
   if (j->has_id) {
     char t[AK_UUID_STR_LEN];
@@ -94,10 +122,10 @@ static json_t *filter_json(const job_t *j) {
 static json_t *job_json(const job_t *j, bool record) {
   char ids[AK_UUID_STR_LEN];
   ak_uuid_format(j->id, ids);
-  json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:o}", "id", ids, "kind", "dlq",
-                        "state", ak_replays_state_name(j->state), "filter", filter_json(j), "rate",
-                        (json_int_t)j->rate, "max_lag_ms", (json_int_t)j->max_lag_ms, "created_at",
-                        (json_int_t)j->created_at, "updated_at", (json_int_t)j->updated_at, "finished_at",
+  json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:o}", "id", ids, "kind",
+                        j->archive ? "archive" : "dlq", "state", ak_replays_state_name(j->state), "filter",
+                        filter_json(j), "rate", (json_int_t)j->rate, "max_lag_ms", (json_int_t)j->max_lag_ms,
+                        "created_at", (json_int_t)j->created_at, "updated_at", (json_int_t)j->updated_at, "finished_at",
                         j->finished_at ? json_integer(j->finished_at) : json_null(), "moved", (json_int_t)j->moved,
                         "scanned", (json_int_t)j->scanned, "skipped", (json_int_t)j->skipped, "delivered",
                         (json_int_t)j->delivered, "dead", (json_int_t)j->dead, "error",
@@ -105,7 +133,9 @@ static json_t *job_json(const job_t *j, bool record) {
   if (record) {
     json_object_set_new(o, "v", json_integer(1));
     json_object_set_new(o, "dead_streak", json_integer(j->dead_streak));
-    if (j->has_cursor) {
+    if (j->archive) {
+      json_object_set_new(o, "cursor", j->has_cursor ? json_integer((json_int_t)j->aseq) : json_null());
+    } else if (j->has_cursor) {
       char hex[2 * AK_DEAD_KEY_LEN + 1];
       for (int i = 0; i < AK_DEAD_KEY_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", j->cursor[i]);
       json_object_set_new(o, "cursor", json_string(hex));
@@ -138,7 +168,8 @@ static void log_write_failure(const char *what, const job_t *j, ak_wf_class_t cl
 static char *settings_text(const job_t *j) {
   char ids[AK_UUID_STR_LEN];
   ak_uuid_format(j->id, ids);
-  json_t *o = json_pack("{s:s,s:s,s:o,s:I,s:I,s:s,s:s?}", "id", ids, "kind", "dlq", "filter", filter_json(j), "rate",
+  json_t *o = json_pack("{s:s,s:s,s:o,s:I,s:I,s:s,s:s?}", "id", ids, "kind",
+                        j->archive ? "archive" : "dlq", "filter", filter_json(j), "rate",
                         (json_int_t)j->rate, "max_lag_ms", (json_int_t)j->max_lag_ms, "state",
                         ak_replays_state_name(j->state), "error", j->error);
   char *t = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -191,7 +222,8 @@ static job_t *job_parse(const uint8_t key_id[16], const char *v, size_t vl) {
   if (ok) {
     memcpy(j->id, key_id, 16);
     s = json_string_value(json_object_get(o, "kind"));
-    ok = s && !strcmp(s, "dlq");
+    ok = s && (!strcmp(s, "dlq") || !strcmp(s, "archive"));
+    j->archive = ok && !strcmp(s, "archive");
   }
   if (ok) {
     int st = ak_replays_state_parse(json_string_value(json_object_get(o, "state")));
@@ -214,8 +246,30 @@ static job_t *job_parse(const uint8_t key_id[16], const char *v, size_t vl) {
     if (ok && (s = json_string_value(json_object_get(f, "id")))) ok = j->has_id = ak_uuid_parse(s, j->fid);
     if (ok) j->has_since = get_i64(f, "since", &j->since_ms);
     if (ok) j->has_until = get_i64(f, "until", &j->until_ms);
+    if (ok && j->archive) {
+      ok = get_i64(f, "from", &j->from_ms) && get_i64(f, "to", &j->to_ms);
+      if (ok && (s = json_string_value(json_object_get(f, "tenant_id")))) j->tenant_id = strdup(s);
+      json_t *a = json_object_get(f, "sinks");
+      if (ok && a) {
+        ok = json_is_array(a) && json_array_size(a) <= AK_SOURCE_MAX_SINKS &&
+             (j->sinks = calloc(json_array_size(a) + 1, sizeof *j->sinks));
+        for (size_t i = 0; ok && i < json_array_size(a); i++) {
+          json_t *x = json_array_get(a, i);
+          ok = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) < AK_SOURCE_MAX_SINKS;
+          if (ok) j->sinks[j->nsinks++] = (uint16_t)json_integer_value(x);
+        }
+      }
+    }
   }
-  if (ok && (s = json_string_value(json_object_get(o, "cursor")))) {
+  if (ok && j->archive) {
+    json_t *c = json_object_get(o, "cursor");
+    if (json_is_integer(c) && json_integer_value(c) >= 0) {
+      j->aseq = (uint64_t)json_integer_value(c);
+      j->has_cursor = true;
+    } else {
+      ok = c == NULL || json_is_null(c);
+    }
+  } else if (ok && (s = json_string_value(json_object_get(o, "cursor")))) {
     ok = strlen(s) == 2 * AK_DEAD_KEY_LEN;
     for (int i = 0; ok && i < AK_DEAD_KEY_LEN; i++) {
       int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
@@ -249,6 +303,7 @@ ak_replays_t *ak_replays_new(ak_instance_t *inst) {
                                         "row is older than the job's max_lag_ms) or dispatch_full (no room).",
                                         AK_METRIC_COUNTER, rl, NULL, 0);
     r->m_moved_dlq = ak_metrics_series(mf, (const char *const[]){inst->name, "dlq"});
+    r->m_moved_archive = ak_metrics_series(mf, (const char *const[]){inst->name, "archive"});
     r->m_throttled_lag = ak_metrics_series(tf, (const char *const[]){inst->name, "dispatch_lag"});
     r->m_throttled_full = ak_metrics_series(tf, (const char *const[]){inst->name, "dispatch_full"});
   }
@@ -320,6 +375,13 @@ static job_t *find(ak_replays_t *r, const uint8_t id[16]) {
 /* ---------------------------------------------------------------- admin side ---- */
 
 static bool same_filter(const job_t *j, const ak_replay_filter_t *f) {
+  if (j->archive != f->is_archive) return false;
+  if (f->is_archive) {
+    if (j->from_ms != f->from_ms || j->to_ms != f->to_ms) return false;
+    if (!j->tenant_id != !f->tenant_id || (f->tenant_id && strcmp(j->tenant_id, f->tenant_id))) return false;
+    if (!j->sinks != !f->sinks || j->nsinks != f->nsinks) return false;
+    if (f->sinks && memcmp(j->sinks, f->sinks, f->nsinks * sizeof *f->sinks)) return false;
+  }
   if (!j->source_id != !f->source_id || (f->source_id && strcmp(j->source_id, f->source_id))) return false;
   if (j->has_id != f->has_id || (f->has_id && memcmp(j->fid, f->id, 16))) return false;
   if (j->has_since != f->has_since || (f->has_since && j->since_ms != f->since_ms)) return false;
@@ -362,6 +424,20 @@ ak_replay_result_t ak_replays_create(ak_replays_t *r, const ak_replay_filter_t *
   j->rate = rate;
   j->max_lag_ms = max_lag_ms;
   j->created_at = j->updated_at = now;
+  bool oom = f->source_id && !j->source_id;
+  if (f->is_archive) {
+    j->archive = true;
+    j->from_ms = f->from_ms;
+    j->to_ms = f->to_ms;
+    j->tenant_id = f->tenant_id ? strdup(f->tenant_id) : NULL;
+    oom = oom || (f->tenant_id && !j->tenant_id);
+    if (f->sinks) {
+      j->sinks = calloc(f->nsinks + 1, sizeof *j->sinks);
+      if (j->sinks) memcpy(j->sinks, f->sinks, f->nsinks * sizeof *f->sinks);
+      j->nsinks = f->nsinks;
+      oom = oom || !j->sinks;
+    }
+  }
   /* synced before 202, with its audit row: an acknowledged job survives a crash; the
    * table is only changed once the record is durable, so a failed write leaves nothing */
   char subject[8 + AK_UUID_STR_LEN];
@@ -371,7 +447,7 @@ ak_replay_result_t ak_replays_create(ak_replays_t *r, const ak_replay_filter_t *
   char *after = settings_text(j);
   ak_audit_entry_t ae = {.who = f->who, .action = "replay.create", .tenant = f->tenant, .subject = subject,
                          .after = after, .after_len = after ? strlen(after) : 0};
-  int wrc = (f->source_id && !j->source_id) || !after ? -1 : write_record(r, j, true, &ae);
+  int wrc = oom || !after ? -1 : write_record(r, j, true, &ae);
   free(after);
   if (wrc != 0 || append(r, j) != 0) {
     pthread_mutex_unlock(&r->mu);
@@ -382,8 +458,12 @@ ak_replay_result_t ak_replays_create(ak_replays_t *r, const ak_replay_filter_t *
   pthread_mutex_unlock(&r->mu);
   char ids[AK_UUID_STR_LEN];
   ak_uuid_format(j->id, ids);
-  ak_log(AK_LOG_INFO, "replay", "dlq replay created", "replay_id=%s rate=%lld max_lag_ms=%lld", ids,
-         (long long)rate, (long long)max_lag_ms);
+  if (f->is_archive)
+    ak_log(AK_LOG_INFO, "replay", "archive replay created", "replay_id=%s from=%lld to=%lld rate=%lld max_lag_ms=%lld",
+           ids, (long long)f->from_ms, (long long)f->to_ms, (long long)rate, (long long)max_lag_ms);
+  else
+    ak_log(AK_LOG_INFO, "replay", "dlq replay created", "replay_id=%s rate=%lld max_lag_ms=%lld", ids,
+           (long long)rate, (long long)max_lag_ms);
   return AK_REPLAY_OK;
 }
 
@@ -612,6 +692,7 @@ typedef struct turn {
   size_t want;
   bool has_cursor;
   uint8_t cursor[AK_DEAD_KEY_LEN];
+  uint64_t aseq;
 } turn_t;
 
 /* Read (no mutex) and move (one batch, under the mutex) one job's share of this tick. */
@@ -741,6 +822,240 @@ static void run_job(ak_replays_t *r, const turn_t *t, size_t want, size_t *scan_
   free(s.c);
 }
 
+/* ------------------------------------------------------------ archive jobs ---- */
+
+void ak_replays_set_archive(ak_replays_t *r, ak_replay_fetch_fn fn, void *ctx) {
+  if (!r) return;
+  pthread_mutex_lock(&r->mu);
+  r->afetch = fn;
+  r->actx = ctx;
+  pthread_mutex_unlock(&r->mu);
+}
+
+void ak_replay_abatch_clear(ak_replay_abatch_t *b) {
+  for (size_t i = 0; i < b->n; i++) free(b->v[i].rec);
+  free(b->v);
+  memset(b, 0, sizeof *b);
+}
+
+static bool str_is(const char *want, const char *s, size_t len) {
+  return strlen(want) == len && !memcmp(want, s, len);
+}
+
+/* A delivery row (seq, sink) in the store: 1 yes, 0 no, -1 read error. */
+static int row_exists(ak_store_t *st, uint64_t seq, uint16_t sink) {
+  uint8_t dk[AK_DELIVERY_KEY_LEN];
+  ak_key_delivery(dk, seq, sink);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, AK_CF_DELIVERIES, dk, sizeof dk, &v, &vl);
+  free(v);
+  return rc < 0 ? -1 : rc == 0;
+}
+
+static int hook_held(ak_store_t *st, uint64_t seq) {
+  uint8_t hk[AK_HOOK_KEY_LEN];
+  ak_key_hook(hk, seq);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, AK_CF_HOOKS, hk, sizeof hk, &v, &vl);
+  free(v);
+  return rc < 0 ? -1 : rc == 0;
+}
+
+/* The hook log's low mark as written (m:dlow): hooks at or above it may still owe log
+ * deliveries. UINT64_MAX when absent (no log written yet), 0 when unreadable. */
+static uint64_t log_low(ak_store_t *st) {
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(st, AK_CF_DEFAULT, AK_KEY_DISPATCH_LOW, strlen(AK_KEY_DISPATCH_LOW), &v, &vl);
+  uint64_t x = rc > 0 ? UINT64_MAX : rc == 0 && vl == 8 ? ak_get_u64((const uint8_t *)v) : 0;
+  free(v);
+  return x;
+}
+
+/* Decide (reads, no mutex) and move (one batch, under the mutex) one archive job's share
+ * of this tick: the batch the archive side prepared for the job's cursor, or nothing
+ * (the request is queued and answered by a later tick). */
+static void run_archive_job(ak_replays_t *r, const turn_t *t, size_t want, int64_t now) {
+  ak_instance_t *inst = r->inst;
+  ak_store_t *st = inst->store;
+  job_t *j = t->j;
+  uint64_t after = t->has_cursor ? t->aseq : 0;
+  ak_replay_abatch_t b = {0};
+  pthread_mutex_lock(&r->mu);
+  int got = r->afetch ? r->afetch(r->actx, j->id, after, j->from_ms, j->to_ms, want, &b) : AK_REPLAY_FETCH_NOT_READY;
+  pthread_mutex_unlock(&r->mu);
+  if (got != AK_REPLAY_FETCH_READY) return;
+  cand_t *c = NULL;
+  size_t nc = 0, capc = 0;
+  size_t *puts = NULL, nputs = 0, capputs = 0;
+  uint64_t last = after;
+  int64_t scanned = 0, skipped = b.gone;
+  bool partial = false, failed = false;
+  /* a hook whose log deliveries may still be owed (archived before it was delivered) waits
+   * until the log has settled it: a replayed row must not meet the log's own delivery of
+   * the same (seq, sink), which would then take the row over */
+  uint64_t low = b.n ? log_low(st) : UINT64_MAX;
+  for (size_t i = 0; i < b.n && !failed; i++) {
+    const ak_replay_arec_t *h = &b.v[i];
+    if (nc >= want || h->seq >= low) {
+      partial = true; /* the budget is spent, or the log is behind: a later tick decides the rest */
+      break;
+    }
+    ak_envelope_t env;
+    if (ak_envelope_decode(h->rec, h->len, &env) != 0) {
+      skipped++; /* the reader checked its frame: a record this build cannot read */
+      last = h->seq;
+      continue;
+    }
+    bool keep = (!j->source_id || str_is(j->source_id, env.source, env.source_len)) &&
+                (!j->tenant_id || str_is(j->tenant_id, env.tenant, env.tenant_len));
+    ak_source_t *src = keep && inst->sources ? ak_sources_get(inst->sources, env.source, env.source_len) : NULL;
+    if (keep) {
+      scanned++;
+      /* a hook of a source deleted since (or of an older one of the same name) has nowhere to go */
+      if (!src || (src->born_ms && env.received_at_ms < src->born_ms)) {
+        skipped++;
+        keep = false;
+      }
+    }
+    size_t before = nc;
+    size_t ns = keep ? (j->sinks ? j->nsinks : src->cfg.nsinks) : 0;
+    for (size_t k = 0; k < ns; k++) {
+      uint16_t sink = j->sinks ? j->sinks[k] : (uint16_t)k;
+      if (sink >= src->cfg.nsinks) {
+        skipped++;
+        continue;
+      }
+      int ex = row_exists(st, h->seq, sink);
+      if (ex < 0 || ak_buf_grow(&c, &capc, nc + 1, sizeof *c) != 0) {
+        failed = true;
+        break;
+      }
+      if (ex) { /* pending or dead already: that delivery is not lost, and not doubled */
+        skipped++;
+        continue;
+      }
+      const char *type = src->cfg.sinks[sink].type;
+      size_t tl = strlen(type), tn = env.tenant_len;
+      cand_t *x = &c[nc++];
+      x->seq = h->seq;
+      x->sink = sink;
+      x->typelen = (uint8_t)(tl > 255 ? 255 : tl);
+      memcpy(x->type, type, x->typelen);
+      x->tlen = (uint8_t)(tn > 255 ? 255 : tn);
+      memcpy(x->tenant, env.tenant, x->tlen);
+    }
+    if (!failed && nc > before) {
+      int held = hook_held(st, h->seq);
+      if (held < 0 || ak_buf_grow(&puts, &capputs, nputs + 1, sizeof *puts) != 0) failed = true;
+      else if (!held) puts[nputs++] = i;
+    }
+    if (src) ak_source_release(src);
+    ak_envelope_clear(&env);
+    if (!failed) last = h->seq;
+  }
+  bool end = false;
+  if (!partial && !failed) {
+    if (b.looked_to > last) last = b.looked_to;
+    end = b.end;
+  }
+  if (failed) { /* the store could not be read: nothing decided, the next tick asks again */
+    free(c);
+    free(puts);
+    ak_replay_abatch_clear(&b);
+    return;
+  }
+  size_t m = nc;
+  pthread_mutex_lock(&r->mu);
+  if (j->state != AK_REPLAY_RUNNING || j->gen != t->gen || (!m && !end && last == after)) {
+    pthread_mutex_unlock(&r->mu);
+    free(c);
+    free(puts);
+    ak_replay_abatch_clear(&b);
+    return;
+  }
+  const job_t saved = *j;
+  j->moved += (int64_t)m;
+  j->scanned += scanned;
+  j->skipped += skipped;
+  j->budget -= (double)m;
+  j->aseq = last;
+  j->has_cursor = true;
+  if (end) {
+    j->state = AK_REPLAY_DONE;
+    j->finished_at = now;
+  }
+  if (m || end || last != after) j->updated_at = now;
+  int rc = -1;
+  ak_batch_t *wb = ak_batch_new(st);
+  if (wb && ak_store_pin(st) == 0) {
+    for (size_t i = 0; i < nputs; i++) {
+      uint8_t hk[AK_HOOK_KEY_LEN];
+      const ak_replay_arec_t *h = &b.v[puts[i]];
+      ak_key_hook(hk, h->seq);
+      ak_batch_put(wb, AK_CF_HOOKS, hk, sizeof hk, h->rec, h->len);
+    }
+    /* the store holds those hooks again: its hook count says so in the same batch (the
+     * reclaim that deletes them once their replayed deliveries settle counts them off) */
+    if (nputs && inst->dispatch) ak_dispatch_count_restored(inst->dispatch, wb, nputs);
+    for (size_t i = 0; i < m; i++) {
+      const cand_t *x = &c[i];
+      uint8_t k[AK_DUE_KEY_MAX], v[512];
+      ak_key_delivery(k, x->seq, x->sink);
+      size_t vl = ak_delivery_row_ex(v, sizeof v, AK_DELIVERY_PENDING, 0, now, x->type, x->typelen, j->id);
+      ak_batch_put(wb, AK_CF_DELIVERIES, k, AK_DELIVERY_KEY_LEN, v, vl);
+      size_t kl = ak_key_due(k, x->tenant, x->tlen, now, x->seq, x->sink);
+      vl = ak_due_value(v, sizeof v, 0, x->type, x->typelen, j->id);
+      ak_batch_put(wb, AK_CF_INDEX, k, kl, v, vl);
+    }
+    /* the cursor commits with the rows and hooks it passed, unsynced as dlq moves */
+    batch_record(wb, j);
+    ak_wf_class_t cls = AK_WF_OTHER;
+    char *err = NULL;
+    rc = ak_store_write_pinned(st, wb, false, &cls, &err);
+    ak_store_unpin(st);
+    if (rc != 0) log_write_failure("archive replay batch write failed", j, cls, err);
+  }
+  ak_batch_free(wb);
+  if (rc != 0) {
+    j->moved = saved.moved;
+    j->scanned = saved.scanned;
+    j->skipped = saved.skipped;
+    j->budget = saved.budget;
+    j->has_cursor = saved.has_cursor;
+    j->aseq = saved.aseq;
+    j->state = saved.state;
+    j->finished_at = saved.finished_at;
+    j->updated_at = saved.updated_at;
+  } else {
+    j->dirty = false;
+    if (m && r->m_moved_archive) ak_counter_add(r->m_moved_archive, m);
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (rc == 0 && nputs && inst->dispatch) ak_dispatch_restored(inst->dispatch, nputs);
+  if (rc == 0 && end) {
+    char ids[AK_UUID_STR_LEN];
+    ak_uuid_format(j->id, ids);
+    ak_log(AK_LOG_INFO, "replay", "archive replay finished", "replay_id=%s moved=%lld scanned=%lld skipped=%lld",
+           ids, (long long)(saved.moved + (int64_t)m), (long long)(saved.scanned + scanned),
+           (long long)(saved.skipped + skipped));
+  }
+  if (rc == 0 && inst->dispatch && m) {
+    qsort(c, m, sizeof *c, cand_by_tenant);
+    for (size_t i = 0; i < m;) {
+      size_t e = i + 1;
+      while (e < m && !cand_by_tenant(&c[i], &c[e])) e++;
+      ak_dispatch_note_due(inst->dispatch, c[i].tenant, c[i].tlen, now, e - i, 0);
+      i = e;
+    }
+  }
+  free(c);
+  free(puts);
+  ak_replay_abatch_clear(&b);
+}
+
 /* Persist counters changed by settled deliveries and drop the oldest finished jobs past
  * AK_REPLAY_KEEP_FINISHED. Only this thread frees jobs (it is the one that uses job
  * pointers outside the mutex). Caller holds r->mu. */
@@ -814,12 +1129,14 @@ void ak_replays_tick(void *ctx, int64_t now_ms) {
     t->want = (size_t)floor(j->budget);
     t->has_cursor = j->has_cursor;
     memcpy(t->cursor, j->cursor, AK_DEAD_KEY_LEN);
+    t->aseq = j->aseq;
   }
   pthread_mutex_unlock(&r->mu);
   size_t rows_left = AK_REPLAY_TICK_ROWS, scan_left = AK_REPLAY_TICK_SCAN;
   for (size_t i = 0; i < nt && rows_left && scan_left; i++) {
     size_t want = turns[i].want < rows_left ? turns[i].want : rows_left;
-    run_job(r, &turns[i], want, &scan_left, now_ms);
+    if (turns[i].j->archive) run_archive_job(r, &turns[i], want, now_ms);
+    else run_job(r, &turns[i], want, &scan_left, now_ms);
     rows_left -= want; /* what it was offered, moved or not: bounds the tick's reads */
   }
   pthread_mutex_lock(&r->mu);

@@ -1,8 +1,11 @@
-/* Replay jobs (POST /v1/replays kind dlq): drip dead-lettered delivery rows back into the
- * due queue at a rate, only while the dispatcher has spare capacity, and count how the
- * replayed deliveries end. Owns the job table, the job records in the store and the move
- * of a row out of the dead-letter set; also the dead-letter listing (GET /v1/dlq). Never
- * delivers anything and never touches a row that is not in the dead-letter set.
+/* Replay jobs (POST /v1/replays kind dlq or archive): drip dead-lettered delivery rows
+ * (dlq), or archived hooks (archive), back into the due queue at a rate, only while the
+ * dispatcher has spare capacity, and count how the replayed deliveries end. Owns the job
+ * table, the job records in the store, the move of a row out of the dead-letter set and
+ * the put-back of an archived hook; also the dead-letter listing (GET /v1/dlq). Never
+ * delivers anything, never reads a blob (the archive side prepares what an archive job
+ * moves, see ak_replays_set_archive), and never touches a delivery row that exists unless
+ * it is in the dead-letter set.
  *
  * Wiring (main.c, when the dispatch role runs; after ak_dispatch_new, before start):
  *   inst->replays = ak_replays_new(inst);
@@ -51,8 +54,15 @@ typedef enum {
   AK_REPLAY_FAILED,
 } ak_replay_state_t;
 
-/* Filter of a dlq job; times are unix ms on dead-letter time, inclusive. */
+/* Filter of a job. dlq: times are unix ms on dead-letter time, inclusive. archive
+ * (is_archive): from/to on received_at, inclusive, both required; source_id, tenant_id
+ * and sinks (indexes into the source's current sink list; nsinks 0: all) narrow it. */
 typedef struct ak_replay_filter {
+  bool is_archive;
+  int64_t from_ms, to_ms;
+  const char *tenant_id; /* archive: NULL: any */
+  const uint16_t *sinks;
+  size_t nsinks;
   const char *source_id; /* NULL: any */
   bool has_id;
   uint8_t id[16];
@@ -84,7 +94,39 @@ typedef enum {
   AK_REPLAY_STORE_ERROR, /* 503 store_unavailable: nothing changed */
 } ak_replay_result_t;
 
-/* Create a dlq job (synced write, with its replay.create audit row, before returning
+/* ------------------------------------------------------------- archive replay ---- */
+
+/* Archive replay jobs read hooks from the archive, which lives above this layer
+ * (archive/replay_reader.c). The archive side registers a fetch function at its open
+ * and clears it (fn NULL) at its stop; the tick calls it under the table's mutex, so
+ * after ak_replays_set_archive(r, NULL, NULL) returns no call is running or will run.
+ *
+ * A fetch never blocks on I/O: it answers a batch prepared for exactly this request
+ * (job, after_seq, from, to, max), or queues the request for the reader and answers
+ * "not ready". */
+typedef struct ak_replay_arec {
+  uint64_t seq;
+  uint8_t *rec; /* the stored hook record (malloc'd) */
+  size_t len;
+} ak_replay_arec_t;
+
+typedef struct ak_replay_abatch {
+  ak_replay_arec_t *v; /* archived hooks with seq > after_seq and received_at in the window, seq order */
+  size_t n;
+  uint64_t looked_to;   /* every seq in (after_seq, looked_to] was looked at (v holds those in the window) */
+  bool end;             /* nothing is archived past looked_to that meets the window */
+  uint32_t gone;        /* segments passed over because their objects are gone or damaged */
+} ak_replay_abatch_t;
+
+enum { AK_REPLAY_FETCH_NOT_READY = 0, AK_REPLAY_FETCH_READY = 1 };
+/* AK_REPLAY_FETCH_READY with *out filled (the caller frees it: ak_replay_abatch_clear),
+ * or AK_REPLAY_FETCH_NOT_READY. max: hooks in the batch, at most. */
+typedef int (*ak_replay_fetch_fn)(void *ctx, const uint8_t job[16], uint64_t after_seq, int64_t from_ms,
+                                  int64_t to_ms, size_t max, ak_replay_abatch_t *out);
+void ak_replays_set_archive(ak_replays_t *r, ak_replay_fetch_fn fn, void *ctx);
+void ak_replay_abatch_clear(ak_replay_abatch_t *b);
+
+/* Create a job (synced write, with its replay.create audit row, before returning
  * OK). rate / max_lag_ms already validated by the caller. *out: the Replay object
  * (caller owns). */
 ak_replay_result_t ak_replays_create(ak_replays_t *r, const ak_replay_filter_t *f, int64_t rate, int64_t max_lag_ms,

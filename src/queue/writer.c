@@ -857,6 +857,10 @@ void ak_writer_note_reclaimed(ak_writer_t *w, uint64_t n) {
   ak_gauge_set(w->m_hooks, (double)left);
 }
 
+void ak_writer_note_restored(ak_writer_t *w, uint64_t n) {
+  ak_gauge_set(w->m_hooks, (double)(atomic_fetch_add(&w->hooks_total, n) + n));
+}
+
 uint64_t ak_writer_committed_below(ak_writer_t *w) { return safe_below(w, -1); }
 
 uint64_t ak_writer_next_seq(ak_writer_t *w) {

@@ -126,6 +126,9 @@ uint64_t ak_writer_committed_below(ak_writer_t *w);
 /* n hooks were reclaimed (their delete, with m:hook_count:r, is written): the hook count
  * and its gauge drop. Any thread. */
 void ak_writer_note_reclaimed(ak_writer_t *w, uint64_t n);
+/* n reclaimed hooks were put back (an archive replay; written, with m:hook_count:r): the
+ * hook count and its gauge rise. Any thread. */
+void ak_writer_note_restored(ak_writer_t *w, uint64_t n);
 /* Refresh gauges (queue depth, store unavailable seconds). */
 void ak_writer_sample(ak_writer_t *w);
 

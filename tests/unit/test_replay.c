@@ -82,6 +82,16 @@ void ak_dispatch_note_due(ak_dispatch_t *d, const char *tenant, size_t tlen, int
   fake.notes++;
 }
 
+void ak_dispatch_count_restored(ak_dispatch_t *d, struct ak_batch *wb, uint64_t n) {
+  (void)d, (void)wb, (void)n;
+  cr_assert_fail("archive jobs are not moved by this suite");
+}
+
+void ak_dispatch_restored(ak_dispatch_t *d, uint64_t n) {
+  (void)d, (void)n;
+  cr_assert_fail("archive jobs are not moved by this suite");
+}
+
 /* A test's handle on the suite's node: the store opened by its module; the replay jobs
  * made and loaded by hand (the replay module's open would hook them into a dispatcher),
  * with no dispatcher unless a test puts the fake in its place. */
@@ -885,5 +895,169 @@ Test(replay, dlq_list_newest_first_with_total_and_filters) {
 
   ak_store_close(n.inst->store);
   cr_expect_eq(ak_replays_dlq_list(n.inst->store, NULL, NULL, -1, 100, &o), -1);
+  node_close(&n);
+}
+
+/* ------------------------------------------------------------- archive jobs ---- */
+
+/* The archive side's stand-in: hooks seq 1..6 of a source this node does not have,
+ * received at 1000 + seq; every request is first answered "not ready" (queued), then
+ * with the next two hooks; the first batch also reports one segment gone. */
+static struct {
+  int calls;
+  uint64_t after[32];
+} af;
+
+static int fake_fetch(void *ctx, const uint8_t job[16], uint64_t after, int64_t from, int64_t to, size_t max,
+                      ak_replay_abatch_t *out) {
+  (void)job;
+  cr_assert_eq(ctx, (void *)&af);
+  cr_assert_eq(from, 1000);
+  cr_assert_eq(to, 2000);
+  cr_assert_geq(max, 1);
+  cr_assert_lt(af.calls, 32);
+  af.after[af.calls++] = after;
+  if (af.calls % 2 == 1) return AK_REPLAY_FETCH_NOT_READY;
+  memset(out, 0, sizeof *out);
+  out->v = calloc(2, sizeof *out->v);
+  cr_assert_not_null(out->v);
+  out->looked_to = after;
+  for (uint64_t seq = after + 1; seq <= after + 2 && seq <= 6; seq++) {
+    ak_envelope_t env = {.seq = seq, .received_at_ms = 1000 + (int64_t)seq, .source = "gone_src",
+                         .source_len = 8, .tenant = "acme", .tenant_len = 4,
+                         .body = (const uint8_t *)"{}", .body_len = 2};
+    hook_id(seq, env.id);
+    size_t rl = 0;
+    uint8_t *rec = ak_envelope_encode(&env, &rl);
+    cr_assert_not_null(rec);
+    out->v[out->n++] = (ak_replay_arec_t){.seq = seq, .rec = rec, .len = rl};
+    out->looked_to = seq;
+  }
+  out->end = out->looked_to >= 6;
+  out->gone = after == 0;
+  return AK_REPLAY_FETCH_READY;
+}
+
+Test(replay, archive_job_record_round_trip_and_cursor) {
+  node_t n;
+  node_open(&n);
+  memset(&af, 0, sizeof af);
+  uint16_t sinks[2] = {0, 2};
+  ak_replay_filter_t f = no_filter();
+  f.is_archive = true;
+  f.from_ms = 1000;
+  f.to_ms = 2000;
+  f.tenant_id = "acme";
+  f.sinks = sinks;
+  f.nsinks = 2;
+  uint8_t rid[16];
+  json_t *o = create(&n, &f, 1000, rid);
+  cr_expect_str_eq(json_string_value(json_object_get(o, "kind")), "archive");
+  char *fs = json_dumps(json_object_get(o, "filter"), JSON_COMPACT | JSON_SORT_KEYS);
+  cr_expect_str_eq(fs, "{\"from\":1000,\"sinks\":[0,2],\"tenant_id\":\"acme\",\"to\":2000}");
+  free(fs);
+  json_decref(o);
+  /* the same filter while it runs: that job; another window: a new one */
+  json_t *o2 = NULL;
+  cr_expect_eq(ak_replays_create(n.inst->replays, &f, 1000, AK_REPLAY_LAG_DEFAULT, &o2), AK_REPLAY_EXISTS);
+  json_decref(o2);
+
+  /* no archive registered (no storage role): the job waits */
+  int64_t t0 = ak_now_ms();
+  ak_replays_tick(n.inst->replays, t0);
+  ak_replays_tick(n.inst->replays, t0 + 100);
+  cr_expect_str_eq(jstate(&n, rid), "running");
+  ak_replays_set_archive(n.inst->replays, fake_fetch, &af);
+  ak_replays_tick(n.inst->replays, t0 + 200); /* queued */
+  cr_expect_eq(af.calls, 1);
+  ak_replays_tick(n.inst->replays, t0 + 300); /* seqs 1, 2: no such source, skipped */
+  cr_expect_eq(af.calls, 2);
+  cr_expect_eq(af.after[1], 0);
+  cr_expect_eq(jfield(&n, rid, "scanned"), 2);
+  cr_expect_eq(jfield(&n, rid, "skipped"), 3, "the gone segment and the two hooks without a source");
+  cr_expect_eq(jfield(&n, rid, "moved"), 0);
+
+  /* a restart: the record brings back the kind, the filter and the cursor (seq 2) */
+  replays_restart(&n);
+  o = job(&n, rid);
+  cr_expect_str_eq(json_string_value(json_object_get(o, "kind")), "archive");
+  cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "filter"), "tenant_id")), "acme");
+  cr_expect_eq(json_array_size(json_object_get(json_object_get(o, "filter"), "sinks")), 2);
+  cr_expect_eq(jint(o, "skipped"), 3);
+  json_decref(o);
+  ak_replays_set_archive(n.inst->replays, fake_fetch, &af);
+  int64_t t = t0 + 1000;
+  for (int i = 0; i < 20 && !strcmp(jstate(&n, rid), "running"); i++) {
+    ak_replays_tick(n.inst->replays, t);
+    t += 100;
+  }
+  cr_expect_eq(af.after[2], 2, "resumed after the cursor's seq");
+  cr_expect_str_eq(jstate(&n, rid), "done");
+  cr_expect_eq(jfield(&n, rid, "scanned"), 6);
+  cr_expect_eq(jfield(&n, rid, "skipped"), 7);
+  cr_expect_eq(jfield(&n, rid, "moved"), 0);
+  /* taken back: no call after that */
+  ak_replays_set_archive(n.inst->replays, NULL, NULL);
+  int calls = af.calls;
+  ak_replays_tick(n.inst->replays, t + 100);
+  cr_expect_eq(af.calls, calls);
+  node_close(&n);
+}
+
+Test(replay, dlq_record_loads_unchanged_beside_archive_records) {
+  node_t n;
+  node_open(&n);
+  ak_replay_filter_t f = no_filter();
+  f.source_id = "src_a";
+  uint8_t d[16], a[16];
+  json_decref(create(&n, &f, 10, d));
+  f = no_filter();
+  f.is_archive = true;
+  f.from_ms = 1000;
+  f.to_ms = 2000;
+  json_decref(create(&n, &f, 10, a));
+  replays_restart(&n);
+  json_t *o = job(&n, d);
+  cr_expect_str_eq(json_string_value(json_object_get(o, "kind")), "dlq");
+  char *fs = json_dumps(json_object_get(o, "filter"), JSON_COMPACT | JSON_SORT_KEYS);
+  cr_expect_str_eq(fs, "{\"source_id\":\"src_a\"}");
+  free(fs);
+  json_decref(o);
+  o = job(&n, a);
+  cr_expect_str_eq(json_string_value(json_object_get(o, "kind")), "archive");
+  fs = json_dumps(json_object_get(o, "filter"), JSON_COMPACT | JSON_SORT_KEYS);
+  cr_expect_str_eq(fs, "{\"from\":1000,\"to\":2000}");
+  free(fs);
+  json_decref(o);
+  node_close(&n);
+}
+
+static void put_low(node_t *n, uint64_t low) {
+  uint8_t v[8];
+  ak_put_u64(v, low);
+  put_raw(n, AK_CF_DEFAULT, AK_KEY_DISPATCH_LOW, strlen(AK_KEY_DISPATCH_LOW), v, 8);
+}
+
+Test(replay, archive_job_waits_for_the_hook_log) {
+  node_t n;
+  node_open(&n);
+  memset(&af, 0, sizeof af);
+  put_low(&n, 2); /* hook 1 settled on the log, hooks 2.. maybe not */
+  ak_replay_filter_t f = no_filter();
+  f.is_archive = true;
+  f.from_ms = 1000;
+  f.to_ms = 2000;
+  uint8_t rid[16];
+  json_decref(create(&n, &f, 1000, rid));
+  ak_replays_set_archive(n.inst->replays, fake_fetch, &af);
+  int64_t t = ak_now_ms();
+  for (int i = 0; i < 10; i++, t += 100) ak_replays_tick(n.inst->replays, t);
+  cr_expect_str_eq(jstate(&n, rid), "running");
+  cr_expect_eq(jfield(&n, rid, "scanned"), 1, "only the hook below the log's low mark is decided");
+  put_low(&n, 100);
+  for (int i = 0; i < 20 && !strcmp(jstate(&n, rid), "running"); i++, t += 100) ak_replays_tick(n.inst->replays, t);
+  cr_expect_str_eq(jstate(&n, rid), "done");
+  cr_expect_eq(jfield(&n, rid, "scanned"), 6);
+  ak_replays_set_archive(n.inst->replays, NULL, NULL);
   node_close(&n);
 }

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <jansson.h>
 #include "blob/blob.h"
 #include "core/clock.h"
 #include "core/metrics.h"
@@ -167,23 +166,6 @@ int ak_blob_delete(ak_blob_t *b, const char *key, char *err, size_t errlen) {
   if (!full_key(b, key, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
   int64_t t0 = op_begin(b);
   return op_end(b, OP_DELETE, t0, b->vt->del(b->self, k, err, errlen));
-}
-
-ak_blob_t *ak_blob_open(const json_t *store, const char *default_root, struct ak_httpc *httpc, char *err,
-                        size_t errlen) {
-  const char *type = json_string_value(json_object_get(store, "type"));
-  if (!type || !strcmp(type, "local")) {
-    const char *root = json_string_value(json_object_get(store, "root"));
-    return ak_blob_local_new(root ? root : default_root, err, errlen);
-  }
-  if (!httpc) {
-    snprintf(err, errlen, "%s blob store: no HTTP client", type);
-    return NULL;
-  }
-  if (!strcmp(type, "s3")) return ak_blob_s3_new(json_object_get(store, "s3"), httpc, err, errlen);
-  if (!strcmp(type, "gcs")) return ak_blob_gcs_new(json_object_get(store, "gcs"), httpc, err, errlen);
-  snprintf(err, errlen, "unknown blob store type %s", type);
-  return NULL;
 }
 
 const char *ak_blob_type(const ak_blob_t *b) { return b->vt->type; }

@@ -1,7 +1,7 @@
 /* Blob stores (DESIGN.md §5, issue 21): where archive segments, claim packs and backups
  * go. One interface (put, get, get_range, head, list with pagination, delete) behind one
- * vtable per type, registered by one row in blob/registry.c; LocalFS today, S3 and GCS
- * later. Calls are synchronous: their callers (the compactor, backups) run on threads of
+ * vtable per type, chosen by a store mapping's type in blob/registry.c (LocalFS, S3, GCS).
+ * Calls are synchronous: their callers (the compactor, backups) run on threads of
  * their own. Owns key checking and the scope prefix (segments, claims, backup: a scope is
  * a key prefix the adapters never see); never knows what the bytes mean.
  *

@@ -23,6 +23,13 @@ from test_cursor_kills import Poster, delivered_ok, kill_and_restart, stored
 KILLS = int(os.environ.get("ANKUSA_ARCHIVE_KILLS") or 10)
 
 
+def all_delivered(rx, acked):
+    """Every id of acked (id -> sha256) answered 2xx with that body (one pass over the
+    receiver's deliveries)."""
+    got = delivered_ok(rx)
+    return all(sha in got.get(i, ()) for i, sha in acked.items())
+
+
 def archive_cfg(**storage):
     c = dict(LOOPBACK)
     s = {"roll_ms": 200, "interval_ms": 50}
@@ -87,7 +94,7 @@ def test_default_roles_archive_reclaim_and_read_back(ankusa):
         for body, r in res:
             assert not isinstance(r, Exception) and r.status == 201, r
             acked[r.json["id"]] = sha256_hex(body)
-        wait_until(lambda: all(sha in delivered_ok(rx).get(i, ()) for i, sha in acked.items()),
+        wait_until(lambda: all_delivered(rx, acked),
                    timeout=30 * SLOW, what="every hook delivered")
         wait_archived_and_reclaimed(node, 30, "every hook archived and reclaimed")
         rows = segments(node)
@@ -225,7 +232,7 @@ def test_kill_during_compaction(ankusa):
         assert not poster.problems, "\n".join(poster.problems[:10])
         acked = {i: sha for i, (_, sha, _) in poster.snapshot().items()}
         assert len(acked) > 200, f"only {len(acked)} hooks acked: the load did not run"
-        wait_until(lambda: all(sha in delivered_ok(rx).get(i, ()) for i, sha in acked.items()),
+        wait_until(lambda: all_delivered(rx, acked),
                    timeout=60 * SLOW, what="every acked hook delivered")
         wait_archived_and_reclaimed(node, 60, "every hook archived and reclaimed after the kills")
         checker.stop()

@@ -14,9 +14,9 @@ import pytest
 import gcs_standin
 from helpers import LOOPBACK, SLOW, post_many, run_cli, sha256_hex, wait_until
 from receiver import Receiver
-from test_archive import check_catalogue, segments, wait_archived_and_reclaimed  # noqa: F401
+from test_archive import all_delivered, check_catalogue, segments, wait_archived_and_reclaimed  # noqa: F401
 from test_blob_s3 import BUCKET, KEY, REGION, SECRET, proxy, s3rver, verdicts  # noqa: F401 - fixtures
-from test_cursor_kills import Poster, delivered_ok
+from test_cursor_kills import Poster
 
 
 def s3_storage(p, **more):
@@ -116,7 +116,7 @@ def test_s3_outage_of_30s_under_load(ankusa, proxy):
         assert len(during) > 100, f"only {len(during)} hooks acked during the outage: ingest waited for S3"
         assert node.metrics().value("ankusa_compact_failures_total", instance="default", stage="segment") >= 3
         acked = {i: sha for i, (_, sha, _) in snap.items()}
-        wait_until(lambda: all(sha in delivered_ok(rx).get(i, ()) for i, sha in acked.items()),
+        wait_until(lambda: all_delivered(rx, acked),
                    timeout=60 * SLOW, what="every acked hook delivered")
         # the backoff is capped at 60 s: the compactor is back within a minute and catches up
         wait_archived_and_reclaimed(node, 120, "the compactor caught up after the outage")

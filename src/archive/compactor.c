@@ -345,8 +345,10 @@ static int cut(ak_archive_t *a) {
   char err[512] = "";
   const uint8_t *seg, *idx;
   size_t seg_len, idx_len;
-  if (ak_seg_writer_finish(a->sw, &seg, &seg_len, &idx, &idx_len) != AK_SEG_OK) {
-    fail(a, a->c_fail_segment, "segment could not be encoded", "out of memory");
+  int frc = ak_seg_writer_finish(a->sw, &seg, &seg_len, &idx, &idx_len);
+  if (frc != AK_SEG_OK) {
+    fail(a, a->c_fail_segment, "segment could not be encoded",
+         frc == AK_SEG_NOMEM ? "out of memory" : "two stored hooks share an id");
     return -1;
   }
   a->sealed = true;

@@ -296,24 +296,37 @@ ak_blob_t *ak_blob_local_new(const char *root, char *err, size_t errlen) {
     snprintf(err, errlen, "localfs: no root directory");
     return NULL;
   }
-  /* create the root and its missing parents */
+  /* create the root and its missing parents; every directory entry this makes, and the
+   * root's own entry in its parent (an earlier run may have made it and crashed before it
+   * was synced), is fsynced: an object fsynced under a root that a power cut takes away
+   * would be lost with it */
   char *r = strdup(root);
   if (!r) return NULL;
-  for (char *p = r + 1; (p = strchr(p, '/')); p++) {
-    *p = 0;
-    if (mkdir(r, 0755) != 0 && errno != EEXIST) {
+  while (strlen(r) > 1 && r[strlen(r) - 1] == '/') r[strlen(r) - 1] = 0;
+  for (char *p = r + 1;; p++) {
+    p = strchr(p, '/');
+    if (p) *p = 0;
+    int made = mkdir(r, 0755) == 0;
+    if (!made && errno != EEXIST) {
       snprintf(err, errlen, "localfs: cannot create %s: %s", r, strerror(errno));
       free(r);
       return NULL;
     }
+    char *up = strrchr(r, '/');
+    if ((made || !p) && up && up != r) {
+      *up = 0;
+      int frc = fsync_dir(r);
+      int e = errno;
+      *up = '/';
+      if (frc != 0) {
+        snprintf(err, errlen, "localfs: cannot fsync the directory above %s: %s", r, strerror(e));
+        free(r);
+        return NULL;
+      }
+    }
+    if (!p) break;
     *p = '/';
   }
-  if (mkdir(r, 0755) != 0 && errno != EEXIST) {
-    snprintf(err, errlen, "localfs: cannot create %s: %s", r, strerror(errno));
-    free(r);
-    return NULL;
-  }
-  while (strlen(r) > 1 && r[strlen(r) - 1] == '/') r[strlen(r) - 1] = 0;
   local_t *l = calloc(1, sizeof *l);
   ak_blob_t *b = calloc(1, sizeof *b);
   if (!l || !b) {

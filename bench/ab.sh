@@ -7,7 +7,7 @@
 #   A_BIN=/tmp/base/build/ankusa B_BIN=build/ankusa ROUNDS=5 bash bench/ab.sh
 #
 # Each round, for each side, on a fresh data dir:
-#   ingest:  roles [edge, storage] (no dispatcher), wrk POSTing 1 KiB bodies for DURATION
+#   ingest:  roles [edge] (no dispatcher, no compactor), wrk POSTing 1 KiB bodies for DURATION
 #            s; CPU per request = the node's CPU over the wrk run / the hooks it stored
 #            (checked: ankusa_ingest_requests_total{status="201"} <= ankusa_store_hooks; a
 #            few more are stored whose client left when wrk stopped).
@@ -86,7 +86,7 @@ stop_node() {
 side() {
   local bin=$1 dir t0 t1 m c201 hooks ok dlq i w0 w1 dsp hc
   dir=$(mktemp -d "$TMP/run.XXXXXX")
-  config "$dir" '["edge", "storage"]'
+  config "$dir" '["edge"]'
   start_node "$bin" "$dir"
   t0=$(cpu_ticks "$NODE_PID")
   w0=$(thread_ticks "$NODE_PID" ak-writer)

@@ -7,7 +7,7 @@
 #   ANKUSA_BIN=/tmp/base/build/ankusa ANKUSA_BIN_B=build/ankusa bash bench/boot.sh   # A/B
 #
 # Fill (once per binary, with that binary, so a binary that changes the store layout
-# reads a store it wrote): the node with roles [edge, storage] (no dispatcher) and one
+# reads a store it wrote): the node with roles [edge] (no dispatcher, no compactor) and one
 # source whose one http sink points at a closed loopback port; wrk POSTs BODY-byte bodies,
 # capped by a lua script and stopped when ankusa_store_hooks reaches PENDING (a few dozen
 # more at most); SIGTERM. Then one untimed warm-up boot of that store with the dispatcher
@@ -201,7 +201,7 @@ EOF
 
 fill() { # SIDE BIN: fills $TMP/SIDE-pending; sets FILLED
   local side=$1 bin=$2 dir=$TMP/$1-pending s0 k c wpid
-  ankusa_boot "$bin" "$dir" "edge, storage"
+  ankusa_boot "$bin" "$dir" "edge"
   s0=$(now_s)
   "$WRK" -t"$THREADS" -c"$CONNECTIONS" -d"${FILL_TIMEOUT}s" -s "$CAP_LUA" \
     "http://127.0.0.1:$HTTP_PORT/webhooks/bench" >"$TMP/wrk-fill-$side.txt" 2>&1 &
@@ -221,7 +221,7 @@ fill() { # SIDE BIN: fills $TMP/SIDE-pending; sets FILLED
   c=$(curl -sf --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics" |
     awk '$1 ~ /^ankusa_store_hooks[{]/ { printf "%.0f", $2 }' || true)
   FILLED=${c:-0}
-  printf '  fill %s: %s hooks stored in %ss (roles edge, storage; %s-byte bodies); store %s\n' \
+  printf '  fill %s: %s hooks stored in %ss (roles edge; %s-byte bodies); store %s\n' \
     "$side" "$FILLED" "$(elapsed "$s0" "$(now_s)")" "$BODY" "$(du -sh "$dir/data" | cut -f1)"
   ankusa_stop "$dir"
   if ((FILLED < PENDING)); then

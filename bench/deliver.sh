@@ -7,7 +7,7 @@
 #
 # Phases, each on a fresh data dir (one nginx receiver answers 204 to POST /hook and logs
 # every request it received):
-#   a. ingest alone: the node with roles [edge, storage] (no dispatcher) and the same
+#   a. ingest alone: the node with roles [edge] (no dispatcher, no compactor) and the same
 #      http sink config, wrk POSTing 1 KiB bodies for DURATION s: the baseline rate
 #      (every hook still writes its delivery row and due key).
 #   b. steady state: roles [edge, dispatch, storage], the same wrk load while the
@@ -15,7 +15,7 @@
 #      ankusa_deliveries_total{sink="http",result="ok"} over the wrk run), the backlog
 #      (queue pending + inflight + scheduled) when wrk stops and how long it takes to
 #      reach 0 after.
-#   c. drain: roles [edge, storage] ingests DRAIN_HOOKS (100,000) hooks (wrk capped by a
+#   c. drain: roles [edge] ingests DRAIN_HOOKS (100,000) hooks (wrk capped by a
 #      lua script and stopped when the store holds them: a few dozen more at most), is
 #      stopped with SIGTERM, and the same data dir is started again with roles [edge,
 #      dispatch, storage]: the time from that start (the process's start-up and due-index
@@ -280,7 +280,7 @@ check_delivered() { # PHASE: after a drain, every stored hook delivered, none de
 # ---------------------------------------------------------------- phase a: ingest alone
 phase_a() { # RUN
   local i=$1 dir=$TMP/a-$1 m=$TMP/a-$1-metrics.txt t0 t1
-  ankusa_start "$dir" "edge, storage"
+  ankusa_start "$dir" "edge"
   t0=$(cpu_ticks "$A_PID")
   run_wrk "http://127.0.0.1:$HTTP_PORT/webhooks/bench" "$TMP/wrk-a-$i.txt"
   t1=$(cpu_ticks "$A_PID")
@@ -378,7 +378,7 @@ EOF
 phase_c() { # RUN
   local i=$1 dir=$TMP/c-$1 m=$TMP/c-$1-metrics.txt s0 s1 n0 ready_s t0 t1 ingest_s c k
   n0=$(nginx_received)
-  ankusa_start "$dir" "edge, storage"
+  ankusa_start "$dir" "edge"
   s0=$(now_s)
   "$WRK" -t"$THREADS" -c"$CONNECTIONS" -d"${DRAIN_TIMEOUT}s" -s "$CAP_LUA" \
     "http://127.0.0.1:$HTTP_PORT/webhooks/bench" >"$TMP/wrk-c-$i.txt" 2>&1 &
@@ -407,7 +407,7 @@ phase_c() { # RUN
     echo "  !! c: 201s $M_C201, stored hooks $stored"
     HONEST=0
   fi
-  printf '  c. drain           run %d: ingested %s hooks with roles [edge, storage] in %ss (incl. wrk stop); pending %s\n' \
+  printf '  c. drain           run %d: ingested %s hooks with roles [edge] in %ss (incl. wrk stop); pending %s\n' \
     "$i" "$stored" "$ingest_s" "$M_PENDING"
   ankusa_stop "$dir"
 
@@ -486,7 +486,7 @@ echo "  ankusa:      $("$ANKUSA" version 2>&1), binary built $BUILT; checkout at
 echo "  receiver:    $("$NGINX" -v 2>&1 | sed 's/^nginx version: //'); load: wrk $("$WRK" -v 2>&1 | awk 'NR == 1 { print $2 }')"
 echo
 echo "== summary ($WHAT; wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s, 1 KiB POST)"
-printf '  a. ingest alone (roles edge, storage):       %8.0f hooks/s\n' "$AR"
+printf '  a. ingest alone (roles edge):                %8.0f hooks/s\n' "$AR"
 printf '  b. ingest while delivering:                  %8.0f hooks/s (%.2f of a)\n' "$BR" \
   "$(awk -v b="$BR" -v a="$AR" 'BEGIN { print (a > 0) ? b / a : 0 }')"
 printf '     deliveries during the load:               %8.0f /s (%.2f of the ingest rate)\n' "$BD" \

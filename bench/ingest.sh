@@ -158,7 +158,7 @@ node:
   data_dir: $dir/data
   # the ingest path alone: with the dispatcher running, each load would also pay for
   # delivering (bench/deliver.sh measures ingest with delivery)
-  roles: [edge, storage]
+  roles: [edge]
 log:
   level: warning
 http:

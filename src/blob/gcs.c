@@ -32,10 +32,11 @@
 #define GCS_PAGE_MAX 1000              /* the JSON API's cap on maxResults */
 #define GCS_MSG_MAX 200                /* bytes of Google's error message kept in err */
 
-/* Waits before the 2nd and 3rd attempts: the same schedule as every remote adapter
- * (storage-ops §4), so a flapping endpoint costs a caller at most 1.2 s plus timeouts. */
+/* Waits before the 2nd and later attempts: the same schedule as every remote adapter
+ * (storage-ops §4), 200 ms then 1 s (each later one 1 s too); `retries` (2) says how many
+ * there are, so a flapping endpoint costs a caller 1.2 s plus timeouts by default. */
 static const long retry_wait_ms[] = {200, 1000};
-#define GCS_ATTEMPTS (1 + (int)(sizeof retry_wait_ms / sizeof retry_wait_ms[0]))
+#define GCS_RETRIES 2
 
 typedef enum { AUTH_METADATA, AUTH_TOKEN, AUTH_NONE } gcs_auth_t;
 
@@ -48,6 +49,8 @@ typedef struct {
   pthread_mutex_t mu;  /* token and token_until: callers may share a store across threads */
   char *token;         /* auth token: the configured one; metadata: the cached one or NULL */
   int64_t token_until; /* metadata: monotonic ns after which the cached token is not used */
+  long timeout_ms;     /* per attempt (gcs.timeout_ms) */
+  int attempts;        /* 1 + gcs.retries */
 } gcs_t;
 
 /* ---- one exchange, waited for ------------------------------------------------------ */
@@ -109,7 +112,7 @@ static bool token_ok(const char *t) {
 
 static int bearer(gcs_t *g, char *line, size_t cap, char *err, size_t errlen);
 
-/* One request, attempted up to GCS_ATTEMPTS times. 0: a response arrived (out filled; a
+/* One request, attempted up to g->attempts times. 0: a response arrived (out filled; a
  * retryable status too, after the last attempt, so the caller names it with Google's
  * message). -1: no response (err says why: the client's secret-free reason, never a URL).
  * op names the operation for err ("put KEY"). with_auth adds the store's bearer header,
@@ -124,8 +127,8 @@ static int exchange(gcs_t *g, const char *op, const char *method, const char *ur
     return -1;
   }
   char why[160] = "";
-  for (int attempt = 0; attempt < GCS_ATTEMPTS; attempt++) {
-    if (attempt > 0) sleep_ms(retry_wait_ms[attempt - 1]);
+  for (int attempt = 0; attempt < g->attempts; attempt++) {
+    if (attempt > 0) sleep_ms(retry_wait_ms[attempt == 1 ? 0 : 1]);
     char auth[GCS_TOKEN_MAX + 32];
     auth[0] = '\0';
     if (with_auth) {
@@ -148,7 +151,7 @@ static int exchange(gcs_t *g, const char *op, const char *method, const char *ur
       .nheaders = n,
       .body = body,
       .body_len = blen,
-      .timeout_ms = GCS_TIMEOUT_MS,
+      .timeout_ms = g->timeout_ms,
       .max_response_bytes = max_resp,
       .keep_body = true,
     };
@@ -174,7 +177,7 @@ static int exchange(gcs_t *g, const char *op, const char *method, const char *ur
         snprintf(err, errlen, "gcs %s: out of memory", op);
         return -1;
       }
-      if (retryable_status(w.status) && attempt + 1 < GCS_ATTEMPTS) {
+      if (retryable_status(w.status) && attempt + 1 < g->attempts) {
         free(b);
         continue;
       }
@@ -638,6 +641,12 @@ ak_blob_t *ak_blob_gcs_new(const json_t *cfg, ak_httpc_t *httpc, char *err, size
     return NULL;
   }
   pthread_mutex_init(&g->mu, NULL);
+  json_int_t t = json_integer_value(json_object_get(cfg, "timeout_ms"));
+  g->timeout_ms = t > 0 && t <= 600000 ? (long)t : GCS_TIMEOUT_MS;
+  json_t *rj = json_object_get(cfg, "retries");
+  g->attempts = 1 + (json_is_integer(rj) && json_integer_value(rj) >= 0 && json_integer_value(rj) <= 10
+                         ? (int)json_integer_value(rj)
+                         : GCS_RETRIES);
   g->httpc = httpc;
   g->auth = mode;
   size_t el = strlen(endpoint);

@@ -35,6 +35,10 @@
    .doc = "metadata: the instance metadata server; token: the token below; none: no credential"}, \
   {.key = "token", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET | AK_OPTF_HAS_MIN, \
    .doc = "bearer token, required iff auth is token"}, \
+  {.key = "timeout_ms", .type = AK_OPT_INT, .def = "10000", .min = 1, .max = 600000, \
+   .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "one request's budget (each attempt)"}, \
+  {.key = "retries", .type = AK_OPT_INT, .def = "2", .min = 0, .max = 10, .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, \
+   .doc = "attempts after the first on a transport error, 408, 429 or 5xx (200 ms, then 1 s apart)"}, \
   {0}
 
 const ak_opt_t ak_blobcfg_storage_s3_rows[] = {S3_ROWS("ANKUSA_S3_BUCKET", "ANKUSA_S3_REGION", "ANKUSA_S3_ENDPOINT")};

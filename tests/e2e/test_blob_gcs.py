@@ -276,6 +276,34 @@ def test_500_forever_fails_clearly_after_two_retries(standins, blobtool):
     assert took >= 1.15
 
 
+def test_retries_and_timeout_are_configurable(standins, blobtool):
+    """gcs.retries (the original's option): 0 makes one attempt, 4 makes five (200 ms, then
+    1 s apart); gcs.timeout_ms bounds each attempt."""
+    gcs = standins(GcsStandin)
+    gcs.always = 503
+    r = blobtool(dict(cfg_for(gcs), retries=0), "put", "k", "-", stdin=b"v")
+    assert r.returncode == 1 and "HTTP 503" in r.stderr.decode()
+    assert len(gcs.seen("POST")) == 1
+    r = blobtool(dict(cfg_for(gcs), retries=4), "put", "k2", "-", stdin=b"v")
+    assert r.returncode == 1
+    assert len(gcs.seen("POST")) == 1 + 5, gcs.seen("POST")
+    gcs.always = None
+    import socket
+    quiet = socket.socket()
+    quiet.bind(("127.0.0.1", 0))
+    quiet.listen(1)  # accepts, never answers
+    try:
+        cfg = {"bucket": "b", "endpoint": f"http://127.0.0.1:{quiet.getsockname()[1]}", "auth": "none",
+               "timeout_ms": 300, "retries": 0}
+        t0 = time.monotonic()
+        r = blobtool(cfg, "head", "x")
+        took = time.monotonic() - t0
+        assert r.returncode == 1 and "timeout" in r.stderr.decode().lower(), r.stderr
+        assert took < 5, f"one 300 ms attempt took {took:.1f}s"
+    finally:
+        quiet.close()
+
+
 def test_transport_failure_fails_clearly(blobtool):
     import socket
     s = socket.socket()

@@ -151,7 +151,7 @@ Test(config, defaults_from_empty_document) {
               "\"s3\":{\"bucket\":null,\"region\":null,\"endpoint\":null,\"access_key_id\":null,"
               "\"secret_access_key\":null,\"session_token\":null,\"timeout_ms\":10000,\"retries\":2},"
               "\"gcs\":{\"bucket\":null,\"endpoint\":\"https://storage.googleapis.com\",\"auth\":\"metadata\","
-              "\"token\":null}},"
+              "\"token\":null,\"timeout_ms\":10000,\"retries\":2}},"
               "\"archive\":{\"retention_days\":null},"
               "\"admin\":{\"enabled\":true,\"ip\":\"127.0.0.1\",\"port\":4002,\"gauge_interval_ms\":15000,\"principals\":[]},"
               "\"listener\":{\"drain_delay_ms\":5000,\"drain_timeout_ms\":30000,\"loops\":0,\"max_connections\":20000,"

@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential pkg-config meson ninja-build
   libuv1-dev libhttp-parser-dev librocksdb-dev libssl-dev libjansson-dev libyaml-dev
-  libcurl4-openssl-dev
+  libcurl4-openssl-dev libhiredis-dev
   libcriterion-dev
   python3 python3-pytest python3-yaml curl openssl
   clang libclang-rt-14-dev
@@ -14,6 +14,7 @@ PKGS=(
   e2fsprogs util-linux
   libfuse3-dev fuse3
   prometheus
+  redis-server
 )
 
 missing=()

@@ -8,7 +8,6 @@
  * client while a handle of it may still call back (ak_redis_free waits for the closes).
  *
  * ak_redis_pending counts the caller's commands only: the handshake's are internal. */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -570,10 +569,11 @@ static void gai_cb(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
   if (r->addrs)
     for (struct addrinfo *a = res; a; a = a->ai_next) {
       if (a->ai_family != AF_INET && a->ai_family != AF_INET6) continue;
-      memcpy(&r->addrs[r->naddrs], a->ai_addr, a->ai_addrlen);
-      if (a->ai_family == AF_INET) ((struct sockaddr_in *)&r->addrs[r->naddrs])->sin_port = htons((uint16_t)r->url.port);
-      else ((struct sockaddr_in6 *)&r->addrs[r->naddrs])->sin6_port = htons((uint16_t)r->url.port);
-      r->naddrs++;
+      struct sockaddr_storage *ss = &r->addrs[r->naddrs++];
+      memcpy(ss, a->ai_addr, a->ai_addrlen);
+      uint16_t port = htons((uint16_t)r->url.port); /* resolved without a service: port 0 */
+      if (a->ai_family == AF_INET) ((struct sockaddr_in *)ss)->sin_port = port;
+      else ((struct sockaddr_in6 *)ss)->sin6_port = port;
     }
   uv_freeaddrinfo(res);
   if (!r->naddrs) {
@@ -762,6 +762,7 @@ void ak_redis_reset(ak_redis_t *r, const char *why) {
 static void handle_closed(uv_handle_t *h) {
   ak_redis_t *r = (ak_redis_t *)h->data;
   if (--r->open_handles > 0) return;
+  if (r->hs) memset(r->hs, 0, r->hs_len); /* it holds the AUTH line */
   free(r->hs);
   free(r->qbuf.p);
   free(r->ent);

@@ -192,7 +192,7 @@ def _limit_drive(nodes):
     return answers, elapsed
 
 
-def test_one_tenant_limit_across_two_nodes(ankusa, redis):
+def test_one_tenant_limit_across_two_nodes(redis, ankusa):
     cfg = fleet_config(redis, dedupe_scope="node", acme={"rate": RATE, "burst": BURST})
     a, b = ankusa(config=cfg, name="a"), ankusa(config=cfg, name="b")
     answers, elapsed = _limit_drive([a, b])
@@ -230,7 +230,7 @@ def test_node_scope_contrast_each_node_has_its_own_limit(ankusa):
 
 # --------------------------------------------------------------------------- 2. one dedupe window
 
-def test_one_dedupe_window_across_two_nodes(ankusa, redis):
+def test_one_dedupe_window_across_two_nodes(redis, ankusa):
     cfg = fleet_config(redis, rate_scope="node")
     a, b = ankusa(config=cfg, name="a"), ankusa(config=cfg, name="b")
 
@@ -393,7 +393,7 @@ def _fallback_now(node):
     return {k: mt.value("ankusa_fleet_fallback_total", instance="default", kind=k) for k in ("dedupe", "rate_limit")}
 
 
-def test_redis_paused_under_load_answers_stay_fast_and_the_breaker_opens_and_closes(ankusa, redis):
+def test_redis_paused_under_load_answers_stay_fast_and_the_breaker_opens_and_closes(redis, ankusa):
     node = ankusa(config=fleet_config(redis, acme=GENEROUS, **BREAKER))
     normal = _baseline(node, "base")
     budget = 0.050 + normal + LAT_SLACK
@@ -418,7 +418,7 @@ def test_redis_paused_under_load_answers_stay_fast_and_the_breaker_opens_and_clo
     duplicate_on(node, k, first)
 
 
-def test_redis_killed_under_load_then_restarted_on_the_same_port(ankusa, redis):
+def test_redis_killed_under_load_then_restarted_on_the_same_port(redis, ankusa):
     cfg = fleet_config(redis, acme=GENEROUS, **BREAKER)
     a, b = ankusa(config=cfg, name="a"), ankusa(config=cfg, name="b")
     normal = _baseline(a, "base")
@@ -444,7 +444,7 @@ def test_redis_killed_under_load_then_restarted_on_the_same_port(ankusa, redis):
 
 # --------------------------------------------------------------------------- 5. settle queue overflow
 
-def test_settle_queue_overflow_drops_settles_but_no_hook(ankusa, redis):
+def test_settle_queue_overflow_drops_settles_but_no_hook(redis, ankusa):
     node = ankusa(config=fleet_config(redis, rate_scope="node"),
                   env={"ANKUSA_TEST_FLEET_SETTLE_MAX": "4", "ANKUSA_TEST_FLEET_SETTLE_INTERVAL_MS": "2000"})
     st = fleet_state(node)
@@ -580,7 +580,7 @@ def test_fleet_status_on_a_fleet_node_never_shows_the_password(ankusa, tmp_path)
 
 # --------------------------------------------------------------------------- 8. forgetting buckets
 
-def test_new_limit_forgets_the_tenants_fleet_buckets(ankusa, redis):
+def test_new_limit_forgets_the_tenants_fleet_buckets(redis, ankusa):
     # rate 0.1/s: one token back takes 10 s, so a 201 within 2 s is the forgetting
     cfg = fleet_config(redis, dedupe_scope="node", acme={"rate": 0.1, "burst": 3})
     a, b = ankusa(config=cfg, name="a"), ankusa(config=cfg, name="b")

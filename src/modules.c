@@ -5,6 +5,8 @@
  * The order is the design:
  *   - the store first, the sources next (the config file's, then the stored ones), so that
  *     every module that attaches per-source state or reads hooks sees them all;
+ *   - fleet admission after the quota and the dedupe index whose scopes it reads, and
+ *     before the ingest listener, so it stops after the last request that may call it;
  *   - the gauge sampler before the modules that add samplers to it;
  *   - the HTTP client before every module whose plug-ins speak HTTP (the dispatcher's
  *     sinks), so it is closed after them;
@@ -37,6 +39,7 @@
 #include "edge/edge.h"
 #include "edge/headers.h"
 #include "edge/quota.h"
+#include "fleet/fleet.h"
 #include "net/httpc.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
@@ -63,6 +66,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_quarantine,
   &ak_mod_dedupe,
   &ak_mod_sweeper,
+  &ak_mod_fleet,
   &ak_mod_egress,
   &ak_mod_httpc,
   &ak_mod_dispatch,

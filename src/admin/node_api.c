@@ -12,6 +12,7 @@
 #include "admin/node_api.h"
 #include "core/config_view.h"
 #include "core/metrics.h"
+#include "fleet/fleet.h"
 #include "dispatch/dispatch.h"
 #include "edge/httpx.h"
 #include "queue/quarantine.h"
@@ -142,4 +143,13 @@ void ak_node_gauges_free(ak_node_gauges_t *ng) { free(ng); }
 void ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
   ak_admin_json(call, 200, wal_view(call->inst));
+}
+
+void ak_node_api_fleet(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  (void)path;
+  if (!(call->inst->roles & AK_ROLE_EDGE)) {
+    ak_admin_role_not_enabled(call, "edge");
+    return;
+  }
+  ak_admin_json(call, 200, ak_fleet_json(call->inst->fleet, call->inst->cfg));
 }

@@ -16,6 +16,8 @@ void ak_node_api_config(ak_admin_call_t *call, const ak_admin_path_t *path);
 /* {instance, wal:{type, store_path, open, ready, reason, next_seq, hooks, deliveries,
  * disk_bytes, last_open_ms}} */
 void ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path);
+/* GET /v1/fleet: fleet admission's state (fleet/fleet.h ak_fleet_json); edge role only. */
+void ak_node_api_fleet(ak_admin_call_t *call, const ak_admin_path_t *path);
 
 /* The store gauges /v1/wal also answers, for /metrics: ankusa_store_deliveries (delivery
  * rows, dead ones included: the dispatcher's counters) and ankusa_store_disk_bytes (the

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/ratelimit.h"
 #include "edge/quota.h"
+#include "fleet/fleet.h"
 
 static void rate_limit_gate(ak_admin_call_t *call) {
   if (!(call->inst->roles & AK_ROLE_EDGE)) {
@@ -41,6 +42,7 @@ void ak_ratelimits_api_delete(ak_admin_call_t *call, const ak_admin_path_t *path
     ak_admin_error(call, 503, "store_unavailable");
     return;
   }
+  ak_fleet_forget(inst->fleet, path->tenant, strlen(path->tenant)); /* spent under the old limit */
   ak_log(AK_LOG_INFO, "rate_limit", "override removed", "tenant=%s actor=%s request_id=%s", path->tenant,
          call->who->actor, call->request_id);
   ak_admin_reply(call, 204, "application/json", "", 0);
@@ -68,6 +70,7 @@ void ak_ratelimits_api_put(ak_admin_call_t *call, const ak_admin_path_t *path) {
     ak_admin_error(call, 503, "store_unavailable");
     return;
   }
+  if (rc == 0) ak_fleet_forget(inst->fleet, path->tenant, strlen(path->tenant));
   if (rc == 0)
     ak_log(AK_LOG_INFO, "rate_limit", "override set",
            "tenant=%s rate=%g burst=%lld bytes_rate=%g bytes_burst=%lld max_body_bytes=%lld actor=%s request_id=%s",

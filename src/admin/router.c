@@ -22,6 +22,7 @@ static const ak_admin_route_t routes[] = {
     {"GET", "/metrics", AK_SCOPE_METRICS_READ, AK_ROUTE_NODE, ak_node_api_metrics},
     {"GET", "/v1/config", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_node_api_config},
     {"GET", "/v1/wal", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_node_api_wal},
+    {"GET", "/v1/fleet", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_node_api_fleet},
     {"GET", "/v1/log-level", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_loglevel_api_get},
     {"PUT", "/v1/log-level", AK_SCOPE_LOG_LEVEL_WRITE, AK_ROUTE_NODE, ak_loglevel_api_put},
     {"GET", "/v1/hooks/{id}", AK_SCOPE_HOOKS_READ, 0, ak_hooks_api_get},

@@ -26,6 +26,7 @@ struct ak_sweeper;
 struct ak_httpc;
 struct ak_archive;
 struct ak_areader;
+struct ak_fleet;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -52,6 +53,7 @@ typedef struct ak_instance {
   struct ak_httpc *httpc;      /* the HTTP client every HTTP-speaking module shares (net/httpc.h) */
   struct ak_archive *archive;  /* the compactor (archive/compactor.h); NULL without the storage role */
   struct ak_areader *areader;  /* archive replay reads (archive/replay_reader.h); NULL without storage */
+  struct ak_fleet *fleet;      /* fleet-scoped admission (fleet/fleet.h); NULL unless a scope is fleet */
 } ak_instance_t;
 
 #endif

@@ -42,12 +42,12 @@
 #include "queue/writer.h"
 #include "verify/verifier.h"
 
-enum { ST_READING = 0, ST_SUBMITTED, ST_ANSWERED };
+enum { ST_READING = 0, ST_FLEET, ST_SUBMITTED, ST_ANSWERED };
 
 typedef enum {
   R_PAYLOAD_TOO_LARGE = 0, R_DEDUPE_QUOTA, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
   R_OVERLOAD, R_STORE_UNAVAILABLE, R_COMMIT_DEADLINE, R_DRAINING, R_VERIFICATION_FAILED,
-  R_QUARANTINE_RATE_LIMITED, R_QUARANTINE_FULL, R_QUARANTINE_OVERLOAD,
+  R_QUARANTINE_RATE_LIMITED, R_QUARANTINE_FULL, R_QUARANTINE_OVERLOAD, R_DEDUPE_PENDING,
   /* the HTTP layer's own refusals (http/server.h on_refused) */
   R_BAD_REQUEST, R_NOT_IMPLEMENTED, R_HEADERS_TOO_LARGE, R_URI_TOO_LONG, R_REQUEST_TIMEOUT, R_HTTP_VERSION,
   R_CONNECTION_LIMIT, R_COUNT
@@ -55,7 +55,7 @@ typedef enum {
 static const char *const refuse_names[R_COUNT] = {
   "payload_too_large", "dedupe_quota", "unknown_source", "not_found", "invalid_header", "body_read_failed",
   "overload", "store_unavailable", "commit_deadline", "draining", "verification_failed",
-  "quarantine_rate_limited", "quarantine_full", "quarantine_overload",
+  "quarantine_rate_limited", "quarantine_full", "quarantine_overload", "dedupe_pending",
   "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
   "http_version_not_supported", "connection_limit"};
 
@@ -69,7 +69,7 @@ typedef enum { O_ACCEPTED = 0, O_DUPLICATE, O_QUARANTINED, O_REJECTED, O_UNAVAIL
 static const char *const outcome_names[O_COUNT] = {"accepted", "duplicate", "quarantined", "rejected",
                                                    "unavailable"};
 
-static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 408, 413, 414, 429, 431, 501, 503, 505};
+static const unsigned status_codes[] = {200, 201, 202, 400, 401, 404, 405, 408, 409, 413, 414, 429, 431, 501, 503, 505};
 #define NSTATUS (sizeof status_codes / sizeof status_codes[0])
 
 struct ak_edge {
@@ -122,7 +122,13 @@ typedef struct conn {
   int64_t max_body;    /* http.max_body_bytes, or the tenant's when smaller */
   uint8_t *body;
   size_t len, cap;
-  ak_ticket_t ticket;  /* pen, dedupe claim, quota, queue share: settled once, in settle() */
+  ak_ticket_t ticket;  /* pen, dedupe claim, quota, queue share, fleet call: settled once, in settle() */
+  /* what verification decided, kept across the fleet call (ST_FLEET) */
+  uint8_t kind;
+  ak_verify_reason_t vr;
+  uint32_t flags;
+  char *dkey;          /* the provider event key (NULL: none) */
+  size_t dklen;
   ak_write_req_t req;
   ak_hreq_t *r;
   ak_edge_t *edge;
@@ -185,8 +191,8 @@ static void on_committed(ak_write_req_t *req, void *ctx) {
 
 /* The one place a request gives back what it holds: at its answer, whatever it is (a
  * refusal, a duplicate, a failed or a good commit), or when its client left first. */
-static void settle(conn_t *c, bool stored) {
-  ak_ticket_settle(&c->ticket, stored);
+static void settle(conn_t *c, bool stored, const uint8_t holder[16]) {
+  ak_ticket_settle_held(&c->ticket, stored, holder);
   c->req.dedupe = NULL; /* the ticket's, freed with it */
 }
 
@@ -202,9 +208,30 @@ static void answer_duplicate(ak_edge_t *e, ak_hreq_t *r, const uint8_t first_id[
 /* A refusal before anything reached the writer: what the ticket holds goes back first. */
 static void refuse_settled(ak_edge_t *e, conn_t *c, unsigned status, refuse_t why, const char *code,
                            int retry_after) {
-  settle(c, false);
+  settle(c, false, NULL);
   c->state = ST_ANSWERED;
   refuse(e, c->r, status, why, code, retry_after, c->t0_ns);
+}
+
+/* 429 rate_limited: the tenant's quota (node or fleet) is spent. */
+static void rate_limited(ak_edge_t *e, conn_t *c, int64_t retry_ns) {
+  ak_instance_t *inst = e->inst;
+  settle(c, false, NULL);
+  c->state = ST_ANSWERED;
+  if (ak_metrics_per_id(inst->metrics)) {
+    const char *tv[] = {inst->name, c->tenant};
+    ak_counter_add(ak_metrics_series(e->f_rl_rejected, tv), 1);
+  } else {
+    ak_counter_add(e->m_rl_rejected_all, 1);
+  }
+  refuse_limit(e, c->r, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
+}
+
+/* The fleet's verdict is in (on the fleet thread): hand the request back to its loop. */
+static void on_fleet_done(ak_fleet_call_t *call, void *ctx) {
+  (void)call;
+  conn_t *c = ctx;
+  ak_hreq_resume(c->r); /* last touch */
 }
 
 /* The answer to the writer's verdict (c->req.status), the ticket already settled. */
@@ -258,8 +285,10 @@ static void answer(ak_edge_t *e, conn_t *c) {
   free(c->req.rec);
   c->req.rec = NULL;
   uint8_t first_id[16] = {0};
-  if (c->req.status == AK_WR_DUPLICATE && c->req.dedupe) memcpy(first_id, c->req.dedupe->first_id, 16);
-  settle(c, c->req.status == AK_WR_COMMITTED);
+  bool dup = c->req.status == AK_WR_DUPLICATE && c->req.dedupe;
+  if (dup) memcpy(first_id, c->req.dedupe->first_id, 16);
+  bool stored = c->req.status == AK_WR_COMMITTED;
+  settle(c, stored, stored ? c->req.id : dup ? first_id : NULL);
   respond(e, c, first_id);
 }
 
@@ -285,6 +314,8 @@ static char *query_string(ak_hreq_t *r, const char *skip, size_t *len) {
   }
   return b.p ? ak_buf_take(&b, len) : NULL; /* NULL: no parameter (or out of memory) */
 }
+
+static void admit_rest(ak_edge_t *e, conn_t *c);
 
 static void submit(ak_edge_t *e, conn_t *c) {
   ak_instance_t *inst = e->inst;
@@ -361,42 +392,111 @@ static void submit(ak_edge_t *e, conn_t *c) {
 
   /* the provider event key, from every header and the raw body; a flagged hook gets none,
    * so a forged request cannot take the key of the real event */
-  size_t dklen = 0;
-  char *dkey = kind == AK_WRITE_HOOK && !(flags & AK_ENV_FLAG_VERIFY_FAILED) && inst->dedupe
-                 ? ak_dedupe_key_extract(c->src, hv, hn, c->body, c->len, &dklen)
-                 : NULL;
-  if (dkey) {
+  c->kind = kind;
+  c->vr = vr;
+  c->flags = flags;
+  c->dkey = kind == AK_WRITE_HOOK && !(flags & AK_ENV_FLAG_VERIFY_FAILED) && inst->dedupe
+              ? ak_dedupe_key_extract(c->src, hv, hn, c->body, c->len, &c->dklen)
+              : NULL;
+  if (c->dkey) {
     uint8_t first[16];
-    if (!ak_ticket_claim(&c->ticket, c->src->id, dkey, dklen, c->src->dedupe_ttl_ms)) {
-      free(dkey);
+    if (!ak_ticket_claim(&c->ticket, c->src->id, c->dkey, c->dklen, c->src->dedupe_ttl_ms)) {
       refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
       return;
     }
     c->req.dedupe = c->ticket.claim;
     if (ak_dedupe_seen(inst->dedupe, c->req.dedupe, first)) {
-      free(dkey);
-      settle(c, false);
+      settle(c, false, NULL);
       c->state = ST_ANSWERED;
       answer_duplicate(e, r, first, c->t0_ns);
       return;
     }
   }
+  /* fleet scope: the tenant's quota and the event's claim in the fleet store, one call
+   * (fleet/fleet.h); the request waits suspended and comes back through on_resume */
+  ak_fleet_t *fl = inst->fleet;
+  if (fl) {
+    ak_fleet_call_t *fc = NULL;
+    bool charge = false, claim = c->dkey && ak_fleet_dedupe_scope(fl);
+    ak_ratelimit_t lim;
+    if (ak_fleet_rate_scope(fl) && kind == AK_WRITE_HOOK && vr == AK_VR_OK &&
+        ak_quota_lookup(inst->quota, c->tenant, strlen(c->tenant), &lim) != AK_QUOTA_NONE &&
+        (lim.hooks.rate > 0 || lim.bytes.rate > 0))
+      charge = true;
+    if (charge || claim) {
+      if (!(fc = calloc(1, sizeof *fc))) {
+        refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
+        return;
+      }
+      fc->charge = charge;
+      if (charge) fc->lim = lim;
+      fc->bytes = c->len;
+      fc->claim = claim;
+      if (claim) {
+        memcpy(fc->digest, c->ticket.claim->digest, 16);
+        fc->ttl_ms = c->src->dedupe_ttl_ms;
+      }
+      snprintf(fc->tenant, sizeof fc->tenant, "%s", c->tenant);
+      fc->done = on_fleet_done;
+      fc->ctx = c;
+      c->ticket.fleet = fc;
+      c->state = ST_FLEET;
+      /* suspend first: the verdict may come before admit returns */
+      ak_hreq_suspend(r);
+      if (!ak_fleet_admit(fl, fc)) ak_hreq_resume(r); /* answered node-local at once */
+      return;
+    }
+  }
+  admit_rest(e, c);
+}
+
+/* After the fleet's verdict (or with none needed): the tenant's quota, the record, the
+ * writer. */
+static void admit_rest(ak_edge_t *e, conn_t *c) {
+  ak_instance_t *inst = e->inst;
+  ak_hreq_t *r = c->r;
+  const ak_verifier_t *v = c->sv->verifier;
+  const ak_header_t *hv;
+  size_t hn = ak_hreq_headers(r, &hv);
+  uint8_t kind = c->kind;
+  ak_verify_reason_t vr = c->vr;
+  uint32_t flags = c->flags;
+  size_t qlen = 0;
+  ak_fleet_call_t *fc = c->ticket.fleet;
+  bool fleet_charged = false;
+  if (fc) {
+    switch (fc->verdict) {
+      case AK_FLEET_DUPLICATE: {
+        uint8_t first[16];
+        memcpy(first, fc->dup_id, 16);
+        settle(c, false, NULL);
+        c->state = ST_ANSWERED;
+        answer_duplicate(e, r, first, c->t0_ns);
+        return;
+      }
+      case AK_FLEET_RATE_LIMITED:
+        rate_limited(e, c, fc->retry_ms * 1000000);
+        return;
+      case AK_FLEET_PENDING: {
+        int ra = (int)((fc->retry_ms + 999) / 1000);
+        settle(c, false, NULL);
+        c->state = ST_ANSWERED;
+        refuse(e, r, 409, R_DEDUPE_PENDING, "dedupe_pending", ra < 1 ? 1 : ra, c->t0_ns);
+        return;
+      }
+      case AK_FLEET_ADMITTED:
+        fleet_charged = fc->charge;
+        break;
+      case AK_FLEET_LOCAL:
+        break; /* node-local: this node's buckets and its writer's index answer */
+    }
+  }
   /* the tenant's quota: verified hooks only, so a forged flood spends none of it; after
    * the dedupe check, so a provider's retry of a stored event spends none either */
-  if (kind == AK_WRITE_HOOK && vr == AK_VR_OK) {
+  if (kind == AK_WRITE_HOOK && vr == AK_VR_OK && !fleet_charged) {
     int64_t retry_ns = 0;
     if (!ak_ticket_take_quota(&c->ticket, ak_mono_ns(), &retry_ns)) {
-      free(dkey);
-      settle(c, false);
-      c->state = ST_ANSWERED;
-      ak_metrics_t *mm = inst->metrics;
-      if (ak_metrics_per_id(mm)) {
-        const char *tv[] = {inst->name, c->tenant};
-        ak_counter_add(ak_metrics_series(e->f_rl_rejected, tv), 1);
-      } else {
-        ak_counter_add(e->m_rl_rejected_all, 1);
-      }
-      refuse_limit(e, r, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
+      rate_limited(e, c, retry_ns);
       return;
     }
   }
@@ -415,7 +515,6 @@ static void submit(ak_edge_t *e, conn_t *c) {
   char *path = malloc(ul + qlen + 2);
   if (!path) {
     free(sq);
-    free(dkey);
     free(kept);
     free(hashbuf);
     refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
@@ -449,11 +548,10 @@ static void submit(ak_edge_t *e, conn_t *c) {
   env.flags = flags;
   env.body = c->body;
   env.body_len = c->len;
-  env.dedupe_key = dkey;
-  env.dedupe_key_len = dklen;
+  env.dedupe_key = c->dkey;
+  env.dedupe_key_len = c->dkey ? c->dklen : 0;
   size_t rl = 0;
   uint8_t *rec = ak_envelope_encode(&env, &rl);
-  free(dkey);
   free(kept);
   free(hashbuf);
   free(path);
@@ -482,7 +580,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
       c->req.status = share;
       free(c->req.rec);
       c->req.rec = NULL;
-      settle(c, false);
+      settle(c, false, NULL);
       c->state = ST_ANSWERED;
       respond(e, c, NULL);
       return;
@@ -688,7 +786,8 @@ static void on_resume(void *ctx, ak_hreq_t *r) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
   tl_es = c ? c->es : NULL;
-  if (c && c->state == ST_SUBMITTED) answer(e, c);
+  if (c && c->state == ST_FLEET) admit_rest(e, c);
+  else if (c && c->state == ST_SUBMITTED) answer(e, c);
 }
 
 /* The last call for a request: give back what it holds. */
@@ -710,7 +809,8 @@ static void on_done(void *ctx, ak_hreq_t *r, bool answered) {
   if (c->tenant != c->src->tenant) free((void *)c->tenant);
   free(c->body);
   free(c->req.rec);
-  settle(c, false); /* a request that never got an answer: nothing of it is stored */
+  free(c->dkey);
+  settle(c, false, NULL); /* a request that never got an answer: nothing of it is stored */
   ak_source_release(c->sv); /* last: c->src and c->es point into it */
   free(c);
 }

@@ -390,6 +390,9 @@ static const ak_opt_t rate_limits_rows[] = {
    .doc = "limits of every tenant without an entry or override; null = unlimited"},
   {.key = "tenants", .type = AK_OPT_MAP_OF, .children = ak_ratelimit_entry_rows,
    .doc = "tenant id -> limits (an admin override beats it)"},
+  {.key = "scope", .type = AK_OPT_ENUM, .def = "node", .enum_vals = "node|fleet", .env = "ANKUSA_RATE_LIMITS_SCOPE",
+   .doc = "node: each node enforces the limits alone (N nodes admit N times them); fleet: the nodes share one "
+          "count in fleet.store"},
   {0},
 };
 

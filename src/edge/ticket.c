@@ -34,7 +34,9 @@ ak_wr_status_t ak_ticket_take_share(ak_ticket_t *t) {
   return st;
 }
 
-void ak_ticket_settle(ak_ticket_t *t, bool stored) {
+void ak_ticket_settle(ak_ticket_t *t, bool stored) { ak_ticket_settle_held(t, stored, NULL); }
+
+void ak_ticket_settle_held(ak_ticket_t *t, bool stored, const uint8_t holder[16]) {
   if (t->pen_bucket) ak_pen_settle(t->inst->pen, t->pen_bucket, t->bytes, stored);
   t->pen_bucket = NULL;
   if (t->quota && !stored) ak_quota_refund(t->inst->quota, t->tenant, t->tenant_len, t->bytes);
@@ -43,4 +45,6 @@ void ak_ticket_settle(ak_ticket_t *t, bool stored) {
   t->share = false;
   ak_dedupe_claim_free(t->claim);
   t->claim = NULL;
+  ak_fleet_settle(t->inst->fleet, t->fleet, holder);
+  t->fleet = NULL;
 }

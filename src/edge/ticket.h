@@ -3,7 +3,8 @@
  *   - a reservation in its source's quarantine pen (on_verify_failure quarantine);
  *   - its dedupe claim (the provider event key it asks the writer to take);
  *   - a charge on its tenant's quota (hooks and body bytes per second);
- *   - its tenant's share of the writer queue (batcher.tenant_max_queue*).
+ *   - its tenant's share of the writer queue (batcher.tenant_max_queue*);
+ *   - its fleet admission call (fleet/fleet.h): a charge and a claim in the fleet store.
  * ak_ticket_settle() gives back, exactly once, whatever the request did not turn into a
  * stored hook: every refusal and every failed commit ends there. Owns no lock and no
  * thread; one request's ticket is only ever touched by the thread serving it. */
@@ -14,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/instance.h"
+#include "fleet/fleet.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
@@ -27,6 +29,7 @@ typedef struct ak_ticket {
   ak_dedupe_claim_t *claim;    /* owned; the writer reads it through the request */
   bool quota;                  /* the tenant quota was charged */
   bool share;                  /* the tenant's queue share was taken */
+  ak_fleet_call_t *fleet;      /* owned: the fleet admission call, settled with the rest */
 } ak_ticket_t;
 
 void ak_ticket_init(ak_ticket_t *t, ak_instance_t *inst, const char *tenant, size_t tenant_len, size_t bytes);
@@ -43,7 +46,10 @@ ak_wr_status_t ak_ticket_take_share(ak_ticket_t *t);
 
 /* Gives back what is held: the pen reservation (kept by the pen when stored), the quota
  * charge (unless stored), the queue share, and the claim. stored: the writer committed
- * the hook. Idempotent. */
+ * the hook. Idempotent. A fleet call is released (nothing of it stored). */
 void ak_ticket_settle(ak_ticket_t *t, bool stored);
+/* The same, and a fleet call's claim is promoted under holder when holder is set: the
+ * hook stored, or the first one when the writer's index knew the event. */
+void ak_ticket_settle_held(ak_ticket_t *t, bool stored, const uint8_t holder[16]);
 
 #endif

@@ -649,6 +649,9 @@ static const ak_opt_t dedupe_rows[] = {
    .doc = "the same bound for one tenant's keys", AK_AT(ak_dedupe_cfg_t, max_entries_per_tenant)},
   {.key = "sweep_interval_ms", .type = AK_OPT_INT, .def = "10000", .min = 1, .flags = AK_OPTF_HAS_MIN,
    .doc = "how often the sweeper removes expired keys", AK_AT(ak_dedupe_cfg_t, sweep_interval_ms)},
+  {.key = "scope", .type = AK_OPT_ENUM, .def = "node", .enum_vals = "node|fleet", .env = "ANKUSA_DEDUPE_SCOPE",
+   .doc = "node: each node's index alone decides a repeat; fleet: an event stored by any node is a repeat on "
+          "every node (claims in fleet.store; this index still runs)"},
   {0},
 };
 

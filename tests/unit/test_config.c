@@ -140,10 +140,14 @@ Test(config, defaults_from_empty_document) {
               "\"cache\":{\"max_size\":50000,\"ttl_ms\":30000,\"negative_ttl_ms\":5000,\"gc_interval_ms\":60000},"
               "\"ip_rules\":{\"default\":\"allow\",\"rules\":[]},\"admin\":{\"port\":4003,\"ip\":\"127.0.0.1\"},"
               "\"seed\":[]},"
-              "\"rate_limits\":{\"default\":null,\"tenants\":{}},"
+              "\"rate_limits\":{\"default\":null,\"tenants\":{},\"scope\":\"node\"},"
               "\"admission\":{\"per_ip\":null,\"node\":null,\"source_bytes\":null,\"trusted_proxies\":[],\"max_addresses\":65536},"
               "\"quarantine\":{\"burst\":100,\"rate\":20,\"max_bytes\":1073741824},"
-              "\"dedupe\":{\"max_entries\":10000000,\"max_entries_per_tenant\":1000000,\"sweep_interval_ms\":10000},"
+              "\"dedupe\":{\"max_entries\":10000000,\"max_entries_per_tenant\":1000000,\"sweep_interval_ms\":10000,"
+              "\"scope\":\"node\"},"
+              "\"fleet\":{\"store\":{\"url\":null,\"password\":null,\"namespace\":\"ankusa:fleet\"},\"timeout_ms\":50,"
+              "\"breaker_failure_rate\":0.5,\"breaker_min_calls\":20,\"breaker_window_ms\":10000,"
+              "\"breaker_open_ms\":5000,\"pending_ttl_ms\":30000},"
               "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false,\"guard_static_sources\":false},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
               "\"storage\":{\"type\":\"local\",\"roll_bytes\":16777216,\"roll_ms\":30000,\"interval_ms\":1000,"
@@ -1249,7 +1253,7 @@ Test(config, root_options_table) {
   cr_assert_eq(ak_config_load_string(ak_modules(), "", 0, env, &cfg, &err), 0, "%s", err);
   const ak_opt_t *rows = ak_config_root_options(cfg);
   const char *want[] = {"node", "log", "metrics", "sources", "source_store", "audit", "store_headers", "routes",
-                        "rate_limits", "admission", "quarantine", "dedupe", "egress", "dispatch", "storage", "archive", "admin", "listener",
+                        "rate_limits", "admission", "quarantine", "dedupe", "fleet", "egress", "dispatch", "storage", "archive", "admin", "listener",
                         "http", "batcher", "wal", "claim_check", "backup", "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {
@@ -1275,7 +1279,7 @@ Test(config, rate_limits_ankusa_file_loads_unchanged) {
               "{\"rate\":0.5,\"burst\":2,\"max_body_bytes\":null}");
   ak_config_free(cfg);
   cfg = load_ok("rate_limits:\n  default:\n  tenants: {}\n");
-  expect_json(json_object_get(cfg->effective, "rate_limits"), "{\"default\":null,\"tenants\":{}}");
+  expect_json(json_object_get(cfg->effective, "rate_limits"), "{\"default\":null,\"tenants\":{},\"scope\":\"node\"}");
   ak_config_free(cfg);
 }
 

@@ -20,7 +20,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
 fi
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("${@#fuzz_}")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment)
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment redis_url)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -49,13 +49,15 @@ declare -A SRCS=(
   [http]="src/http/proto.c src/http/parse.c src/core/buf.c"
   # the archive's segment and index codec, the records it frames and their checksum
   [segment]="src/archive/segment.c src/core/envelope.c src/store/crc32c.c"
+  # the fleet store's URL (fleet.store.url): config and environment input
+  [redis_url]="src/net/redis.c"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=
-CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -g -O1 -fno-omit-frame-pointer
+CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -I/usr/include/hiredis -g -O1 -fno-omit-frame-pointer
         -Werror=incompatible-pointer-types -Werror=implicit-function-declaration
         -fsanitize=fuzzer,address,undefined)
-read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libssl libcrypto libcurl rocksdb libuv) -lhttp_parser -lm -pthread"
+read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libssl libcrypto libcurl rocksdb libuv hiredis) -lhttp_parser -lm -pthread"
 
 OUT=build-fuzz
 mkdir -p "$OUT/artifacts" || exit 2

@@ -45,6 +45,6 @@ void ak_ticket_settle_held(ak_ticket_t *t, bool stored, const uint8_t holder[16]
   t->share = false;
   ak_dedupe_claim_free(t->claim);
   t->claim = NULL;
-  ak_fleet_settle(t->inst->fleet, t->fleet, holder);
+  if (t->fleet) ak_fleet_settle(t->inst->fleet, t->fleet, holder); /* an unused ticket has no inst */
   t->fleet = NULL;
 }

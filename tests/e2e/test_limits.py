@@ -13,7 +13,7 @@ from helpers import LOG, RawConn, admin_json, chunked, github_sig
 REASONS = {"payload_too_large", "unknown_source", "not_found", "invalid_header", "body_read_failed", "overload",
            "store_unavailable", "commit_deadline", "draining", "verification_failed", "quarantine_rate_limited",
            "quarantine_full", "quarantine_overload", "rate_limited", "ip_rate_limited", "node_rate_limited",
-           "source_rate_limited", "tenant_overload", "dedupe_quota",
+           "source_rate_limited", "tenant_overload", "dedupe_quota", "dedupe_pending",
            # the HTTP layer's own refusals (framing, limits, timeouts, the connection cap)
            "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
            "http_version_not_supported", "connection_limit"}

@@ -18,6 +18,7 @@ import yaml
 from helpers import (LOOPBACK, PERSISTENT_STORE, REPO, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, admin_json, github_sig,
                      reserve_port)
 from receiver import Receiver
+from redis_server import RedisServer
 
 MON = REPO / "deploy" / "monitoring"
 RULES = MON / "prometheus-rules.yaml"
@@ -130,11 +131,16 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """Start a node whose sources cover every component (an http sink so the dispatch
-    series carry samples, a verifying source), send a hook through it, scrape /metrics."""
+    series carry samples, a verifying source, fleet admission against its own Redis), send
+    a hook through it, scrape /metrics."""
     rx = Receiver()
+    redis = RedisServer(tmp_path_factory.mktemp("monitoring-redis"))
+    redis.start()
     node = Server(tmp_path_factory.mktemp("monitoring"), name="monitoring", config={
         **LOOPBACK,
         "admin": {"gauge_interval_ms": 200},
+        "dedupe": {"scope": "fleet"},
+        "fleet": {"store": {"url": redis.url()}},
     }, sources={
         "demo": {"sinks": [{"type": "http", "url": rx.url}]},
         "signed": {"tenant": "acme", "verify": {"type": "hmac", "secret": "s3cr3t-value",
@@ -160,6 +166,7 @@ def served(tmp_path_factory):
     finally:
         rc = node.stop()
         rx.close()
+        redis.close()
         log = node.log_text()
         assert rc in (0, None), f"exit code {rc!r} after SIGTERM\n{node.log_tail()}"
         assert not any(m in log for m in SANITIZER_MARKERS), node.log_tail(120)

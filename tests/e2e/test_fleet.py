@@ -464,6 +464,65 @@ def test_settle_queue_overflow_drops_settles_but_no_hook(redis, ankusa):
     wait_until(lambda: stored_hooks(node) == 30, 5, f"30 stored hooks (have {stored_hooks(node)})")
 
 
+# --------------------------------------------------------------------------- 5b. settles: release, refund
+
+def claim_keys(redis):
+    return sorted(k.decode() if isinstance(k, bytes) else k for k in redis.keys("ankusa:fleet:*:d:*"))
+
+
+def test_a_refused_hook_releases_its_fleet_claim(redis, ankusa):
+    """dedupe fleet, quota node-local (burst 1, nearly no refill): the second event is
+    claimed in Redis, then refused 429 by this node's own quota; its claim is released, so
+    the provider's retry on another node is admitted at once (not 409 for pending_ttl_ms)."""
+    a = ankusa(config=fleet_config(redis, rate_scope="node", acme={"rate": 0.01, "burst": 1}), name="a")
+    b = ankusa(config=fleet_config(redis, rate_scope="node"), name="b")
+    first = new_hook(gh(a, "rel-1"))
+    wait_until(lambda: len(claim_keys(redis)) == 1, 5 * SLOW, "the first claim is committed")
+    r = gh(a, "rel-2")
+    assert r.status == 429 and r.json == {"error": "rate_limited"}, r
+    # released: only the first event's key is left, and it is committed under its id
+    wait_until(lambda: len(claim_keys(redis)) == 1, 5 * SLOW, f"one claim left, have {claim_keys(redis)}")
+    (k,) = claim_keys(redis)
+    v = redis.cmd("GET", k)
+    v = v.decode() if isinstance(v, bytes) else v
+    assert v == f"c:{first}", v
+    new_hook(gh(b, "rel-2"))  # admitted on b: no pending claim of a's is left in the way
+    assert m(a, "ankusa_fleet_settles_total", result="ok") >= 2
+
+
+def test_a_hook_that_fails_its_commit_gives_its_fleet_charge_back(redis, ankusa):
+    """rate and dedupe fleet, burst 3, nearly no refill. One commit is held 600 ms (the test
+    seam), two requests queued behind it pass their 100 ms record deadline and get 503:
+    both were charged and claimed in Redis, and both are given back. So two more hooks
+    pass after them (without the refund the bucket would be empty), and the two events'
+    claims are gone (a retry is admitted, not 409)."""
+    node = ankusa(config=fleet_config(redis, acme={"rate": 0.01, "burst": 3}),
+                  env={"ANKUSA_TEST_COMMIT_DELAY_MS": "600", "ANKUSA_TEST_RECORD_DEADLINE_MS": "100"})
+    out = {}
+
+    def one(key, delay):
+        time.sleep(delay)
+        out[key] = gh(node, key)
+
+    ts = [threading.Thread(target=one, args=("ref-plug", 0))] + \
+         [threading.Thread(target=one, args=(f"ref-{i}", 0.2)) for i in (1, 2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    new_hook(out["ref-plug"])
+    for k in ("ref-1", "ref-2"):
+        r = out[k]
+        assert r.status == 503 and r.json == {"error": "store_unavailable"}, (k, r)
+    wait_until(lambda: len(claim_keys(redis)) == 1, 5 * SLOW, f"the failed hooks' claims released: {claim_keys(redis)}")
+    # the two charges came back: the tenant has two hooks left of its burst of 3
+    got = [gh(node, k) for k in ("ref-1", "ref-2")]
+    for r in got:
+        new_hook(r)
+    r = gh(node, "ref-3")
+    assert r.status == 429 and r.json == {"error": "rate_limited"}, r
+
+
 # --------------------------------------------------------------------------- 6. config errors, redaction
 
 MINIMAL = "sources:\n  demo:\n    sinks:\n      - type: log\n"

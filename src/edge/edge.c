@@ -43,6 +43,7 @@
 #include "verify/verifier.h"
 
 enum { ST_READING = 0, ST_FLEET, ST_SUBMITTED, ST_ANSWERED };
+enum { H_FLEET = 1, H_QUOTA, H_STATUS }; /* why admit_tail stopped short of the writer */
 
 typedef enum {
   R_PAYLOAD_TOO_LARGE = 0, R_DEDUPE_QUOTA, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
@@ -129,6 +130,8 @@ typedef struct conn {
   uint32_t flags;
   char *dkey;          /* the provider event key (NULL: none) */
   size_t dklen;
+  int halt;            /* what stopped admit_tail (H_*), for answer_halt */
+  int64_t retry_ns;    /* H_QUOTA: until the tenant's quota would pass */
   ak_write_req_t req;
   ak_hreq_t *r;
   ak_edge_t *edge;
@@ -227,11 +230,16 @@ static void rate_limited(ak_edge_t *e, conn_t *c, int64_t retry_ns) {
   refuse_limit(e, c->r, 429, L_RATE_LIMITED, ak_gcra_retry_after_s(retry_ns), c->t0_ns);
 }
 
-/* The fleet's verdict is in (on the fleet thread): hand the request back to its loop. */
+typedef enum { TAIL_QUEUED = 0, TAIL_ANSWER } tail_t;
+static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop);
+
+/* The fleet's verdict is in, on the fleet thread, the request suspended: an admitted (or
+ * node-local) hook goes on to the writer from here, which answers it; anything else goes
+ * back to its loop to be answered. */
 static void on_fleet_done(ak_fleet_call_t *call, void *ctx) {
   (void)call;
   conn_t *c = ctx;
-  ak_hreq_resume(c->r); /* last touch */
+  if (admit_tail(c->edge, c, false) == TAIL_ANSWER) ak_hreq_resume(c->r); /* last touch */
 }
 
 /* The answer to the writer's verdict (c->req.status), the ticket already settled. */
@@ -315,7 +323,8 @@ static char *query_string(ak_hreq_t *r, const char *skip, size_t *len) {
   return b.p ? ak_buf_take(&b, len) : NULL; /* NULL: no parameter (or out of memory) */
 }
 
-static void admit_rest(ak_edge_t *e, conn_t *c);
+static bool build_record(ak_edge_t *e, conn_t *c, const ak_header_t *hv, size_t hn);
+static void answer_halt(ak_edge_t *e, conn_t *c);
 
 static void submit(ak_edge_t *e, conn_t *c) {
   ak_instance_t *inst = e->inst;
@@ -412,11 +421,17 @@ static void submit(ak_edge_t *e, conn_t *c) {
       return;
     }
   }
+  /* the record, built here on the request's loop (it reads the request): after this
+   * point nothing touches the request until it is answered */
+  if (!build_record(e, c, hv, hn)) {
+    refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
+    return;
+  }
   /* fleet scope: the tenant's quota and the event's claim in the fleet store, one call
-   * (fleet/fleet.h); the request waits suspended and comes back through on_resume */
+   * (fleet/fleet.h). The request waits suspended; the fleet thread takes an admitted
+   * hook on to the writer itself (admit_tail), so it comes back here once, answered */
   ak_fleet_t *fl = inst->fleet;
   if (fl) {
-    ak_fleet_call_t *fc = NULL;
     bool charge = false, claim = c->dkey && ak_fleet_dedupe_scope(fl);
     ak_ratelimit_t lim;
     if (ak_fleet_rate_scope(fl) && kind == AK_WRITE_HOOK && vr == AK_VR_OK &&
@@ -424,7 +439,8 @@ static void submit(ak_edge_t *e, conn_t *c) {
         (lim.hooks.rate > 0 || lim.bytes.rate > 0))
       charge = true;
     if (charge || claim) {
-      if (!(fc = calloc(1, sizeof *fc))) {
+      ak_fleet_call_t *fc = calloc(1, sizeof *fc);
+      if (!fc) {
         refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
         return;
       }
@@ -441,68 +457,25 @@ static void submit(ak_edge_t *e, conn_t *c) {
       fc->ctx = c;
       c->ticket.fleet = fc;
       c->state = ST_FLEET;
-      /* suspend first: the verdict may come before admit returns */
-      ak_hreq_suspend(r);
-      if (!ak_fleet_admit(fl, fc)) ak_hreq_resume(r); /* answered node-local at once */
-      return;
+      if (ak_fleet_begin(fl, fc)) {
+        ak_hreq_suspend(r); /* before the verdict can come */
+        ak_fleet_send(fl, fc);
+        return;
+      }
+      /* the breaker is open: node-local at once, on this loop */
     }
   }
-  admit_rest(e, c);
+  if (admit_tail(e, c, true) == TAIL_ANSWER) answer_halt(e, c);
 }
 
-/* After the fleet's verdict (or with none needed): the tenant's quota, the record, the
- * writer. */
-static void admit_rest(ak_edge_t *e, conn_t *c) {
+/* Builds c->req's record: store_headers applied, a verifier's credential header and
+ * query parameter removed. The request's loop only. False: out of memory. */
+static bool build_record(ak_edge_t *e, conn_t *c, const ak_header_t *hv, size_t hn) {
   ak_instance_t *inst = e->inst;
   ak_hreq_t *r = c->r;
   const ak_verifier_t *v = c->sv->verifier;
-  const ak_header_t *hv;
-  size_t hn = ak_hreq_headers(r, &hv);
   uint8_t kind = c->kind;
-  ak_verify_reason_t vr = c->vr;
-  uint32_t flags = c->flags;
   size_t qlen = 0;
-  ak_fleet_call_t *fc = c->ticket.fleet;
-  bool fleet_charged = false;
-  if (fc) {
-    switch (fc->verdict) {
-      case AK_FLEET_DUPLICATE: {
-        uint8_t first[16];
-        memcpy(first, fc->dup_id, 16);
-        settle(c, false, NULL);
-        c->state = ST_ANSWERED;
-        answer_duplicate(e, r, first, c->t0_ns);
-        return;
-      }
-      case AK_FLEET_RATE_LIMITED:
-        rate_limited(e, c, fc->retry_ms * 1000000);
-        return;
-      case AK_FLEET_PENDING: {
-        int ra = (int)((fc->retry_ms + 999) / 1000);
-        settle(c, false, NULL);
-        c->state = ST_ANSWERED;
-        refuse(e, r, 409, R_DEDUPE_PENDING, "dedupe_pending", ra < 1 ? 1 : ra, c->t0_ns);
-        return;
-      }
-      case AK_FLEET_ADMITTED:
-        fleet_charged = fc->charge;
-        break;
-      case AK_FLEET_LOCAL:
-        break; /* node-local: this node's buckets and its writer's index answer */
-    }
-  }
-  /* the tenant's quota: verified hooks only, so a forged flood spends none of it; after
-   * the dedupe check, so a provider's retry of a stored event spends none either */
-  if (kind == AK_WRITE_HOOK && vr == AK_VR_OK && !fleet_charged) {
-    int64_t retry_ns = 0;
-    if (!ak_ticket_take_quota(&c->ticket, ak_mono_ns(), &retry_ns)) {
-      rate_limited(e, c, retry_ns);
-      return;
-    }
-  }
-
-  /* what is stored: store_headers applied, a verifier's credential header and query
-   * parameter removed */
   const char *cred_hdr = v ? ak_verifier_credential_header(v) : NULL;
   const char *cred_param = v ? ak_verifier_credential_param(v) : NULL;
   ak_header_t *kept = hn ? malloc(hn * sizeof *kept) : NULL;
@@ -517,8 +490,7 @@ static void admit_rest(ak_edge_t *e, conn_t *c) {
     free(sq);
     free(kept);
     free(hashbuf);
-    refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
-    return;
+    return false;
   }
   memcpy(path, url, ul);
   if (qlen) {
@@ -545,7 +517,7 @@ static void admit_rest(ak_edge_t *e, conn_t *c) {
   env.content_type_len = ct ? ctl : 0;
   env.headers = kept;
   env.nheaders = nkept;
-  env.flags = flags;
+  env.flags = c->flags;
   env.body = c->body;
   env.body_len = c->len;
   env.dedupe_key = c->dkey;
@@ -555,12 +527,9 @@ static void admit_rest(ak_edge_t *e, conn_t *c) {
   free(kept);
   free(hashbuf);
   free(path);
-  if (!rec) {
-    refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
-    return;
-  }
+  if (!rec) return false;
   c->req.kind = kind;
-  c->req.reason = (uint8_t)vr;
+  c->req.reason = (uint8_t)c->vr;
   c->req.rec = rec;
   c->req.rec_len = rl;
   c->req.body_len = c->len;
@@ -573,26 +542,93 @@ static void admit_rest(ak_edge_t *e, conn_t *c) {
   c->req.ctx = c;
   free(c->body);
   c->body = NULL;
+  return true;
+}
+
+/* From the fleet's verdict (or none) to the writer: the tenant's node quota, its share of
+ * the queue, the submit. Runs on the request's loop (on_loop: it suspends the request
+ * before the submit) or on the fleet thread while the request is suspended (the fleet
+ * thread is then the one serving it). Never answers: TAIL_ANSWER leaves c->halt for
+ * answer_halt, on the loop; TAIL_QUEUED means the writer (or its refusal, through
+ * on_resume) answers. */
+static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop) {
+  ak_instance_t *inst = e->inst;
+  ak_fleet_call_t *fc = c->ticket.fleet;
+  bool fleet_charged = false;
+  if (fc) {
+    switch (fc->verdict) {
+      case AK_FLEET_DUPLICATE:
+      case AK_FLEET_RATE_LIMITED:
+      case AK_FLEET_PENDING:
+        c->halt = H_FLEET;
+        return TAIL_ANSWER;
+      case AK_FLEET_ADMITTED:
+        fleet_charged = fc->charge;
+        break;
+      case AK_FLEET_LOCAL:
+        break; /* node-local: this node's buckets and its writer's index answer */
+    }
+  }
+  /* the tenant's quota: verified hooks only, so a forged flood spends none of it; after
+   * the dedupe check, so a provider's retry of a stored event spends none either */
+  if (c->kind == AK_WRITE_HOOK && c->vr == AK_VR_OK && !fleet_charged &&
+      !ak_ticket_take_quota(&c->ticket, ak_mono_ns(), &c->retry_ns)) {
+    c->halt = H_QUOTA;
+    return TAIL_ANSWER;
+  }
   /* the tenant's share of the queue: hooks of its requests, not pen writes */
-  if (kind == AK_WRITE_HOOK) {
+  if (c->kind == AK_WRITE_HOOK) {
     ak_wr_status_t share = ak_ticket_take_share(&c->ticket);
     if (share != AK_WR_QUEUED) {
       c->req.status = share;
+      c->halt = H_STATUS;
+      return TAIL_ANSWER;
+    }
+  }
+  c->state = ST_SUBMITTED;
+  /* suspend first: the writer may resume it before submit() returns */
+  if (on_loop) ak_hreq_suspend(c->r);
+  ak_wr_status_t st = ak_writer_submit(inst->writer, &c->req);
+  if (st != AK_WR_QUEUED) {
+    c->req.status = st;
+    ak_hreq_resume(c->r); /* answered from on_resume, like a commit */
+  }
+  return TAIL_QUEUED;
+}
+
+/* The answer to what stopped admit_tail (c->halt), on the request's loop. */
+static void answer_halt(ak_edge_t *e, conn_t *c) {
+  ak_hreq_t *r = c->r;
+  switch (c->halt) {
+    case H_FLEET: {
+      ak_fleet_call_t *fc = c->ticket.fleet;
+      if (fc->verdict == AK_FLEET_DUPLICATE) {
+        uint8_t first[16];
+        memcpy(first, fc->dup_id, 16);
+        settle(c, false, NULL);
+        c->state = ST_ANSWERED;
+        answer_duplicate(e, r, first, c->t0_ns);
+      } else if (fc->verdict == AK_FLEET_RATE_LIMITED) {
+        rate_limited(e, c, fc->retry_ms * 1000000);
+      } else {
+        int ra = (int)((fc->retry_ms + 999) / 1000);
+        settle(c, false, NULL);
+        c->state = ST_ANSWERED;
+        refuse(e, r, 409, R_DEDUPE_PENDING, "dedupe_pending", ra < 1 ? 1 : ra, c->t0_ns);
+      }
+      return;
+    }
+    case H_QUOTA:
+      rate_limited(e, c, c->retry_ns);
+      return;
+    case H_STATUS:
+    default:
       free(c->req.rec);
       c->req.rec = NULL;
       settle(c, false, NULL);
       c->state = ST_ANSWERED;
       respond(e, c, NULL);
       return;
-    }
-  }
-  c->state = ST_SUBMITTED;
-  /* suspend first: the writer may resume it before submit() returns */
-  ak_hreq_suspend(r);
-  ak_wr_status_t st = ak_writer_submit(inst->writer, &c->req);
-  if (st != AK_WR_QUEUED) {
-    c->req.status = st;
-    ak_hreq_resume(r); /* answered from on_resume, like a commit */
   }
 }
 
@@ -786,7 +822,7 @@ static void on_resume(void *ctx, ak_hreq_t *r) {
   ak_edge_t *e = ctx;
   conn_t *c = ak_hreq_data(r);
   tl_es = c ? c->es : NULL;
-  if (c && c->state == ST_FLEET) admit_rest(e, c);
+  if (c && c->state == ST_FLEET) answer_halt(e, c);
   else if (c && c->state == ST_SUBMITTED) answer(e, c);
 }
 

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <uv.h>
@@ -88,12 +89,19 @@ struct ak_fleet {
   ak_redis_url_t url;
   char addr[300];
   const char *ns;
+  size_t ns_len;
+  char pending_ttl[24];         /* fleet.pending_ttl_ms as text */
   ak_fbreaker_t br;
   int64_t timeout_ns;
   int64_t settle_max, settle_interval_ms;
   uint32_t token_node;
   _Atomic uint64_t token_seq;
-  char sha_admit[41], sha_settle[41];
+  char sha_admit[41], sha_settle[41], sha_promote[41];
+  /* fleet thread only: the last limit's arguments (lane_args), the promote batch */
+  bool lane_cached;
+  ak_ratelimit_t lane_lim;
+  char lane_iv[2][32], lane_burst[2][32];
+  struct promote_batch *pb;
 
   /* the thread */
   pthread_t th;
@@ -189,6 +197,18 @@ static const char settle_lua[] =
   "if math.floor(what / 4) % 2 == 1 then refund(KEYS[2], tonumber(ARGV[5]), tonumber(ARGV[6]), 1) end\n"
   "if math.floor(what / 8) % 2 == 1 then refund(KEYS[3], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])) end\n"
   "return 1\n";
+
+/* Promotes in a batch. KEYS: event keys. ARGV: per key its call's token, the hook id, the
+ * ttl ms. The same rule as the settle script's promote. */
+static const char promote_lua[] =
+  "for i = 1, #KEYS do\n"
+  "  local a = (i - 1) * 3\n"
+  "  local v = redis.call('GET', KEYS[i])\n"
+  "  if (not v) or v == 'p:' .. ARGV[a + 1] then\n"
+  "    redis.call('SET', KEYS[i], 'c:' .. ARGV[a + 2], 'PX', ARGV[a + 3])\n"
+  "  end\n"
+  "end\n"
+  "return #KEYS\n";
 
 static void sha1_hex(const char *s, char out[41]) {
   unsigned char d[SHA_DIGEST_LENGTH];
@@ -312,25 +332,71 @@ static void on_admit_reply(void *priv, redisReply *r) {
   free(w);
 }
 
-static void key_of(const ak_fleet_t *f, const char *tenant, const char *suffix, char *out, size_t len) {
-  snprintf(out, len, "%s:{%s}:%s", f->ns, tenant, suffix);
+/* Keys are built by copying (no printf: a hook formats three of them, twice). The
+ * namespace is at most 100 bytes and a tenant 64, so KEY_MAX always fits. */
+#define KEY_MAX 208
+
+static size_t put(char *o, const char *s, size_t n) {
+  memcpy(o, s, n);
+  return n;
 }
 
-static void claim_key(const ak_fleet_t *f, const ak_fleet_call_t *c, char *out, size_t len) {
+/* "<ns>:{<tenant>}:<suffix>" */
+static size_t key_of(const ak_fleet_t *f, const char *tenant, const char *suffix, char *out) {
+  size_t n = put(out, f->ns, f->ns_len);
+  n += put(out + n, ":{", 2);
+  n += put(out + n, tenant, strlen(tenant));
+  n += put(out + n, "}:", 2);
+  n += put(out + n, suffix, strlen(suffix));
+  out[n] = 0;
+  return n;
+}
+
+static void claim_key(const ak_fleet_t *f, const ak_fleet_call_t *c, char *out) {
+  static const char hex[] = "0123456789abcdef";
   char sfx[40] = "d:";
-  for (int i = 0; i < 16; i++) snprintf(sfx + 2 + 2 * i, 3, "%02x", c->digest[i]);
-  key_of(f, c->tenant, sfx, out, len);
+  for (int i = 0; i < 16; i++) {
+    sfx[2 + 2 * i] = hex[c->digest[i] >> 4];
+    sfx[3 + 2 * i] = hex[c->digest[i] & 15];
+  }
+  sfx[34] = 0;
+  key_of(f, c->tenant, sfx, out);
 }
 
-/* GCRA lane arguments: interval in microseconds and burst ("0" when the lane is off). */
-static void lane_args(const ak_rate_t *l, char *iv, char *burst, size_t len) {
-  if (l->rate > 0) {
-    snprintf(iv, len, "%.6f", 1e6 / l->rate);
-    snprintf(burst, len, "%" PRId64, l->burst);
-  } else {
-    snprintf(iv, len, "0");
-    snprintf(burst, len, "0");
+/* GCRA lane arguments: interval in microseconds and burst ("0" when the lane is off).
+ * A tenant's limit changes rarely and hooks come in runs per tenant, so the text of the
+ * last limit seen is kept (fleet thread only). */
+static void lane_args(ak_fleet_t *f, const ak_ratelimit_t *l, char iv[2][32], char burst[2][32]) {
+  if (f->lane_cached && memcmp(&f->lane_lim, l, sizeof *l) == 0) {
+    memcpy(iv, f->lane_iv, sizeof f->lane_iv);
+    memcpy(burst, f->lane_burst, sizeof f->lane_burst);
+    return;
   }
+  const ak_rate_t *r[2] = {&l->hooks, &l->bytes};
+  for (int i = 0; i < 2; i++) {
+    if (r[i]->rate > 0) {
+      snprintf(iv[i], 32, "%.6f", 1e6 / r[i]->rate);
+      snprintf(burst[i], 32, "%" PRId64, r[i]->burst);
+    } else {
+      snprintf(iv[i], 32, "0");
+      snprintf(burst[i], 32, "0");
+    }
+  }
+  f->lane_lim = *l;
+  memcpy(f->lane_iv, iv, sizeof f->lane_iv);
+  memcpy(f->lane_burst, burst, sizeof f->lane_burst);
+  f->lane_cached = true;
+}
+
+/* Decimal text of v into out (at least 21 bytes); its length. */
+static size_t utoa(uint64_t v, char *out) {
+  char t[24];
+  size_t n = 0;
+  do t[n++] = (char)('0' + v % 10);
+  while ((v /= 10));
+  for (size_t i = 0; i < n; i++) out[i] = t[n - 1 - i];
+  out[n] = 0;
+  return n;
 }
 
 static void send_call(ak_fleet_t *f, ak_fleet_call_t *c) {
@@ -342,20 +408,24 @@ static void send_call(ak_fleet_t *f, ak_fleet_call_t *c) {
     complete(f, c, C_UNAVAILABLE);
     return;
   }
-  char kh[160], kb[160], kd[200], what[8], hi[32], hb[32], bi[32], bb[32], bytes[24], ttl[24];
-  key_of(f, c->tenant, "h", kh, sizeof kh);
-  key_of(f, c->tenant, "b", kb, sizeof kb);
-  if (c->claim) claim_key(f, c, kd, sizeof kd);
-  else snprintf(kd, sizeof kd, "%s:{%s}:-", f->ns, c->tenant);
+  char kh[KEY_MAX], kb[KEY_MAX], kd[KEY_MAX], what[2], iv[2][32], burst[2][32], bytes[24];
+  size_t lh_ = key_of(f, c->tenant, "h", kh), lb_ = key_of(f, c->tenant, "b", kb);
+  if (c->claim) claim_key(f, c, kd);
+  else key_of(f, c->tenant, "-", kd);
   bool lh = c->charge && c->lim.hooks.rate > 0, lb = c->charge && c->lim.bytes.rate > 0;
-  snprintf(what, sizeof what, "%d", (lh ? 1 : 0) | (lb ? 2 : 0) | (c->claim ? 4 : 0));
-  lane_args(&c->lim.hooks, hi, hb, sizeof hi);
-  lane_args(&c->lim.bytes, bi, bb, sizeof bi);
-  snprintf(bytes, sizeof bytes, "%" PRIu64, c->bytes);
-  snprintf(ttl, sizeof ttl, "%" PRId64, f->cfg->pending_ttl_ms);
-  const char *argv[] = {"EVALSHA", f->sha_admit, "3", kh, kb, kd, what, hi, hb, bi, bb, bytes, c->token, ttl};
-  size_t lens[sizeof argv / sizeof argv[0]];
-  for (size_t i = 0; i < sizeof argv / sizeof argv[0]; i++) lens[i] = strlen(argv[i]);
+  what[0] = (char)('0' + ((lh ? 1 : 0) | (lb ? 2 : 0) | (c->claim ? 4 : 0)));
+  what[1] = 0;
+  if (c->charge) {
+    lane_args(f, &c->lim, iv, burst);
+  } else {
+    memcpy(iv, (char[2][32]){"0", "0"}, sizeof iv);
+    memcpy(burst, (char[2][32]){"0", "0"}, sizeof burst);
+  }
+  size_t bl = utoa(c->bytes, bytes);
+  const char *argv[] = {"EVALSHA", f->sha_admit, "3", kh, kb, kd, what, iv[0], burst[0], iv[1], burst[1], bytes,
+                        c->token, f->pending_ttl};
+  size_t lens[] = {7, 40, 1, lh_, lb_, strlen(kd), 1, strlen(iv[0]), strlen(burst[0]), strlen(iv[1]),
+                   strlen(burst[1]), bl, strlen(c->token), strlen(f->pending_ttl)};
   wire_t *w = calloc(1, sizeof *w);
   if (!w) {
     complete(f, c, C_UNAVAILABLE);
@@ -415,26 +485,29 @@ static void on_settle_reply(void *priv, redisReply *r) {
   ak_counter_add(f->m_settles[ok ? S_OK : S_ERROR], 1);
 }
 
+static void op_free(op_t *o);
+
+/* One forget, release or refund: a script call of its own (rare: a refused or failed
+ * hook, a changed limit). */
 static void send_op(ak_fleet_t *f, op_t *o) {
   if (ak_redis_state(f->redis) != AK_REDIS_UP) {
     ak_counter_add(f->m_settles[S_ERROR], 1);
     return;
   }
+  char kh[KEY_MAX], kb[KEY_MAX], kd[KEY_MAX];
   if (o->kind == OP_FORGET) {
-    char kh[160], kb[160];
-    key_of(f, o->tenant, "h", kh, sizeof kh);
-    key_of(f, o->tenant, "b", kb, sizeof kb);
+    size_t lh = key_of(f, o->tenant, "h", kh), lb = key_of(f, o->tenant, "b", kb);
     const char *argv[] = {"DEL", kh, kb};
-    size_t lens[] = {3, strlen(kh), strlen(kb)};
+    size_t lens[] = {3, lh, lb};
     if (ak_redis_command(f->redis, 3, argv, lens, on_settle_reply, f) != 0) ak_counter_add(f->m_settles[S_ERROR], 1);
     return;
   }
   ak_fleet_call_t *c = o->call;
-  char kd[200], kh[160], kb[160], what[8], ttl[24], hi[32], hb[32], bi[32], bb[32], bytes[24];
-  if (c->claim) claim_key(f, c, kd, sizeof kd);
-  else snprintf(kd, sizeof kd, "%s:{%s}:-", f->ns, c->tenant);
-  key_of(f, c->tenant, "h", kh, sizeof kh);
-  key_of(f, c->tenant, "b", kb, sizeof kb);
+  char what[4], ttl[24], iv[2][32], burst[2][32], bytes[24];
+  if (c->claim) claim_key(f, c, kd);
+  else key_of(f, c->tenant, "-", kd);
+  key_of(f, c->tenant, "h", kh);
+  key_of(f, c->tenant, "b", kb);
   /* a quota charge is given back only when the store answered that it took it */
   bool refund = !o->promote && c->charge && c->verdict == AK_FLEET_ADMITTED;
   int w = o->promote ? (c->claim ? 1 : 0) : (c->claim ? 2 : 0);
@@ -442,14 +515,82 @@ static void send_op(ak_fleet_t *f, op_t *o) {
   if (refund && c->lim.bytes.rate > 0) w |= 8;
   if (w == 0) return;
   snprintf(what, sizeof what, "%d", w);
-  snprintf(ttl, sizeof ttl, "%" PRId64, c->ttl_ms > 0 ? c->ttl_ms : 1);
-  lane_args(&c->lim.hooks, hi, hb, sizeof hi);
-  lane_args(&c->lim.bytes, bi, bb, sizeof bi);
-  snprintf(bytes, sizeof bytes, "%" PRIu64, c->bytes);
-  const char *argv[] = {"EVALSHA", f->sha_settle, "3", kd, kh, kb, what, c->token, o->id, ttl, hi, hb, bi, bb, bytes};
+  utoa((uint64_t)(c->ttl_ms > 0 ? c->ttl_ms : 1), ttl);
+  lane_args(f, &c->lim, iv, burst);
+  utoa(c->bytes, bytes);
+  const char *argv[] = {"EVALSHA", f->sha_settle, "3", kd, kh, kb, what, c->token, o->id, ttl, iv[0], burst[0],
+                        iv[1], burst[1], bytes};
   size_t n = sizeof argv / sizeof argv[0], lens[sizeof argv / sizeof argv[0]];
   for (size_t i = 0; i < n; i++) lens[i] = strlen(argv[i]);
   if (ak_redis_command(f->redis, (int)n, argv, lens, on_settle_reply, f) != 0) ak_counter_add(f->m_settles[S_ERROR], 1);
+}
+
+/* Promotes, the settle of nearly every hook: PROMOTE_BATCH of them in one script call
+ * (a key and three arguments each), one reply for the lot. */
+#define PROMOTE_BATCH 128
+
+typedef struct promote_batch {
+  size_t n;
+  const char *argv[3 + PROMOTE_BATCH * 4];
+  size_t lens[3 + PROMOTE_BATCH * 4];
+  char keys[PROMOTE_BATCH][KEY_MAX];
+  char ttls[PROMOTE_BATCH][24];
+} promote_batch_t;
+
+static void on_promotes_reply(void *priv, redisReply *r) {
+  ak_fleet_t *f = priv;
+  bool ok = r && r->type == REDIS_REPLY_INTEGER;
+  ak_counter_add(f->m_settles[ok ? S_OK : S_ERROR], ok ? (uint64_t)r->integer : 1);
+}
+
+static void promotes_flush(ak_fleet_t *f, promote_batch_t *b, op_t **held) {
+  if (b->n > 0) {
+    char nk[24];
+    b->argv[0] = "EVALSHA";
+    b->lens[0] = 7;
+    b->argv[1] = f->sha_promote;
+    b->lens[1] = 40;
+    b->lens[2] = utoa(b->n, nk);
+    b->argv[2] = nk;
+    /* KEYS first, then the arguments: the batch kept them apart */
+    const char *argv[3 + PROMOTE_BATCH * 4];
+    size_t lens[3 + PROMOTE_BATCH * 4];
+    memcpy(argv, b->argv, 3 * sizeof *argv);
+    memcpy(lens, b->lens, 3 * sizeof *lens);
+    for (size_t i = 0; i < b->n; i++) {
+      argv[3 + i] = b->argv[3 + i];
+      lens[3 + i] = b->lens[3 + i];
+    }
+    for (size_t i = 0; i < 3 * b->n; i++) {
+      argv[3 + b->n + i] = b->argv[3 + PROMOTE_BATCH + i];
+      lens[3 + b->n + i] = b->lens[3 + PROMOTE_BATCH + i];
+    }
+    if (ak_redis_state(f->redis) != AK_REDIS_UP ||
+        ak_redis_command(f->redis, (int)(3 + 4 * b->n), argv, lens, on_promotes_reply, f) != 0)
+      ak_counter_add(f->m_settles[S_ERROR], b->n);
+  }
+  b->n = 0;
+  while (*held) { /* the argument strings lived in these ops until the command was formatted */
+    op_t *o = *held;
+    *held = o->next;
+    op_free(o);
+  }
+}
+
+static void promote_add(ak_fleet_t *f, promote_batch_t *b, op_t *o) {
+  ak_fleet_call_t *c = o->call;
+  size_t i = b->n++;
+  claim_key(f, c, b->keys[i]);
+  b->argv[3 + i] = b->keys[i];
+  b->lens[3 + i] = strlen(b->keys[i]);
+  const char **a = &b->argv[3 + PROMOTE_BATCH + 3 * i];
+  size_t *l = &b->lens[3 + PROMOTE_BATCH + 3 * i];
+  a[0] = c->token;
+  l[0] = strlen(c->token);
+  a[1] = o->id;
+  l[1] = AK_UUID_STR_LEN - 1;
+  l[2] = utoa((uint64_t)(c->ttl_ms > 0 ? c->ttl_ms : 1), b->ttls[i]);
+  a[2] = b->ttls[i];
 }
 
 static void op_free(op_t *o) {
@@ -470,12 +611,21 @@ static void drain_ops(ak_fleet_t *f) {
     n++;
   }
   int64_t left = atomic_fetch_sub(&f->nops, n) - n;
+  op_t *held = NULL;
   for (o = fifo; o;) {
     op_t *nx = o->next;
-    send_op(f, o);
-    op_free(o);
+    if (o->kind == OP_SETTLE && o->promote && o->call->claim) {
+      promote_add(f, f->pb, o);
+      o->next = held;
+      held = o;
+      if (f->pb->n == PROMOTE_BATCH) promotes_flush(f, f->pb, &held);
+    } else {
+      send_op(f, o);
+      op_free(o);
+    }
     o = nx;
   }
+  promotes_flush(f, f->pb, &held);
   ak_redis_flush(f->redis);
   ak_gauge_set(f->m_settle_queue, (double)(left > 0 ? left : 0));
   /* an op pushed while this drain ran (its count seen above) waits for the next turn */
@@ -560,13 +710,11 @@ static void *fleet_main(void *arg) {
 
 /* ---------------------------------------------------------- the request side ---- */
 
-bool ak_fleet_admit(ak_fleet_t *f, ak_fleet_call_t *c) {
+bool ak_fleet_begin(ak_fleet_t *f, ak_fleet_call_t *c) {
   c->sent = false;
   c->probe = false;
   c->verdict = AK_FLEET_LOCAL;
   c->next = NULL;
-  uint64_t seq = atomic_fetch_add(&f->token_seq, 1);
-  snprintf(c->token, sizeof c->token, "%08" PRIx32 "%012" PRIx64, f->token_node, (uint64_t)(seq & 0xffffffffffffULL));
   int64_t t = ak_mono_ns();
   ak_fb_ask_t a = atomic_load(&f->stopping) ? AK_FB_SKIP : ak_fbreaker_ask(&f->br, t / 1000000);
   if (a == AK_FB_SKIP) {
@@ -577,13 +725,18 @@ bool ak_fleet_admit(ak_fleet_t *f, ak_fleet_call_t *c) {
     c->probe = true;
     ak_counter_add(f->m_transitions[AK_FB_PROBING], 1);
   }
+  uint64_t seq = atomic_fetch_add(&f->token_seq, 1);
+  snprintf(c->token, sizeof c->token, "%08" PRIx32 "%012" PRIx64, f->token_node, (uint64_t)(seq & 0xffffffffffffULL));
   c->t0_ns = t;
   c->deadline_ns = t + f->timeout_ns;
+  return true;
+}
+
+void ak_fleet_send(ak_fleet_t *f, ak_fleet_call_t *c) {
   ak_fleet_call_t *head = atomic_load(&f->calls);
   do c->next = head;
   while (!atomic_compare_exchange_weak(&f->calls, &head, c));
   uv_async_send(&f->wake);
-  return true;
 }
 
 static void push_op(ak_fleet_t *f, op_t *o) {
@@ -759,6 +912,8 @@ static int64_t test_env(const char *name, int64_t def) {
 
 static void fleet_free(ak_fleet_t *f) {
   if (!f) return;
+  free(f->pb);
+  OPENSSL_cleanse(&f->url, sizeof f->url); /* the password */
   free(f);
 }
 
@@ -785,6 +940,14 @@ static int fleet_open(ak_instance_t *inst, char **err) {
   if (!f->url.password[0] && fc->store.password) snprintf(f->url.password, sizeof f->url.password, "%s", fc->store.password);
   ak_redis_url_redacted(&f->url, f->addr, sizeof f->addr);
   f->ns = fc->store.ns ? fc->store.ns : DEFAULT_NAMESPACE;
+  f->ns_len = strlen(f->ns);
+  utoa((uint64_t)fc->pending_ttl_ms, f->pending_ttl);
+  f->pb = calloc(1, sizeof *f->pb);
+  if (!f->pb) {
+    free(f);
+    *err = strdup("out of memory");
+    return AK_MODULE_FAILED;
+  }
   f->timeout_ns = fc->timeout_ms * 1000000LL;
   ak_fbreaker_init(&f->br, fc->breaker_failure_rate, fc->breaker_min_calls, fc->breaker_window_ms,
                    fc->breaker_open_ms);
@@ -793,6 +956,7 @@ static int fleet_open(ak_instance_t *inst, char **err) {
   if (RAND_bytes((unsigned char *)&f->token_node, sizeof f->token_node) != 1) f->token_node = (uint32_t)time(NULL);
   sha1_hex(admit_lua, f->sha_admit);
   sha1_hex(settle_lua, f->sha_settle);
+  sha1_hex(promote_lua, f->sha_promote);
 
   ak_metrics_t *m = inst->metrics;
   const char *const kl[] = {"instance", "kind", NULL}, *const rl[] = {"instance", "result", NULL},
@@ -848,7 +1012,7 @@ static int fleet_open(ak_instance_t *inst, char **err) {
     if (f->m_degraded[k]) ak_gauge_set(f->m_degraded[k], 0);
 
   if (uv_loop_init(&f->loop) != 0) {
-    free(f);
+    fleet_free(f);
     *err = strdup("fleet: cannot make its event loop");
     return AK_MODULE_FAILED;
   }
@@ -860,18 +1024,19 @@ static int fleet_open(ak_instance_t *inst, char **err) {
   f->deadline_t.data = f->settle_t.data = f->tick_t.data = f;
   const char *const load_admit[] = {"SCRIPT", "LOAD", admit_lua, NULL};
   const char *const load_settle[] = {"SCRIPT", "LOAD", settle_lua, NULL};
-  const char *const *const init[] = {load_admit, load_settle};
+  const char *const load_promote[] = {"SCRIPT", "LOAD", promote_lua, NULL};
+  const char *const *const init[] = {load_admit, load_settle, load_promote};
   long tmo = fc->timeout_ms * 20 < 2000 ? 2000 : fc->timeout_ms * 20;
   ak_redis_opts_t ro = {
     .url = &f->url, .connect_timeout_ms = tmo, .stall_timeout_ms = tmo, .backoff_min_ms = 100,
-    .backoff_max_ms = 2000, .init_argv = init, .ninit = 2, .on_state = on_conn_state, .ctx = f,
+    .backoff_max_ms = 2000, .init_argv = init, .ninit = 3, .on_state = on_conn_state, .ctx = f,
   };
   f->redis = ak_redis_new(&f->loop, &ro);
   if (!f->redis) {
     uv_walk(&f->loop, close_walk, NULL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     uv_loop_close(&f->loop);
-    free(f);
+    fleet_free(f);
     *err = strdup("out of memory");
     return AK_MODULE_FAILED;
   }

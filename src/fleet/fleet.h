@@ -76,11 +76,15 @@ extern const ak_module_t ak_mod_fleet;
 bool ak_fleet_rate_scope(const ak_fleet_t *f);
 bool ak_fleet_dedupe_scope(const ak_fleet_t *f);
 
-/* Start the admission of one hook. true: the call went to the fleet thread and
- * call->done(call, ctx) will run there (maybe before this returns). false: answered now
- * (call->verdict is AK_FLEET_LOCAL: the breaker is open or the call could not be queued)
- * and done is never called. Either way the caller hands the call to ak_fleet_settle. */
-bool ak_fleet_admit(ak_fleet_t *f, ak_fleet_call_t *call);
+/* Start the admission of one hook: asks the breaker. true: a call is to be made; the
+ * caller gets ready for the verdict (suspends the request) and then hands the call to
+ * ak_fleet_send, after which call->done(call, ctx) runs once, on the fleet thread (maybe
+ * before send returns). false: answer node-local now (call->verdict is AK_FLEET_LOCAL,
+ * counted as a fallback; the breaker is open). Either way the caller hands the call to
+ * ak_fleet_settle in the end. Two steps, so the caller's "get ready" never races the
+ * verdict and a node-local answer needs no round trip through another thread. */
+bool ak_fleet_begin(ak_fleet_t *f, ak_fleet_call_t *call);
+void ak_fleet_send(ak_fleet_t *f, ak_fleet_call_t *call);
 
 /* The outcome of the commit that followed: id is the hook that holds the event (the one
  * stored, or the first one when this node's own index knew it) or NULL when nothing was

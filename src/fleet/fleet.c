@@ -725,8 +725,12 @@ bool ak_fleet_begin(ak_fleet_t *f, ak_fleet_call_t *c) {
     c->probe = true;
     ak_counter_add(f->m_transitions[AK_FB_PROBING], 1);
   }
-  uint64_t seq = atomic_fetch_add(&f->token_seq, 1);
-  snprintf(c->token, sizeof c->token, "%08" PRIx32 "%012" PRIx64, f->token_node, (uint64_t)(seq & 0xffffffffffffULL));
+  /* the token: this node's random 32 bits and a 48-bit sequence, 20 hex digits */
+  static const char hex[] = "0123456789abcdef";
+  uint64_t seq = atomic_fetch_add(&f->token_seq, 1), node = f->token_node;
+  for (int i = 0; i < 8; i++) c->token[i] = hex[(node >> (28 - 4 * i)) & 15];
+  for (int i = 0; i < 12; i++) c->token[8 + i] = hex[(seq >> (44 - 4 * i)) & 15];
+  c->token[20] = 0;
   c->t0_ns = t;
   c->deadline_ns = t + f->timeout_ns;
   return true;

@@ -523,6 +523,60 @@ def test_a_hook_that_fails_its_commit_gives_its_fleet_charge_back(redis, ankusa)
     assert r.status == 429 and r.json == {"error": "rate_limited"}, r
 
 
+def test_a_claim_of_a_node_killed_mid_commit_expires(redis, ankusa):
+    """Node a claims an event and is killed -9 while its commit is held (the test seam):
+    the hook was never acked, and its claim is pending in Redis. Node b answers the
+    provider's retry 409 dedupe_pending until fleet.pending_ttl_ms ends, then stores it:
+    a crashed node's claim frees itself, and the event is stored exactly once."""
+    ttl_ms = 1500
+    a = ankusa(config=fleet_config(redis, rate_scope="node", pending_ttl_ms=ttl_ms),
+               env={"ANKUSA_TEST_COMMIT_DELAY_MS": "5000"}, name="a")
+    b = ankusa(config=fleet_config(redis, rate_scope="node", pending_ttl_ms=ttl_ms), name="b")
+    out = []
+    t = threading.Thread(target=lambda: out.append(_try(lambda: gh(a, "crash-1", timeout=10))))
+    t.start()
+    wait_until(lambda: len(claim_keys(redis)) == 1, 5 * SLOW, "a's claim is in Redis")
+    t_claim = time.monotonic()
+    a.kill9()
+    t.join(15)
+    assert out and not (hasattr(out[0], "status") and out[0].status == 201), f"a acked a hook it had not stored: {out}"
+    r = gh(b, "crash-1")
+    assert_pending(r)
+    while True:
+        r = gh(b, "crash-1")
+        if r.status != 409:
+            break
+        assert time.monotonic() - t_claim < (ttl_ms / 1000 + 3) * SLOW, "the dead node's claim never expired"
+        time.sleep(0.1)
+    new_hook(r)
+    assert time.monotonic() - t_claim >= ttl_ms / 1000 - 0.2, "admitted before the claim's TTL ran out"
+    assert stored_hooks(b) == 1
+
+
+def _try(fn):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the connection dies with the node
+        return e
+
+
+def test_a_fleet_bytes_lane_is_shared(redis, ankusa):
+    """rate_limits.scope fleet with a bytes lane only: 2,000 bytes of burst, nearly no
+    refill, shared by two nodes: 1,500 bytes on a, then 1,500 on b is refused (500 left),
+    400 on b passes."""
+    lim = {"bytes": {"rate": 1, "burst": 2000}}
+    cfg = fleet_config(redis, dedupe_scope="node")
+    cfg["rate_limits"]["tenants"] = {"acme": lim}
+    a, b = ankusa(config=cfg, name="a"), ankusa(config=cfg, name="b")
+    r = a.post("/webhooks/acme_src", b"x" * 1500, {"Content-Type": "application/octet-stream"})
+    new_hook(r)
+    r = b.post("/webhooks/acme_src", b"y" * 1500, {"Content-Type": "application/octet-stream"})
+    assert r.status == 429 and r.json == {"error": "rate_limited"}, r
+    retry_after(r)
+    new_hook(b.post("/webhooks/acme_src", b"z" * 400, {"Content-Type": "application/octet-stream"}))
+    assert m(b, "ankusa_fleet_calls_total", result="ok") >= 2
+
+
 # --------------------------------------------------------------------------- 6. config errors, redaction
 
 MINIMAL = "sources:\n  demo:\n    sinks:\n      - type: log\n"

@@ -553,6 +553,39 @@ def test_a_claim_of_a_node_killed_mid_commit_expires(redis, ankusa):
     assert stored_hooks(b) == 1
 
 
+def test_sigterm_while_redis_is_stopped_answers_everything_and_exits(redis, ankusa):
+    """Redis stopped (SIGSTOP) with hooks in flight, then SIGTERM: every request gets an
+    answer (201 node-local, or 503 draining once the writer stopped), every 201 is
+    stored, and the node exits 0 within a few seconds (its last settles get 500 ms)."""
+    node = ankusa(config=fleet_config(redis, timeout_ms=200, acme={"rate": 100000, "burst": 100000}))
+    new_hook(gh(node, "term-0"))
+    redis.pause()
+    try:
+        out = []
+        ts = [threading.Thread(target=lambda i=i: out.append(_try(lambda: gh(node, f"term-{i}", timeout=20))))
+              for i in range(1, 21)]
+        for t in ts:
+            t.start()
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        rc = node.stop(timeout=30)
+        took = time.monotonic() - t0
+        for t in ts:
+            t.join(20)
+    finally:
+        redis.resume()
+    assert rc == 0, f"exit {rc!r}"
+    assert took < 5 * SLOW, f"SIGTERM took {took:.1f} s with Redis stopped"
+    ok = [r for r in out if getattr(r, "status", None) == 201]
+    bad = [r for r in out if getattr(r, "status", None) not in (201, 503)]
+    assert not bad, f"requests without a 201 or 503: {bad[:3]}"
+    for r in [x for x in out if getattr(x, "status", None) == 503]:
+        assert r.json["error"] in ("draining", "store_unavailable"), r
+    node.start()
+    missing = [r.json["id"] for r in ok if node.admin(f"/v1/hooks/{r.json['id']}").status != 200]
+    assert not missing, f"acked but not stored: {missing}"
+
+
 def _try(fn):
     try:
         return fn()

@@ -264,6 +264,15 @@ static void url_of(char *buf, size_t n, const char *cred, int port, int db) {
   snprintf(buf, n, "redis://%s127.0.0.1:%d/%d", cred ? cred : "", port, db);
 }
 
+/* A server of its own on a free port (no password) and a client connected to it. */
+static ak_redis_t *started(obs_t *o, int *port) {
+  *port = free_port();
+  srv_start(*port, NULL);
+  char url[128];
+  url_of(url, sizeof url, NULL, *port, 0);
+  return connected(url, o);
+}
+
 /* One command and its reply. */
 static slot_t roundtrip(ak_redis_t *r, const char *a0, const char *a1, const char *a2) {
   slot_t s = {0};
@@ -403,12 +412,9 @@ Test(redis, command_while_down_is_refused) {
 }
 
 Test(redis, pipelined_burst_in_order) {
-  int port = free_port();
-  srv_start(port, NULL);
   obs_t o = {0};
-  char url[128];
-  url_of(url, sizeof url, NULL, port, 0);
-  ak_redis_t *r = connected(url, &o);
+  int port;
+  ak_redis_t *r = started(&o, &port);
   cr_assert_eq(o.connectings, 1);
   cr_assert_eq(o.ups, 1);
   enum { N = 1000 };
@@ -459,12 +465,9 @@ Test(redis, host_name_and_error_reply) {
 }
 
 Test(redis, big_binary_value) {
-  int port = free_port();
-  srv_start(port, NULL);
   obs_t o = {0};
-  char url[128];
-  url_of(url, sizeof url, NULL, port, 0);
-  ak_redis_t *r = connected(url, &o);
+  int port;
+  ak_redis_t *r = started(&o, &port);
   size_t n = 4u << 20;
   char *v = malloc(n);
   cr_assert_not_null(v);
@@ -846,12 +849,9 @@ Test(redis, stopped_server_stalls_then_recovers) {
 }
 
 Test(redis, reset_then_reconnect) {
-  int port = free_port();
-  srv_start(port, NULL);
   obs_t o = {0};
-  char url[128];
-  url_of(url, sizeof url, NULL, port, 0);
-  ak_redis_t *r = connected(url, &o);
+  int port;
+  ak_redis_t *r = started(&o, &port);
   static loss_t l[6];
   memset(l, 0, sizeof l);
   loss_seq = 0;
@@ -897,12 +897,9 @@ Test(redis, connect_timeout_on_a_blackhole) {
 /* ---- free ------------------------------------------------------------------------- */
 
 Test(redis, free_with_commands_pending) {
-  int port = free_port();
-  srv_start(port, NULL);
   obs_t o = {0};
-  char url[128];
-  url_of(url, sizeof url, NULL, port, 0);
-  ak_redis_t *r = connected(url, &o);
+  int port;
+  ak_redis_t *r = started(&o, &port);
   static loss_t l[51];
   memset(l, 0, sizeof l);
   loss_seq = 0;
@@ -981,12 +978,9 @@ static void free_in_cb(void *priv, redisReply *rep) {
 }
 
 Test(redis, free_from_a_reply_callback) {
-  int port = free_port();
-  srv_start(port, NULL);
   obs_t o = {0};
-  char url[128];
-  url_of(url, sizeof url, NULL, port, 0);
-  ak_redis_t *r = connected(url, &o);
+  int port;
+  ak_redis_t *r = started(&o, &port);
   freer_t f[10];
   memset(f, 0, sizeof f);
   const char *argv[] = {"PING"};
@@ -1023,12 +1017,9 @@ static void chain_cb(void *priv, redisReply *rep) {
 }
 
 Test(redis, commands_from_reply_callbacks) {
-  int port = free_port();
-  srv_start(port, NULL);
   obs_t o = {0};
-  char url[128];
-  url_of(url, sizeof url, NULL, port, 0);
-  ak_redis_t *r = connected(url, &o);
+  int port;
+  ak_redis_t *r = started(&o, &port);
   chain_t c = {.r = r, .left = 200};
   const char *argv[] = {"INCR", "chain"};
   cr_assert_eq(ak_redis_command(r, 2, argv, NULL, chain_cb, &c), 0);

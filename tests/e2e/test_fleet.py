@@ -311,7 +311,10 @@ def test_one_dedupe_window_across_two_nodes(redis, ankusa):
 
 # --------------------------------------------------------------------------- 3./4. Redis slow or dead
 
-BREAKER = {"timeout_ms": 50, "breaker_min_calls": 10, "breaker_failure_rate": 0.5, "breaker_open_ms": 1000}
+# windows of 500 ms: the breaker counts per window, and a window that began with the
+# baseline's fast calls would need that many failures more before its rate reaches 0.5
+BREAKER = {"timeout_ms": 50, "breaker_min_calls": 10, "breaker_failure_rate": 0.5, "breaker_open_ms": 1000,
+           "breaker_window_ms": 500}
 GENEROUS = {"rate": 100000, "burst": 100000}
 
 

@@ -73,6 +73,8 @@ drill: deps test-build
 	mkdir -p bench/out
 	ANKUSA_DRILL_CUTS=100 ANKUSA_DRILL_KILLS=100 ANKUSA_DRILL_REPORT=$(abspath bench/out)/drill-kill.json \
 	  ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q -s $(DRILLS)
+	ANKUSA_ARCHIVE_PROOF_HOOKS=200000 ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q -s \
+	  tests/e2e/test_archive.py::test_200k_hooks_leave_the_store_and_stay_readable
 
 # The include order of src/ (DESIGN.md §5): a folder includes only the folders before it.
 layers:

@@ -43,7 +43,7 @@
 #include "verify/verifier.h"
 
 enum { ST_READING = 0, ST_FLEET, ST_SUBMITTED, ST_ANSWERED };
-enum { H_FLEET = 1, H_QUOTA, H_STATUS }; /* why admit_tail stopped short of the writer */
+enum { H_FLEET = 1, H_QUOTA, H_STATUS, H_NOMEM }; /* why admit_tail stopped short of the writer */
 
 typedef enum {
   R_PAYLOAD_TOO_LARGE = 0, R_DEDUPE_QUOTA, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
@@ -124,10 +124,7 @@ typedef struct conn {
   uint8_t *body;
   size_t len, cap;
   ak_ticket_t ticket;  /* pen, dedupe claim, quota, queue share, fleet call: settled once, in settle() */
-  /* what verification decided, kept across the fleet call (ST_FLEET) */
-  uint8_t kind;
-  ak_verify_reason_t vr;
-  uint32_t flags;
+  uint32_t flags;      /* the envelope's (what verification decided: req.kind, req.reason) */
   char *dkey;          /* the provider event key (NULL: none) */
   size_t dklen;
   int halt;            /* what stopped admit_tail (H_*), for answer_halt */
@@ -401,8 +398,8 @@ static void submit(ak_edge_t *e, conn_t *c) {
 
   /* the provider event key, from every header and the raw body; a flagged hook gets none,
    * so a forged request cannot take the key of the real event */
-  c->kind = kind;
-  c->vr = vr;
+  c->req.kind = kind;
+  c->req.reason = (uint8_t)vr;
   c->flags = flags;
   c->dkey = kind == AK_WRITE_HOOK && !(flags & AK_ENV_FLAG_VERIFY_FAILED) && inst->dedupe
               ? ak_dedupe_key_extract(c->src, hv, hn, c->body, c->len, &c->dklen)
@@ -420,12 +417,6 @@ static void submit(ak_edge_t *e, conn_t *c) {
       answer_duplicate(e, r, first, c->t0_ns);
       return;
     }
-  }
-  /* the record, built here on the request's loop (it reads the request): after this
-   * point nothing touches the request until it is answered */
-  if (!build_record(e, c, hv, hn)) {
-    refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
-    return;
   }
   /* fleet scope: the tenant's quota and the event's claim in the fleet store, one call
    * (fleet/fleet.h). The request waits suspended; the fleet thread takes an admitted
@@ -458,6 +449,12 @@ static void submit(ak_edge_t *e, conn_t *c) {
       c->ticket.fleet = fc;
       c->state = ST_FLEET;
       if (ak_fleet_begin(fl, fc)) {
+        /* the record first, here on the request's loop (it reads the request): the
+         * fleet thread carries the hook on from its verdict without touching it */
+        if (!build_record(e, c, hv, hn)) {
+          refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
+          return;
+        }
         ak_hreq_suspend(r); /* before the verdict can come */
         ak_fleet_send(fl, fc);
         return;
@@ -474,7 +471,6 @@ static bool build_record(ak_edge_t *e, conn_t *c, const ak_header_t *hv, size_t 
   ak_instance_t *inst = e->inst;
   ak_hreq_t *r = c->r;
   const ak_verifier_t *v = c->sv->verifier;
-  uint8_t kind = c->kind;
   size_t qlen = 0;
   const char *cred_hdr = v ? ak_verifier_credential_header(v) : NULL;
   const char *cred_param = v ? ak_verifier_credential_param(v) : NULL;
@@ -528,8 +524,6 @@ static bool build_record(ak_edge_t *e, conn_t *c, const ak_header_t *hv, size_t 
   free(hashbuf);
   free(path);
   if (!rec) return false;
-  c->req.kind = kind;
-  c->req.reason = (uint8_t)c->vr;
   c->req.rec = rec;
   c->req.rec_len = rl;
   c->req.body_len = c->len;
@@ -545,12 +539,13 @@ static bool build_record(ak_edge_t *e, conn_t *c, const ak_header_t *hv, size_t 
   return true;
 }
 
-/* From the fleet's verdict (or none) to the writer: the tenant's node quota, its share of
- * the queue, the submit. Runs on the request's loop (on_loop: it suspends the request
- * before the submit) or on the fleet thread while the request is suspended (the fleet
- * thread is then the one serving it). Never answers: TAIL_ANSWER leaves c->halt for
- * answer_halt, on the loop; TAIL_QUEUED means the writer (or its refusal, through
- * on_resume) answers. */
+/* From the fleet's verdict (or none) to the writer: the tenant's node quota, the record
+ * (on the loop, after the quota, so a refused hook costs no encoding), its share of the
+ * queue, the submit. Runs on the request's loop (on_loop: it suspends the request before
+ * the submit) or on the fleet thread while the request is suspended (the fleet thread is
+ * then the one serving it; the record was built before the call). Never answers:
+ * TAIL_ANSWER leaves c->halt for answer_halt, on the loop; TAIL_QUEUED means the writer
+ * (or its refusal, through on_resume) answers. */
 static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop) {
   ak_instance_t *inst = e->inst;
   ak_fleet_call_t *fc = c->ticket.fleet;
@@ -571,13 +566,21 @@ static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop) {
   }
   /* the tenant's quota: verified hooks only, so a forged flood spends none of it; after
    * the dedupe check, so a provider's retry of a stored event spends none either */
-  if (c->kind == AK_WRITE_HOOK && c->vr == AK_VR_OK && !fleet_charged &&
+  if (c->req.kind == AK_WRITE_HOOK && c->req.reason == AK_VR_OK && !fleet_charged &&
       !ak_ticket_take_quota(&c->ticket, ak_mono_ns(), &c->retry_ns)) {
     c->halt = H_QUOTA;
     return TAIL_ANSWER;
   }
+  if (!c->req.rec) {
+    const ak_header_t *hv;
+    size_t hn = ak_hreq_headers(c->r, &hv);
+    if (!on_loop || !build_record(e, c, hv, hn)) { /* never off the loop: built before the call */
+      c->halt = H_NOMEM;
+      return TAIL_ANSWER;
+    }
+  }
   /* the tenant's share of the queue: hooks of its requests, not pen writes */
-  if (c->kind == AK_WRITE_HOOK) {
+  if (c->req.kind == AK_WRITE_HOOK) {
     ak_wr_status_t share = ak_ticket_take_share(&c->ticket);
     if (share != AK_WR_QUEUED) {
       c->req.status = share;
@@ -620,6 +623,9 @@ static void answer_halt(ak_edge_t *e, conn_t *c) {
     }
     case H_QUOTA:
       rate_limited(e, c, c->retry_ns);
+      return;
+    case H_NOMEM:
+      refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
       return;
     case H_STATUS:
     default:

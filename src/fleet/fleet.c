@@ -787,7 +787,6 @@ void ak_fleet_forget(ak_fleet_t *f, const char *tenant, size_t tenant_len) {
 /* ------------------------------------------------------------------ admin view ---- */
 
 json_t *ak_fleet_json(const ak_fleet_t *f, const ak_config_t *cfg) {
-  extern const ak_module_t ak_mod_fleet;
   const ak_fleet_cfg_t *fc = ak_config_of(cfg, &ak_mod_fleet);
   json_t *j = json_object();
   json_object_set_new(j, "rate_limits_scope", json_string(fc && fc->rate_scope ? "fleet" : "node"));

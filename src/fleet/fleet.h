@@ -45,7 +45,7 @@ typedef enum {
 typedef struct ak_fleet_call ak_fleet_call_t;
 typedef void (*ak_fleet_done_fn)(ak_fleet_call_t *call, void *ctx);
 
-/* One hook's admission. The caller fills the inputs, ak_fleet_admit answers; the call
+/* One hook's admission. The caller fills the inputs, ak_fleet_begin and the fleet thread answer; the call
  * then stays the caller's until it hands it to ak_fleet_settle (which always takes it). */
 struct ak_fleet_call {
   /* ---- inputs ---- */

@@ -15,6 +15,9 @@ PKGS=(
   libfuse3-dev fuse3
   prometheus
   redis-server
+  librdkafka-dev librabbitmq-dev libnats-dev
+  nats-server rabbitmq-server
+  python3-confluent-kafka python3-pika python3-redis python3-jsonschema python3-botocore
 )
 
 missing=()

@@ -51,6 +51,10 @@ typedef struct ak_sink_attempt {
   const char *idempotency_key;         /* <tenant>:<source>:<dedupe_key>, or the hook id */
   const char *dedupe_key;              /* NULL unless the hook carries one */
   const struct ak_source_cfg *source;  /* current config of the hook's source: forward_headers */
+  const char *claim_ref;               /* urn:ankusa:claim:v1:<tenant>:<claim_id> when the hook was
+                                          checked in (its body is above a threshold of one of its
+                                          source's sinks), else NULL */
+  const char *body_sha256;             /* lowercase hex SHA-256 of the body when known, else NULL */
 } ak_sink_attempt_t;
 
 typedef struct ak_sink_vtable {
@@ -65,6 +69,10 @@ typedef struct ak_sink_vtable {
    * possibly before deliver() returns. */
   void (*deliver)(void *self, const ak_sink_attempt_t *att, void *ctx, ak_sink_done_fn done);
   void (*destroy)(void *self);
+  /* The body size above which this instance sends a claim ref (its inline_max_bytes), or
+   * -1 for never. NULL = never (http, log). The dispatcher checks a hook in before any of
+   * its sinks runs when its body is above the threshold of at least one of them. */
+  int64_t (*inline_max)(const void *self);
 } ak_sink_vtable_t;
 
 /* The registry: every sink type Ankusa knows, supported or not (kind name "sink"). */

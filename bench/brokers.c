@@ -15,6 +15,12 @@
  *     nats      cnats, JetStream async publish, C pending, every ack awaited
  *     redis     hiredis, C PUBLISH pipelined per round trip
  *
+ *   brokers setup TYPE OPTS_JSON           what the sink never creates: the NATS stream of
+ *                                          the subject (bounded), the RabbitMQ queue bound to
+ *                                          the exchange (bounded, so a publish is routable)
+ *   brokers mock kafka TOPIC               librdkafka's mock cluster (3 brokers) with TOPIC;
+ *                                          prints its bootstrap servers, runs until stdin closes
+ *
  * Prints one JSON line: {mode, type, n, c, size, cpu_us_per, rate, failed}. */
 #include <pthread.h>
 #include <stdio.h>
@@ -28,6 +34,7 @@
 #include <hiredis.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
 #include <nats/nats.h>
 #include "core/buf.h"
 #include "core/clock.h"
@@ -378,7 +385,88 @@ static int raw_redis(long c, long n, size_t size, json_t *o) {
   return failed_n ? 1 : 0;
 }
 
+/* ---- what the sinks never create ---- */
+
+static int setup_nats(json_t *o) {
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  json_t *sv = json_object_get(o, "servers");
+  const char *server = json_is_array(sv) ? json_string_value(json_array_get(sv, 0)) : json_string_value(sv);
+  if (natsConnection_ConnectTo(&nc, server ? server : "nats://127.0.0.1:4222") != NATS_OK) return 2;
+  if (natsConnection_JetStream(&js, nc, NULL) != NATS_OK) return 2;
+  const char *subject = opt_s(o, "subject", "bench");
+  jsStreamConfig sc;
+  jsStreamConfig_Init(&sc);
+  sc.Name = "BENCH";
+  sc.Subjects = &subject;
+  sc.SubjectsLen = 1;
+  sc.MaxMsgs = 200000;
+  sc.Discard = js_DiscardOld;
+  sc.Storage = js_FileStorage;
+  jsErrCode jerr = 0;
+  natsStatus st = js_AddStream(NULL, js, &sc, NULL, &jerr);
+  if (st != NATS_OK) fprintf(stderr, "brokers: nats stream: %s (%d)\n", natsStatus_GetText(st), (int)jerr);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(nc);
+  return st == NATS_OK ? 0 : 2;
+}
+
+static int setup_rabbitmq(json_t *o) {
+  struct amqp_connection_info ci;
+  char *url = strdup(opt_s(o, "url", "amqp://guest:guest@localhost:5672"));
+  amqp_default_connection_info(&ci);
+  if (amqp_parse_url(url, &ci) != AMQP_STATUS_OK) return 2;
+  amqp_connection_state_t conn = amqp_new_connection();
+  amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+  if (!sock || amqp_socket_open(sock, ci.host, ci.port) != AMQP_STATUS_OK) return 2;
+  if (amqp_login(conn, ci.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, ci.user, ci.password).reply_type !=
+      AMQP_RESPONSE_NORMAL)
+    return 2;
+  amqp_channel_open(conn, 1);
+  const char *exchange = opt_s(o, "exchange", "bench");
+  amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("topic"), 0, 1, 0, 0,
+                        amqp_empty_table);
+  amqp_table_entry_t args[2] = {
+    {.key = amqp_cstring_bytes("x-max-length"), .value = {.kind = AMQP_FIELD_KIND_I64, .value.i64 = 10000}},
+    {.key = amqp_cstring_bytes("x-overflow"),
+     .value = {.kind = AMQP_FIELD_KIND_UTF8, .value.bytes = amqp_cstring_bytes("drop-head")}},
+  };
+  amqp_queue_declare(conn, 1, amqp_cstring_bytes("bench"), 0, 1, 0, 0, (amqp_table_t){2, args});
+  amqp_queue_bind(conn, 1, amqp_cstring_bytes("bench"), amqp_cstring_bytes(exchange), amqp_cstring_bytes("#"),
+                  amqp_empty_table);
+  int rc = amqp_get_rpc_reply(conn).reply_type == AMQP_RESPONSE_NORMAL ? 0 : 2;
+  if (rc) fprintf(stderr, "brokers: rabbitmq setup failed\n");
+  amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+  amqp_destroy_connection(conn);
+  free(url);
+  return rc;
+}
+
+static int mock_kafka(const char *topic) {
+  char err[256];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  if (!rk) return 2;
+  rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, 3);
+  if (!mc || rd_kafka_mock_topic_create(mc, topic, 3, 3)) return 2;
+  printf("%s\n", rd_kafka_mock_cluster_bootstraps(mc));
+  fflush(stdout);
+  char buf[64];
+  while (fgets(buf, sizeof buf, stdin)) {
+  }
+  rd_kafka_mock_cluster_destroy(mc);
+  rd_kafka_destroy(rk);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "setup")) {
+    json_t *o = json_loads(argv[3], 0, NULL);
+    int rc = !o ? 2 : !strcmp(argv[2], "nats") ? setup_nats(o) : !strcmp(argv[2], "rabbitmq") ? setup_rabbitmq(o) : 0;
+    json_decref(o);
+    return rc;
+  }
+  if (argc == 4 && !strcmp(argv[1], "mock") && !strcmp(argv[2], "kafka")) return mock_kafka(argv[3]);
   if (argc != 7) {
     fprintf(stderr, "usage: brokers sink|raw TYPE C N SIZE OPTS_JSON\n");
     return 2;

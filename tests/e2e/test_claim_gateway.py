@@ -297,3 +297,77 @@ def test_retention_with_a_bucket_store_is_refused(tmp_path):
     p = run_cli("check-config", "--config", str(cfg))
     assert p.returncode == 78
     assert "claim_check.retention_days: only with LocalFS claim stores, but claim_check.store.type is s3" in p.stderr
+
+
+class _Refusing:
+    """A loopback stand-in for an S3 endpoint that answers every request with one status."""
+
+    def __init__(self, status):
+        import http.server
+        import threading
+        self.seen = 0
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _do(self):
+                outer.seen += 1
+                body = b"<Error><Code>AccessDenied</Code></Error>" if status == 403 else b"<Error/>"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_HEAD = do_PUT = _do
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _s3(url):
+    return {"type": "s3", "s3": {"bucket": "claims", "region": "eu-west-3", "endpoint": url,
+                                 "access_key_id": "AKIDCLAIMTEST", "secret_access_key": "claim/test/secret",
+                                 "retries": 0, "timeout_ms": 2000}}
+
+
+@pytest.mark.parametrize("status,code,retry", [(403, "store_forbidden", "60"), (500, "store_unavailable", "1")])
+def test_bucket_refusal_and_failover(ankusa, tmp_path, packs, status, code, retry):
+    """A bucket that refuses this node's credential (403) is 503 store_forbidden with
+    Retry-After: 60, one that fails 503 store_unavailable with Retry-After: 1; the same
+    bucket first in claim_check.stores with a LocalFS store after it that has the pack:
+    served from the second."""
+    root, key, claims, datas = packs
+    bucket = _Refusing(status)
+    try:
+        port = free_ports(1)[0]
+        node = ankusa(config={"node": {"roles": ["claim_check"]}, "admin": {"principals": PRINCIPALS},
+                              "claim_check": {"port": port, "store": _s3(bucket.url)}})
+        node.claims_port = port
+        wait_until(lambda: _up(port), timeout=10, what="the claim gateway listening")
+        cid = claims[1][0]
+        r = get(node, f"/v1/claims/acme/{cid}")
+        assert r.status == 503 and r.json == {"error": code}, r
+        assert r.headers["retry-after"] == retry
+        assert bucket.seen >= 1
+        assert "claim/test/secret" not in node.log_text()
+        assert metric(node, "ankusa_claim_check_failures_total", op="redeem") == 1
+        assert metric(node, "ankusa_claim_check_redeems_total", result=code) == 1
+        port2 = free_ports(1)[0]
+        both = ankusa(config={"node": {"roles": ["claim_check"]}, "admin": {"principals": PRINCIPALS},
+                              "claim_check": {"port": port2, "stores": [_s3(bucket.url),
+                                                                        {"type": "local", "root": str(root)}]}})
+        both.claims_port = port2
+        wait_until(lambda: _up(port2), timeout=10, what="the second gateway listening")
+        assert get(both, f"/v1/claims/acme/{cid}").body == datas[1]
+    finally:
+        bucket.close()

@@ -154,7 +154,9 @@ typedef struct claims {
   pthread_t workers[WORKERS];
   size_t nworkers;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv;       /* jobs queued (the workers wait on it) */
+  pthread_cond_t sweep_cv; /* stopping (the sweeper waits on it, between sweeps) */
+  bool stopped;
   job_t *head, *tail;
   size_t queued;
   bool stopping;
@@ -261,6 +263,7 @@ static void claims_free(claims_t *c) {
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->cache_mu);
   pthread_cond_destroy(&c->cv);
+  pthread_cond_destroy(&c->sweep_cv);
   free(c);
 }
 
@@ -594,16 +597,17 @@ static void answer(claims_t *c, job_t *j) {
   }
   uint64_t a = 0, b = 0;
   int rg = j->range[0] ? parse_range(j->range, j->len, &a, &b) : 0;
-  claim_headers(r);
   char cr[96];
-  if (rg < 0) {
+  if (rg < 0) { /* not cacheable: only the claim's bytes are immutable */
     snprintf(cr, sizeof cr, "bytes */%u", j->len);
+    ak_hreq_add_header(r, "Accept-Ranges", "bytes");
     ak_hreq_add_header(r, "Content-Range", cr);
     count(c, c->ops_f, "range_not_satisfiable");
     ak_hreq_error(r, 416, "range_not_satisfiable", 0);
     return;
   }
   count(c, c->redeems_f, "ok");
+  claim_headers(r);
   if (rg > 0) {
     snprintf(cr, sizeof cr, "bytes %llu-%llu/%u", (unsigned long long)a, (unsigned long long)b, j->len);
     ak_hreq_add_header(r, "Content-Range", cr);
@@ -856,7 +860,7 @@ static void *sweeper(void *arg) {
     int64_t ns = ts.tv_nsec + (c->sweep_interval_ms % 1000) * 1000000;
     ts.tv_sec += (time_t)(c->sweep_interval_ms / 1000 + ns / 1000000000);
     ts.tv_nsec = (long)(ns % 1000000000);
-    while (!c->stopping && pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT) {
+    while (!c->stopping && pthread_cond_timedwait(&c->sweep_cv, &c->mu, &ts) != ETIMEDOUT) {
     }
   }
   pthread_mutex_unlock(&c->mu);
@@ -878,7 +882,8 @@ static int claims_open(ak_instance_t *inst, char **err) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&c->cv, &ca);
+  pthread_cond_init(&c->cv, NULL);
+  pthread_cond_init(&c->sweep_cv, &ca);
   pthread_condattr_destroy(&ca);
   if (open_stores(c, cc, err) != 0) {
     ak_log(AK_LOG_ERROR, "claim_check", "cannot open the claim stores", "reason=\"%s\"", *err ? *err : "?");
@@ -991,12 +996,14 @@ static int claims_start(ak_instance_t *inst, char **err) {
  * returns), then the workers and the sweeper. */
 static void claims_stop(ak_instance_t *inst) {
   claims_t *c = the;
-  if (!c || inst->claims != &c->stores) return;
+  if (!c || inst->claims != &c->stores || c->stopped) return;
+  c->stopped = true;
   if (c->srv) ak_hserver_close_listener(c->srv);
   if (c->srv) ak_hserver_wait_idle(c->srv, 10000);
   pthread_mutex_lock(&c->mu);
   c->stopping = true;
   pthread_cond_broadcast(&c->cv);
+  pthread_cond_broadcast(&c->sweep_cv);
   pthread_mutex_unlock(&c->mu);
   for (size_t i = 0; i < c->nworkers; i++) pthread_join(c->workers[i], NULL);
   c->nworkers = 0;

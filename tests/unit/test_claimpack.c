@@ -1,7 +1,8 @@
 /* The claim check's formats (sinks/claimpack.h): claim ids and their canonical text,
  * refs, object keys, the pack's ZIP layout and the lookup of a claim in it, and the put
  * of a pack to the first claim store that takes it. A pack is also written to a file
- * and opened with Python's zipfile, the reader a consumer would use. */
+ * and opened with Python's zipfile, the reader a consumer would use. And the LocalFS
+ * retention sweep of the claim_check module (admin/claims.h). */
 #include <criterion/criterion.h>
 #include <openssl/sha.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
+#include "admin/claims.h"
 #include "blob/blob.h"
 #include "sinks/claimpack.h"
 
@@ -363,6 +365,43 @@ Test(claimpack, stores_put_fails_over_in_order) {
   cr_assert_str_eq(err, "no claim store");
   ak_blob_free(sa);
   ak_blob_free(sb);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+/* The LocalFS retention sweep (admin/claims.c): with now 2026-12-02T07:55Z and 2 days of
+ * retention the cutoff day is 2026-11-30; the days before it go, it and later stay, and
+ * what does not parse is left alone. */
+Test(claimpack, sweep_removes_days_before_the_cutoff_day) {
+  char dir[] = "/tmp/claimsweep-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  const char *made[] = {"tenant=acme/dt=2026-11-28", "tenant=acme/dt=2026-11-29", "tenant=acme/dt=2026-11-30",
+                        "tenant=acme/dt=2026-12-02", "tenant=b_2/dt=2020-01-01", "tenant=acme/dt=2026-02-30",
+                        "tenant=acme/dt=2026-1-01", "tenant=a.b/dt=2020-01-01", "other/dt=2020-01-01",
+                        "tenant=acme/dt=2020-01-01x"};
+  char cmd[1024];
+  for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/claims/%s && echo x > %s/claims/%s/PACK", dir, made[i], dir, made[i]);
+    cr_assert_eq(system(cmd), 0);
+  }
+  snprintf(cmd, sizeof cmd, "echo x > %s/claims/tenant=acme/dt=2019-01-01", dir);
+  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(ak_claims_sweep_root(dir, MS, 2), 3);
+  bool gone[] = {true, true, false, false, true, false, false, false, false, false};
+  for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/claims/%s", dir, made[i]);
+    cr_expect_eq(stat(p, &st) != 0, gone[i], "%s", made[i]);
+  }
+  char f[512];
+  struct stat st;
+  snprintf(f, sizeof f, "%s/claims/tenant=acme/dt=2019-01-01", dir);
+  cr_expect_eq(stat(f, &st), 0, "a file named like a day is not removed");
+  cr_assert_eq(ak_claims_sweep_root(dir, MS, 2), 0, "a second sweep finds nothing");
+  char none[600];
+  snprintf(none, sizeof none, "%s/absent", dir);
+  cr_assert_eq(ak_claims_sweep_root(none, MS, 2), 0);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   cr_assert_eq(system(cmd), 0);
 }

@@ -4,6 +4,9 @@
  * and opened with Python's zipfile, the reader a consumer would use. And the LocalFS
  * retention sweep of the claim_check module (admin/claims.h). */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,8 @@
 #include <jansson.h>
 #include "admin/claims.h"
 #include "blob/blob.h"
+#include "core/instance.h"
+#include "fixture.h"
 #include "sinks/claimpack.h"
 
 /* 2026-12-02T07:55:26.123Z */
@@ -404,4 +409,75 @@ Test(claimpack, sweep_removes_days_before_the_cutoff_day) {
   cr_assert_eq(ak_claims_sweep_root(none, MS, 2), 0);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   cr_assert_eq(system(cmd), 0);
+}
+
+/* One HTTP/1.0 exchange with 127.0.0.1:port: the whole answer (malloc'd, NUL-terminated). */
+static char *http10(int port, const char *req, size_t *n) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+  size_t cap = 1 << 20, len = 0;
+  char *out = malloc(cap);
+  ssize_t r;
+  while ((r = read(fd, out + len, cap - 1 - len)) > 0) len += (size_t)r;
+  close(fd);
+  out[len] = 0;
+  *n = len;
+  return out;
+}
+
+/* The claim_check module on a node of the claim_check role alone, opened with no store
+ * module at all: it serves claims and /health, and no RocksDB store is made. */
+Test(claimpack, gateway_node_without_a_store) {
+  ak_fx_t fx;
+  ak_fx_tmp(&fx, "claimgw");
+  char yaml[1024], root[300];
+  snprintf(root, sizeof root, "%s/claimroot", fx.dir);
+  snprintf(yaml, sizeof yaml, "node: {roles: [claim_check]}\nclaim_check: {port: 0, store: {type: local, root: %s}}\n",
+           root);
+  static const char *const only[] = {"node", "log", "httpc", "claim_check", NULL};
+  ak_fx_open(&fx, yaml, only);
+  cr_assert_null(fx.inst->store);
+  cr_assert_not_null(fx.inst->claims);
+  cr_assert_eq(fx.inst->claims->n, 1);
+  size_t n = 3;
+  uint8_t **bodies;
+  ak_claim_item_t *it = items_of(n, &bodies);
+  ak_claim_id_t pack, id;
+  ak_claim_pack_id(MS, &pack);
+  size_t len = 0;
+  uint8_t *z = ak_claim_pack_build(&pack, it, n, &len);
+  char key[AK_CLAIM_KEY_MAX], err[256];
+  cr_assert_eq(ak_claim_key("acme", &pack, key, sizeof key), 0);
+  size_t used = 9;
+  cr_assert_eq(ak_claim_stores_put(fx.inst->claims, key, z, len, &used, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(used, 0);
+  char *e = NULL;
+  cr_assert_eq(ak_node_start(&fx.node, &e), 0, "%s", e ? e : "");
+  int port = ak_claims_port(fx.inst);
+  cr_assert_gt(port, 0);
+  ak_claim_id_at(&pack, 2, &id);
+  char ids[AK_CLAIM_ID_LEN + 1], req[256];
+  ak_claim_id_format(&id, ids);
+  snprintf(req, sizeof req, "GET /v1/claims/acme/%s HTTP/1.0\r\n\r\n", ids);
+  size_t got = 0;
+  char *resp = http10(port, req, &got);
+  cr_assert(!strncmp(resp, "HTTP/1.1 200 ", 13), "%.200s", resp);
+  char *body = strstr(resp, "\r\n\r\n");
+  cr_assert_not_null(body);
+  body += 4;
+  cr_assert_eq((size_t)(resp + got - body), it[2].len);
+  cr_assert_eq(memcmp(body, it[2].body, it[2].len), 0);
+  free(resp);
+  resp = http10(port, "GET /health HTTP/1.0\r\n\r\n", &got);
+  cr_assert(strstr(resp, "{\"status\":\"ok\"}"), "%s", resp);
+  free(resp);
+  ak_fx_close(&fx);
+  struct stat st;
+  cr_assert_neq(stat(fx.store_path, &st), 0, "no RocksDB store was made");
+  free(z);
+  items_free(it, bodies, n);
+  ak_fx_rm(&fx);
 }

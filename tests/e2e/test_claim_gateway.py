@@ -7,17 +7,16 @@ If-Range served whole; bearer principals with claims:read and the claim's tenant
 400 for a bad tenant or id, 404 for an unknown claim; bytes that fail the pack's manifest are
 refused (502 claim_corrupt) and counted; failover across claim_check.stores; the loopback rule
 without principals; the LocalFS retention sweeper; /health."""
-import datetime
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import time
 
 import pytest
 
-from helpers import BIN, SANITIZER, SANITIZER_MARKERS, free_ports, http_request, principal, run_cli, wait_until
+from helpers import (BIN, READY_TIMEOUT, SANITIZER_MARKERS, Metrics, free_ports, http_request, principal, run_cli,
+                     wait_until)
 
 BLOBTOOL = os.path.join(os.path.dirname(BIN), "blobtool")
 
@@ -69,9 +68,17 @@ def gateway(ankusa, tmp_path, stores, principals=PRINCIPALS, extra=None, roles=(
            "claim_check": {"port": port, "stores": [{"type": "local", "root": str(s)} for s in stores]}}
     for k, v in (extra or {}).items():
         cfg.setdefault(k, {}).update(v)
-    node = ankusa(config=cfg)
+    return _start(ankusa, cfg, port)
+
+
+def _start(ankusa, cfg, port):
+    """A node whose readiness is its gateway's /health (a claim_check node need not serve
+    the ingest listener's /ready)."""
+    node = ankusa(config=cfg, start=False)
+    node.start(wait=False)
     node.claims_port = port
-    wait_until(lambda: _up(port), timeout=10, what="the claim gateway listening")
+    wait_until(lambda: node.running() and _up(port), timeout=READY_TIMEOUT,
+               what=f"the claim gateway listening\n{node.log_tail()}")
     return node
 
 
@@ -92,7 +99,6 @@ def get(node, path, token=TOKEN_ACME, headers=None, method="GET"):
 def metric(node, name, **labels):
     r = node.admin("/metrics", token=TOKEN_OPS)
     assert r.status == 200, r
-    from helpers import Metrics
     return Metrics(r.body.decode()).get(name, instance="default", **labels) or 0
 
 
@@ -350,10 +356,8 @@ def test_bucket_refusal_and_failover(ankusa, tmp_path, packs, status, code, retr
     bucket = _Refusing(status)
     try:
         port = free_ports(1)[0]
-        node = ankusa(config={"node": {"roles": ["claim_check"]}, "admin": {"principals": PRINCIPALS},
-                              "claim_check": {"port": port, "store": _s3(bucket.url)}})
-        node.claims_port = port
-        wait_until(lambda: _up(port), timeout=10, what="the claim gateway listening")
+        node = _start(ankusa, {"node": {"roles": ["claim_check"]}, "admin": {"principals": PRINCIPALS},
+                               "claim_check": {"port": port, "store": _s3(bucket.url)}}, port)
         cid = claims[1][0]
         r = get(node, f"/v1/claims/acme/{cid}")
         assert r.status == 503 and r.json == {"error": code}, r
@@ -363,11 +367,10 @@ def test_bucket_refusal_and_failover(ankusa, tmp_path, packs, status, code, retr
         assert metric(node, "ankusa_claim_check_failures_total", op="redeem") == 1
         assert metric(node, "ankusa_claim_check_redeems_total", result=code) == 1
         port2 = free_ports(1)[0]
-        both = ankusa(config={"node": {"roles": ["claim_check"]}, "admin": {"principals": PRINCIPALS},
-                              "claim_check": {"port": port2, "stores": [_s3(bucket.url),
-                                                                        {"type": "local", "root": str(root)}]}})
-        both.claims_port = port2
-        wait_until(lambda: _up(port2), timeout=10, what="the second gateway listening")
+        both = _start(ankusa, {"node": {"roles": ["claim_check"]}, "admin": {"principals": PRINCIPALS},
+                               "claim_check": {"port": port2, "stores": [_s3(bucket.url),
+                                                                         {"type": "local", "root": str(root)}]}},
+                      port2)
         assert get(both, f"/v1/claims/acme/{cid}").body == datas[1]
     finally:
         bucket.close()

@@ -42,7 +42,8 @@ def claimpack(root, tenant, files, ms=None):
     """Writes one pack of files to the LocalFS store at root: (key, [(claim_id, ref, sha256)])."""
     cfg = root.parent / (root.name + ".store.json")
     cfg.write_text(json.dumps({"type": "local", "root": str(root)}))
-    args = [BLOBTOOL, str(cfg), "claimpack", tenant] + ([f"--ms={ms}"] if ms is not None else []) + list(map(str, files))
+    args = [BLOBTOOL, str(cfg), "claimpack", tenant] + ([f"--ms={ms}"] if ms is not None else [])
+    args += list(map(str, files))
     p = subprocess.run(args, capture_output=True, timeout=30)
     err = p.stderr.decode(errors="replace")
     assert p.returncode == 0, err
@@ -171,7 +172,8 @@ def test_auth_and_validation(ankusa, tmp_path, packs):
     assert get(node, f"/v1/claims/other/{cid}", token=TOKEN_OTHER).status == 404
     for bad, code in ((f"/v1/claims/ac.me/{cid}", "invalid_tenant"), (f"/v1/claims/{'a' * 65}/{cid}", "invalid_tenant"),
                       ("/v1/claims/acme/" + cid.lower(), "invalid_id"), ("/v1/claims/acme/" + cid[:-1], "invalid_id"),
-                      ("/v1/claims/acme/8" + cid[1:], "invalid_id"), ("/v1/claims/acme/" + cid[:-1] + "U", "invalid_id")):
+                      ("/v1/claims/acme/8" + cid[1:], "invalid_id"),
+                      ("/v1/claims/acme/" + cid[:-1] + "U", "invalid_id")):
         r = get(node, bad)
         assert r.status == 400 and r.json["error"] == code, (bad, r)
     # unknown: a fresh id, a position past the pack's index, a pack of another day

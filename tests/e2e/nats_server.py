@@ -1,0 +1,283 @@
+"""A nats-server with JetStream for the end-to-end tests (Debian's /usr/sbin/nats-server),
+on a free loopback port with a temporary store dir; started and stopped by PID (never by
+name), and startable again on the same port and store dir (a broker that goes down and
+comes back, and proof that JetStream kept what it acked).
+
+A tiny NATS protocol client (stdlib sockets: INFO/CONNECT/PUB/HPUB/SUB/MSG/HMSG/PING/PONG)
+drives the JetStream API the tests need: create a stream (the sink never creates one) and
+read stored messages back ($JS.API.STREAM.MSG.GET.<stream> with {"seq": n}: the stored
+message with its headers, base64).
+
+Run standalone (`python3 tests/e2e/nats_server.py`) for a self-check."""
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    from helpers import reserve_port
+except ImportError:  # standalone run from another directory
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from helpers import reserve_port
+
+NATS_BIN = os.environ.get("ANKUSA_TEST_NATS_BIN", "/usr/sbin/nats-server")
+
+
+class NatsError(Exception):
+    """A -ERR from the server, or a JetStream API error reply."""
+
+
+def parse_headers(block):
+    """NATS/1.0 header block (bytes, through the blank line) -> (status, {name: [values]})."""
+    lines = block.decode("utf-8", "replace").split("\r\n")
+    first = lines[0].split(" ", 2)
+    status = int(first[1]) if len(first) > 1 and first[1].isdigit() else None
+    hdrs = {}
+    for ln in lines[1:]:
+        if not ln:
+            continue
+        name, _, value = ln.partition(":")
+        hdrs.setdefault(name.strip(), []).append(value.strip())
+    return status, hdrs
+
+
+class Msg:
+    def __init__(self, subject, reply, headers, data, status=None):
+        self.subject, self.reply, self.headers, self.data, self.status = subject, reply, headers, data, status
+
+    def __repr__(self):
+        return f"Msg({self.subject!r}, status={self.status}, headers={self.headers}, {len(self.data)} bytes)"
+
+
+class Client:
+    """One connection: request(subject, payload, headers=None) -> Msg (the reply)."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=10.0, name="ankusa-test"):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+        self.sid = 0
+        self.inbox = f"_TINBOX.{os.urandom(6).hex()}"
+        line = self._line()
+        if not line.startswith(b"INFO "):
+            raise NatsError(f"no INFO: {line!r}")
+        self.info = json.loads(line[5:])
+        conn = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
+                "protocol": 1, "name": name, "lang": "python-test", "version": "0"}
+        self.sock.sendall(b"CONNECT " + json.dumps(conn).encode() + b"\r\nPING\r\n")
+        self._expect_pong()
+        self.sub_sid = self._sub(self.inbox + ".*")
+        self.n = 0
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    # ---- framing
+    def _fill(self):
+        d = self.sock.recv(1 << 20)
+        if not d:
+            raise ConnectionError("nats-server closed the connection")
+        self.buf += d
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        ln, self.buf = self.buf.split(b"\r\n", 1)
+        return ln
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def _sub(self, subject):
+        self.sid += 1
+        self.sock.sendall(f"SUB {subject} {self.sid}\r\n".encode())
+        return self.sid
+
+    def _expect_pong(self):
+        while True:
+            m = self._next()
+            if m == "PONG":
+                return
+
+    def _next(self):
+        """The next protocol item: "PONG", or a Msg (PINGs answered, +OK ignored)."""
+        while True:
+            ln = self._line()
+            if ln == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+            elif ln == b"PONG":
+                return "PONG"
+            elif ln.startswith(b"+OK") or ln.startswith(b"INFO "):
+                continue
+            elif ln.startswith(b"-ERR"):
+                raise NatsError(ln.decode(errors="replace"))
+            elif ln.startswith(b"MSG "):
+                parts = ln.decode().split(" ")
+                subj, reply = parts[1], (parts[3] if len(parts) == 5 else None)
+                data = self._exact(int(parts[-1]))
+                return Msg(subj, reply, {}, data)
+            elif ln.startswith(b"HMSG "):
+                parts = ln.decode().split(" ")
+                subj, reply = parts[1], (parts[3] if len(parts) == 6 else None)
+                hlen, total = int(parts[-2]), int(parts[-1])
+                raw = self._exact(total)
+                status, hdrs = parse_headers(raw[:hlen])
+                return Msg(subj, reply, hdrs, raw[hlen:], status)
+            else:
+                raise NatsError(f"unexpected line {ln!r}")
+
+    # ---- API
+    def publish(self, subject, payload=b"", reply=None, headers=None):
+        r = f" {reply}" if reply else ""
+        if headers:
+            hb = b"NATS/1.0\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items()) + b"\r\n"
+            self.sock.sendall(f"HPUB {subject}{r} {len(hb)} {len(hb) + len(payload)}\r\n".encode() + hb
+                              + payload + b"\r\n")
+        else:
+            self.sock.sendall(f"PUB {subject}{r} {len(payload)}\r\n".encode() + payload + b"\r\n")
+
+    def request(self, subject, payload=b"", headers=None, timeout=5.0):
+        self.n += 1
+        reply = f"{self.inbox}.{self.n}"
+        self.publish(subject, payload, reply, headers)
+        self.sock.settimeout(timeout)
+        while True:
+            m = self._next()
+            if isinstance(m, Msg) and m.subject == reply:
+                return m
+
+    def js(self, api, body=None, timeout=5.0):
+        """A JetStream API call ($JS.API.<api>) -> its JSON reply (raises NatsError on an
+        error reply or no responders)."""
+        payload = b"" if body is None else json.dumps(body).encode()
+        m = self.request("$JS.API." + api, payload, timeout=timeout)
+        if m.status == 503:
+            raise NatsError("no responders (JetStream not enabled?)")
+        out = json.loads(m.data)
+        if "error" in out:
+            raise NatsError(out["error"])
+        return out
+
+
+class NatsServer:
+    """nats-server -js on 127.0.0.1:<free port> with its own store dir."""
+
+    def __init__(self, workdir=None, port=None):
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="ankusa-nats-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.store = self.dir / "js"
+        self.port = port
+        self.proc = None
+        self.log = self.dir / "nats-server.log"
+
+    @property
+    def url(self):
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout=15.0):
+        held = None
+        if self.port is None:
+            held, self.port = reserve_port()
+        args = [NATS_BIN, "-js", "-sd", str(self.store), "-p", str(self.port), "-a", "127.0.0.1",
+                "-m", "0", "--no_advertise"]
+        if held is not None:
+            held.close()
+        with open(self.log, "ab") as lf:
+            self.proc = subprocess.Popen(args, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited: {self.log.read_text()[-2000:]}")
+            try:
+                with Client(self.port, timeout=2.0) as c:
+                    c.js("INFO")
+                return self
+            except (OSError, NatsError, ConnectionError, ValueError):
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"nats-server did not come up: {self.log.read_text()[-2000:]}")
+
+    def stop(self, kill=False):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc = None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def client(self):
+        return Client(self.port)
+
+    # ---- JetStream conveniences (a connection each)
+    def create_stream(self, name, subjects, duplicate_window_s=120, **extra):
+        cfg = {"name": name, "subjects": list(subjects), "storage": "file", "retention": "limits",
+               "duplicate_window": int(duplicate_window_s * 1e9), "num_replicas": 1}
+        cfg.update(extra)
+        with self.client() as c:
+            return c.js(f"STREAM.CREATE.{name}", cfg)
+
+    def stream_info(self, name):
+        with self.client() as c:
+            return c.js(f"STREAM.INFO.{name}")
+
+    def messages(self, name):
+        """Every message stored in the stream, in order: dicts {seq, subject, data (bytes),
+        headers ({name: [values]})}."""
+        out = []
+        with self.client() as c:
+            info = c.js(f"STREAM.INFO.{name}")
+            first, last = info["state"]["first_seq"], info["state"]["last_seq"]
+            for seq in range(first, last + 1):
+                try:
+                    r = c.js(f"STREAM.MSG.GET.{name}", {"seq": seq})
+                except NatsError as e:  # a deleted sequence
+                    if "10037" in str(e) or "no message found" in str(e):
+                        continue
+                    raise
+                m = r["message"]
+                hdrs = {}
+                if m.get("hdrs"):
+                    _, hdrs = parse_headers(base64.b64decode(m["hdrs"]))
+                out.append({"seq": m["seq"], "subject": m["subject"],
+                            "data": base64.b64decode(m.get("data", "")), "headers": hdrs})
+        return out
+
+
+if __name__ == "__main__":
+    s = NatsServer().start()
+    try:
+        print(s.create_stream("SELF", ["self.>"])["config"]["name"])
+        with s.client() as c:
+            r = c.request("self.a", b"hello", {"Nats-Msg-Id": "x1"})
+            print(json.loads(r.data))
+            r = c.request("self.a", b"hello", {"Nats-Msg-Id": "x1"})
+            print(json.loads(r.data))
+            print(c.request("nothing.here", b"x", {"a": "b"}))
+        print(s.messages("SELF"))
+        s.stop()
+        s.start()
+        print(s.messages("SELF"))
+    finally:
+        s.stop()

@@ -242,6 +242,15 @@ class NatsServer:
         with self.client() as c:
             return c.js(f"STREAM.INFO.{name}")
 
+    def messages_or_none(self, name):
+        """messages(name), or None when there is no such stream."""
+        try:
+            return self.messages(name)
+        except NatsError as e:
+            if "10059" in str(e) or "stream not found" in str(e):
+                return None
+            raise
+
     def messages(self, name):
         """Every message stored in the stream, in order: dicts {seq, subject, data (bytes),
         headers ({name: [values]})}."""
@@ -249,6 +258,8 @@ class NatsServer:
         with self.client() as c:
             info = c.js(f"STREAM.INFO.{name}")
             first, last = info["state"]["first_seq"], info["state"]["last_seq"]
+            if not info["state"]["messages"]:
+                return out
             for seq in range(first, last + 1):
                 try:
                     r = c.js(f"STREAM.MSG.GET.{name}", {"seq": seq})

@@ -16,7 +16,9 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 try:
@@ -176,14 +178,55 @@ class Client:
         return out
 
 
+class Spy:
+    """A plain subscriber on a subject: sees every publish the server routes (duplicates
+    that JetStream collapses included). .ids(): the Nats-Msg-Id of each, in order."""
+
+    def __init__(self, port, subject):
+        self.c = Client(port)
+        self.c.sock.sendall(f"SUB {subject} 99\r\nPING\r\n".encode())
+        self.msgs = []
+        self.lock = threading.Lock()
+        self.pongs = 0
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+        wait_for = time.time() + 5
+        while not self.pongs and time.time() < wait_for:
+            time.sleep(0.01)
+
+    def _run(self):
+        self.c.sock.settimeout(None)
+        try:
+            while True:
+                m = self.c._next()
+                if m == "PONG":
+                    self.pongs += 1
+                elif m.subject.startswith(self.c.inbox):
+                    continue
+                else:
+                    with self.lock:
+                        self.msgs.append(m)
+        except (OSError, ConnectionError, ValueError):
+            return
+
+    def ids(self):
+        with self.lock:
+            return [m.headers.get("Nats-Msg-Id", [None])[0] for m in self.msgs]
+
+    def close(self):
+        self.c.close()
+
+
 class NatsServer:
-    """nats-server -js on 127.0.0.1:<free port> with its own store dir."""
+    """nats-server -js on 127.0.0.1:<free port> with its own store dir (and an HTTP
+    monitoring port: connections() reads /connz)."""
 
     def __init__(self, workdir=None, port=None):
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="ankusa-nats-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.store = self.dir / "js"
         self.port = port
+        self.mport = None
         self.proc = None
         self.log = self.dir / "nats-server.log"
 
@@ -192,13 +235,17 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout=15.0):
-        held = None
+        held = []
         if self.port is None:
-            held, self.port = reserve_port()
+            sock, self.port = reserve_port()
+            held.append(sock)
+        if self.mport is None:
+            sock, self.mport = reserve_port()
+            held.append(sock)
         args = [NATS_BIN, "-js", "-sd", str(self.store), "-p", str(self.port), "-a", "127.0.0.1",
-                "-m", "0", "--no_advertise"]
-        if held is not None:
-            held.close()
+                "-m", str(self.mport), "--no_advertise"]
+        for sock in held:
+            sock.close()
         with open(self.log, "ab") as lf:
             self.proc = subprocess.Popen(args, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + timeout
@@ -216,6 +263,7 @@ class NatsServer:
 
     def stop(self, kill=False):
         if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a paused server cannot handle SIGTERM
             os.kill(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
             try:
                 self.proc.wait(10)
@@ -223,6 +271,22 @@ class NatsServer:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self.proc = None
+
+    def pause(self):
+        """SIGSTOP: the server keeps its sockets but answers nothing (a stalled broker)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def connections(self, name=None):
+        """Client connections open now (/connz), those named `name` when given."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.mport}/connz?limit=1024", timeout=5) as r:
+            conns = json.loads(r.read()).get("connections") or []
+        return [c for c in conns if name is None or c.get("name") == name]
+
+    def spy(self, subject):
+        return Spy(self.port, subject)
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None

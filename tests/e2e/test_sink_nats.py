@@ -87,6 +87,10 @@ def consume(nats, stream):
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
+def failed_attempts(node):
+    return node.metrics().value("ankusa_dispatch_attempts_total", instance="default", sink="nats", result="error")
+
+
 def dead_letters(node):
     r = node.admin("/v1/dlq")
     assert r.status == 200, r
@@ -140,9 +144,8 @@ def test_default_tenant_and_dedupe_key_headers(ankusa, nats):
 def test_no_stream_is_transient_and_delivered_once_a_stream_exists(ankusa, nats):
     node = start_node(ankusa, nats)
     acked = post_hooks(node, [b"early-%d" % i for i in range(5)])
-    # retried: the node says why, and nothing is dead-lettered
-    wait_until(lambda: "no_stream" in node.log_text(), timeout=10 * SLOW, what="a no_stream attempt")
-    time.sleep(0.5)
+    # retried (failed attempts count up), nothing dead-lettered
+    wait_until(lambda: failed_attempts(node) >= 15, timeout=10 * SLOW, what="failed attempts, retried")
     assert dead_letters(node) == []
     assert nats.messages_or_none("HOOKS") is None
     nats.create_stream("HOOKS", ["hooks.>"])
@@ -156,6 +159,7 @@ def test_no_stream_dead_letters_after_the_retries_with_its_reason(ankusa, nats):
     wait_until(lambda: dead_letters(node), timeout=15 * SLOW, what="dead-lettered")
     (e,) = dead_letters(node)
     assert e["id"] == hid and "no_stream" in e["reason"], e
+    assert e["attempts"] == 3, "transient: retried until max_attempts"
 
 
 def test_broker_down_then_back_loses_nothing(ankusa, nats):
@@ -251,6 +255,59 @@ def test_kill9_while_publishing_every_acked_hook_stored_once(ankusa, nats, tmp_p
         j = json.loads(m["data"])
         if j["id"] in acked:
             assert base64.b64decode(j["body_base64"]) == acked[j["id"]]
+
+
+def test_stalled_broker_redeliveries_of_one_id_are_collapsed(ankusa, nats):
+    """The broker stalls (SIGSTOP) with publishes on the wire: the acks do not come back in
+    publish_timeout_ms, the dispatcher retries, and the same Nats-Msg-Id is published again
+    (a plain subscriber sees every copy); once the broker runs again the stream holds ONE
+    message per id."""
+    nats.create_stream("HOOKS", ["hooks.>"])
+    spy = nats.spy("hooks.>")
+    try:
+        node = start_node(ankusa, nats, sink=nats_sink(nats, publish_timeout_ms=300))
+        warm = post_hooks(node, [b"warm"])
+        wait_stored(nats, "HOOKS", warm)
+        nats.pause()
+        try:
+            acked = post_hooks(node, [b"stalled-%d" % i for i in range(5)])
+            wait_until(lambda: failed_attempts(node) >= 10, timeout=15 * SLOW,
+                       what="attempts timed out and retried")
+        finally:
+            nats.resume()
+        msgs = wait_stored(nats, "HOOKS", acked)
+        ids = [msg_id(m) for m in msgs]
+        assert sorted(ids) == sorted(list(warm) + list(acked)), "one message per Nats-Msg-Id"
+        wait_until(lambda: sum(spy.ids().count(h) for h in acked) > 2 * len(acked), timeout=10 * SLOW,
+                   what="the spy saw the redeliveries")
+        seen = spy.ids()
+        assert all(seen.count(h) >= 2 for h in acked), seen
+    finally:
+        spy.close()
+
+
+def test_connection_is_shared_by_destination_opened_lazily_and_closed_when_idle(ankusa, nats):
+    nats.create_stream("HOOKS", ["hooks.>"])
+    shared = nats_sink(nats, connection="shared", publish_timeout_ms=1000, idle_timeout_ms=2500)
+    other = nats_sink(nats, connection="other", idle_timeout_ms=0)
+    node = ankusa(config={"dispatch": dispatch()},
+                  sources={"a": {"sinks": [shared, other]}, "b": {"sinks": [dict(shared, subject="hooks.b")]}})
+    assert nats.connections("shared") == [] and nats.connections("other") == [], "opened at the first delivery"
+    ids = []
+    for src in ("a", "b"):
+        r = node.post(f"/webhooks/{src}", b"x")
+        assert r.status == 201, r
+        ids.append(r.json["id"])
+    msgs = wait_stored(nats, "HOOKS", ids)
+    assert len([m for m in msgs if msg_id(m) == ids[0]]) == 1  # sinks of one source: one stream, one copy
+    assert len(nats.connections("shared")) == 1, "three sinks... two of them share one connection"
+    assert len(nats.connections("other")) == 1
+    wait_until(lambda: nats.connections("shared") == [], timeout=10 * SLOW, what="the idle connection closed")
+    assert len(nats.connections("other")) == 1, "idle_timeout_ms 0: never closed"
+    r = node.post("/webhooks/b", b"y")
+    assert r.status == 201, r
+    wait_stored(nats, "HOOKS", [r.json["id"]])
+    assert len(nats.connections("shared")) == 1, "reopened on demand"
 
 
 # ----------------------------------------------------------------------------- config and egress

@@ -31,6 +31,35 @@ except ImportError:  # standalone run from another directory
 NATS_BIN = os.environ.get("ANKUSA_TEST_NATS_BIN", "/usr/sbin/nats-server")
 
 
+def _b32(data):
+    return base64.b32encode(data).decode().rstrip("=")
+
+
+def _crc16(data):
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc
+
+
+def user_nkey():
+    """(seed "SU...", public key "U...") of a fresh user NKey, encoded independently of the
+    sink (ed25519 from python3-cryptography, base32 + CRC-16/XMODEM as NATS encodes them)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives import serialization
+    raw = os.urandom(32)
+    pub = Ed25519PrivateKey.from_private_bytes(raw).public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    user = 20 << 3
+    seed_body = bytes([(18 << 3) | (user >> 5), (user & 31) << 3]) + raw
+    pub_body = bytes([user]) + pub
+    enc = lambda b: _b32(b + _crc16(b).to_bytes(2, "little"))  # noqa: E731
+    return enc(seed_body), enc(pub_body)
+
+
 class NatsError(Exception):
     """A -ERR from the server, or a JetStream API error reply."""
 
@@ -60,7 +89,7 @@ class Msg:
 class Client:
     """One connection: request(subject, payload, headers=None) -> Msg (the reply)."""
 
-    def __init__(self, port, host="127.0.0.1", timeout=10.0, name="ankusa-test"):
+    def __init__(self, port, host="127.0.0.1", timeout=10.0, name="ankusa-test", auth=None):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
         self.sid = 0
@@ -71,6 +100,7 @@ class Client:
         self.info = json.loads(line[5:])
         conn = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
                 "protocol": 1, "name": name, "lang": "python-test", "version": "0"}
+        conn.update(auth or {})
         self.sock.sendall(b"CONNECT " + json.dumps(conn).encode() + b"\r\nPING\r\n")
         self._expect_pong()
         self.sub_sid = self._sub(self.inbox + ".*")
@@ -182,8 +212,8 @@ class Spy:
     """A plain subscriber on a subject: sees every publish the server routes (duplicates
     that JetStream collapses included). .ids(): the Nats-Msg-Id of each, in order."""
 
-    def __init__(self, port, subject):
-        self.c = Client(port)
+    def __init__(self, port, subject, auth=None):
+        self.c = Client(port, auth=auth)
         self.c.sock.sendall(f"SUB {subject} 99\r\nPING\r\n".encode())
         self.msgs = []
         self.lock = threading.Lock()
@@ -221,7 +251,12 @@ class NatsServer:
     """nats-server -js on 127.0.0.1:<free port> with its own store dir (and an HTTP
     monitoring port: connections() reads /connz)."""
 
-    def __init__(self, workdir=None, port=None):
+    def __init__(self, workdir=None, port=None, config_text=None, args=(), client_auth=None):
+        """config_text: a nats-server config file's text (authorization...); args: more
+        flags; client_auth: CONNECT fields of the tests' own client ({"user":..,"pass":..})."""
+        self.config_text = config_text
+        self.args = list(args)
+        self.client_auth = client_auth
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="ankusa-nats-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.store = self.dir / "js"
@@ -243,7 +278,11 @@ class NatsServer:
             sock, self.mport = reserve_port()
             held.append(sock)
         args = [NATS_BIN, "-js", "-sd", str(self.store), "-p", str(self.port), "-a", "127.0.0.1",
-                "-m", str(self.mport), "--no_advertise"]
+                "-m", str(self.mport), "--no_advertise", *self.args]
+        if self.config_text is not None:
+            cfg = self.dir / "nats.conf"
+            cfg.write_text(self.config_text)
+            args += ["-c", str(cfg)]
         for sock in held:
             sock.close()
         with open(self.log, "ab") as lf:
@@ -253,7 +292,7 @@ class NatsServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nats-server exited: {self.log.read_text()[-2000:]}")
             try:
-                with Client(self.port, timeout=2.0) as c:
+                with Client(self.port, timeout=2.0, auth=self.client_auth) as c:
                     c.js("INFO")
                 return self
             except (OSError, NatsError, ConnectionError, ValueError):
@@ -286,13 +325,13 @@ class NatsServer:
         return [c for c in conns if name is None or c.get("name") == name]
 
     def spy(self, subject):
-        return Spy(self.port, subject)
+        return Spy(self.port, subject, self.client_auth)
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
 
     def client(self):
-        return Client(self.port)
+        return Client(self.port, auth=self.client_auth)
 
     # ---- JetStream conveniences (a connection each)
     def create_stream(self, name, subjects, duplicate_window_s=120, **extra):

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from helpers import REPO, SLOW, admin_json, post_many, run_cli, wait_until
-from nats_server import NatsServer
+from nats_server import NatsServer, user_nkey
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
 from ankusa_consumer import validate  # noqa: E402
@@ -311,6 +311,46 @@ def test_connection_is_shared_by_destination_opened_lazily_and_closed_when_idle(
 
 
 # ----------------------------------------------------------------------------- config and egress
+
+@pytest.mark.parametrize("scheme", ["userpass", "nkey", "token"])
+def test_auth_schemes(ankusa, tmp_path, scheme):
+    """Each scheme against a server that requires it; a wrong credential never delivers and
+    never shows in the node's log or in a dead letter's reason."""
+    seed, pub = user_nkey()
+    admin = {"user": "admin", "pass": "adminpw"}
+    if scheme == "token":
+        srv = NatsServer(tmp_path / "ns", args=["--auth", "s3cr3t-token"], client_auth={"auth_token": "s3cr3t-token"})
+        good, bad = {"token": "s3cr3t-token"}, {"token": "WRONG-token"}
+    else:
+        srv = NatsServer(tmp_path / "ns", client_auth=admin, config_text=(
+            "authorization { users = [ {user: admin, password: adminpw}, {user: sinker, password: sinkpw}, "
+            f"{{nkey: {pub}}} ] }}\n"))
+        if scheme == "userpass":
+            good, bad = {"username": "sinker", "password": "sinkpw"}, {"username": "sinker", "password": "WRONGpw"}
+        else:
+            other, _ = user_nkey()
+            good, bad = {"nkey_seed": seed}, {"nkey_seed": other}
+    srv.start()
+    try:
+        srv.create_stream("HOOKS", ["hooks.>"])
+        node = start_node(ankusa, srv, sink=nats_sink(srv, auth=good), config={"dispatch": dispatch(max_attempts=3)})
+        ok = post_hooks(node, [b"authed"])
+        wait_stored(srv, "HOOKS", ok)
+        node.stop()
+        node2 = start_node(ankusa, srv, sink=nats_sink(srv, auth=bad), name="badcred",
+                           config={"dispatch": dispatch(max_attempts=3)})
+        (hid,) = post_hooks(node2, [b"refused"])
+        wait_until(lambda: dead_letters(node2), timeout=15 * SLOW, what="dead-lettered")
+        (e,) = dead_letters(node2)
+        assert e["id"] == hid and e["reason"], e
+        assert hid not in {msg_id(m) for m in srv.messages("HOOKS")}
+        text = node2.log_text() + json.dumps(e) + node2.admin("/v1/config").body.decode()
+        for secret in bad.values():
+            if secret != "sinker":
+                assert secret not in text
+    finally:
+        srv.stop()
+
 
 def check_config(tmp_path, sink):
     cfg = {"node": {"data_dir": str(tmp_path / "d")},

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -43,6 +44,20 @@ def _crc16(data):
             crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
             crc &= 0xFFFF
     return crc
+
+
+def make_certs(d, dns_name):
+    """A test CA and a server certificate for dns_name (openssl CLI): paths (ca, cert, key)."""
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)  # noqa: E731
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=ankusa-test-ca")
+    run("req", *ec, "-keyout", "srv.key", "-out", "srv.csr", "-subj", f"/CN={dns_name}")
+    (d / "ext.cnf").write_text(f"subjectAltName=DNS:{dns_name}\n")
+    run("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem",
+        "-days", "2", "-extfile", "ext.cnf")
+    return d / "ca.pem", d / "srv.pem", d / "srv.key"
 
 
 def user_nkey():
@@ -89,7 +104,8 @@ class Msg:
 class Client:
     """One connection: request(subject, payload, headers=None) -> Msg (the reply)."""
 
-    def __init__(self, port, host="127.0.0.1", timeout=10.0, name="ankusa-test", auth=None):
+    def __init__(self, port, host="127.0.0.1", timeout=10.0, name="ankusa-test", auth=None, cafile=None,
+                 server_name="localhost"):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
         self.sid = 0
@@ -98,6 +114,9 @@ class Client:
         if not line.startswith(b"INFO "):
             raise NatsError(f"no INFO: {line!r}")
         self.info = json.loads(line[5:])
+        if self.info.get("tls_required"):
+            ctx = ssl.create_default_context(cafile=cafile)
+            self.sock = ctx.wrap_socket(self.sock, server_hostname=server_name)
         conn = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
                 "protocol": 1, "name": name, "lang": "python-test", "version": "0"}
         conn.update(auth or {})
@@ -251,12 +270,15 @@ class NatsServer:
     """nats-server -js on 127.0.0.1:<free port> with its own store dir (and an HTTP
     monitoring port: connections() reads /connz)."""
 
-    def __init__(self, workdir=None, port=None, config_text=None, args=(), client_auth=None):
+    def __init__(self, workdir=None, port=None, config_text=None, args=(), client_auth=None, cafile=None,
+                 server_name="localhost"):
         """config_text: a nats-server config file's text (authorization...); args: more
         flags; client_auth: CONNECT fields of the tests' own client ({"user":..,"pass":..})."""
         self.config_text = config_text
         self.args = list(args)
         self.client_auth = client_auth
+        self.cafile = cafile
+        self.server_name = server_name  # the name the tests' own client checks a TLS certificate against
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="ankusa-nats-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.store = self.dir / "js"
@@ -292,7 +314,8 @@ class NatsServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nats-server exited: {self.log.read_text()[-2000:]}")
             try:
-                with Client(self.port, timeout=2.0, auth=self.client_auth) as c:
+                with Client(self.port, timeout=2.0, auth=self.client_auth, cafile=self.cafile,
+                        server_name=self.server_name) as c:
                     c.js("INFO")
                 return self
             except (OSError, NatsError, ConnectionError, ValueError):
@@ -331,7 +354,8 @@ class NatsServer:
         return self.proc is not None and self.proc.poll() is None
 
     def client(self):
-        return Client(self.port, auth=self.client_auth)
+        return Client(self.port, auth=self.client_auth, cafile=self.cafile,
+                        server_name=self.server_name)
 
     # ---- JetStream conveniences (a connection each)
     def create_stream(self, name, subjects, duplicate_window_s=120, **extra):

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from helpers import REPO, SLOW, admin_json, post_many, run_cli, wait_until
-from nats_server import NatsServer, user_nkey
+from nats_server import NatsServer, make_certs, user_nkey
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
 from ankusa_consumer import validate  # noqa: E402
@@ -158,7 +158,7 @@ def test_no_stream_dead_letters_after_the_retries_with_its_reason(ankusa, nats):
     (hid,) = post_hooks(node, [b"lonely"])
     wait_until(lambda: dead_letters(node), timeout=15 * SLOW, what="dead-lettered")
     (e,) = dead_letters(node)
-    assert e["id"] == hid and "no_stream" in e["reason"], e
+    assert e["id"] == hid and e["reason"] == "{sink, nats, {max_attempts, no_stream}}", e
     assert e["attempts"] == 3, "transient: retried until max_attempts"
 
 
@@ -191,7 +191,7 @@ def test_replay_is_stored_again_under_its_replay_id(ankusa, nats):
     (bid,) = big
     wait_until(lambda: dead_letters(node), timeout=15 * SLOW, what="the big hook dead-lettered")
     (e,) = dead_letters(node)
-    assert e["id"] == bid and "jetstream_error" in e["reason"], e
+    assert e["id"] == bid and e["reason"] == "{sink, nats, {max_attempts, jetstream_error 400/10054}}", e
     wait_stored(nats, "HOOKS", small)
     # the operator fixes the stream, then replays the dead letters
     with nats.client() as c:
@@ -348,6 +348,47 @@ def test_auth_schemes(ankusa, tmp_path, scheme):
         for secret in bad.values():
             if secret != "sinker":
                 assert secret not in text
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("cert_name,delivered", [("localhost", True), ("other.example", False)])
+def test_tls_verifies_the_configured_name_while_connecting_to_the_literal(ankusa, tmp_path, cert_name, delivered):
+    """tls: true against a server whose certificate is for cert_name (a CA of the test's,
+    given by SSL_CERT_FILE): servers names "localhost", which the sink resolves and connects
+    to as 127.0.0.1; the certificate is checked against "localhost", so the right one
+    delivers and a certificate for another name never does."""
+    ca, cert, key = make_certs(tmp_path / "certs", cert_name)
+    srv = NatsServer(tmp_path / "ns", args=["--tls", "--tlscert", str(cert), "--tlskey", str(key)], cafile=str(ca),
+                     server_name=cert_name).start()
+    try:
+        srv.create_stream("HOOKS", ["hooks.>"])
+        sink = nats_sink(srv, servers=[f"localhost:{srv.port}"], tls=True)
+        node = start_node(ankusa, srv, sink=sink, env={"SSL_CERT_FILE": str(ca)},
+                          config={"dispatch": dispatch(max_attempts=3)})
+        ok = post_hooks(node, [b"over-tls"])
+        if delivered:
+            wait_stored(srv, "HOOKS", ok)
+        else:
+            wait_until(lambda: dead_letters(node), timeout=15 * SLOW, what="dead-lettered")
+            (e,) = dead_letters(node)
+            assert e["reason"] == "{sink, nats, {max_attempts, not_connected}}" and e["attempts"] == 3, e
+            assert srv.messages("HOOKS") == []
+    finally:
+        srv.stop()
+
+
+def test_over_max_payload_is_permanent(ankusa, tmp_path):
+    srv = NatsServer(tmp_path / "ns", config_text="max_payload: 4096\n").start()
+    try:
+        srv.create_stream("HOOKS", ["hooks.>"])
+        node = start_node(ankusa, srv)
+        ok = post_hooks(node, [b"fits"])
+        (big,) = post_hooks(node, [b"x" * 6000])
+        wait_stored(srv, "HOOKS", ok)
+        wait_until(lambda: dead_letters(node), timeout=10 * SLOW, what="dead-lettered")
+        (e,) = dead_letters(node)
+        assert e["id"] == big and "message_too_large" in e["reason"] and e["attempts"] == 1, e
     finally:
         srv.stop()
 

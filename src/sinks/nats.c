@@ -613,7 +613,12 @@ static natsStatus connect_addr(nats_conn_t *c, const nats_server_t *srv, const c
   pthread_mutex_unlock(&c->mu);
   s = natsConnection_Subscribe(&sub, nc, subj, on_reply, c);
   if (s == NATS_OK) s = natsSubscription_SetPendingLimits(sub, -1, -1);
-  if (s == NATS_OK) s = natsSubscription_SetOnCompleteCB(sub, on_sub_complete, c);
+  if (s == NATS_OK && natsSubscription_SetOnCompleteCB(sub, on_sub_complete, c) != NATS_OK) {
+    s = NATS_ERR;
+    pthread_mutex_lock(&c->mu);
+    c->sub_live = false; /* no completion will come */
+    pthread_mutex_unlock(&c->mu);
+  }
   if (s == NATS_OK) s = natsConnection_Flush(nc); /* the subscription is in place before any publish */
   if (s != NATS_OK) {
     if (!sub) {
@@ -683,7 +688,9 @@ static size_t fail_state(nats_conn_t *c, int state, nats_answer_t *a, ak_sink_re
 
 static void *publisher(void *arg) {
   nats_conn_t *c = arg;
-  nats_answer_t *ans = calloc(NATS_MAX_PENDING, sizeof *ans);
+  /* answers collected in one turn: a slot is released at most once per lock hold, and the
+   * lock is let go at most twice before they are given (open, close) */
+  nats_answer_t *ans = calloc(3 * NATS_MAX_PENDING, sizeof *ans);
   natsMsg **batch = calloc(NATS_MAX_PENDING, sizeof *batch);
   uint64_t *tokens = calloc(NATS_MAX_PENDING, sizeof *tokens);
   pthread_mutex_lock(&c->mu);
@@ -844,7 +851,8 @@ static char *dest_key(const nats_opts_t *o, const nats_server_t *sv, size_t nsv,
   ak_buf_t b = AK_BUF_INIT;
   const nats_auth_opts_t *a = &o->auth;
   ak_buf_printf(&b, "name=%s%c", o->connection ? o->connection : "", 0);
-  for (size_t i = 0; i < nsv; i++) ak_buf_printf(&b, "%s|%s|%d%c", sv[i].tls ? "tls" : "nats", sv[i].host, sv[i].port, 0);
+  for (size_t i = 0; i < nsv; i++)
+    ak_buf_printf(&b, "%s|%s|%d%c", sv[i].tls ? "tls" : "nats", sv[i].host, sv[i].port, 0);
   ak_buf_printf(&b, "tls=%d%cguard=%p%c", o->tls, 0, (const void *)eg, 0);
   const char *parts[] = {a->username, a->password, a->token, a->nkey_seed, a->jwt};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) ak_buf_printf(&b, "%s%c", parts[i] ? parts[i] : "-", 0);

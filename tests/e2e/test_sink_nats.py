@@ -401,9 +401,10 @@ def test_over_max_payload_is_permanent(ankusa, tmp_path):
         srv.stop()
 
 
-def check_config(tmp_path, sink):
+def check_config(tmp_path, sink, **extra):
     cfg = {"node": {"data_dir": str(tmp_path / "d")},
            "sources": {"s": {"verify": {"type": "none"}, "sinks": [sink]}}}
+    cfg.update(extra)
     p = tmp_path / "c.yml"
     p.write_text(json.dumps(cfg))
     return run_cli("check-config", "--config", str(p))
@@ -430,6 +431,16 @@ def test_config_errors_name_the_key_and_hide_secrets(tmp_path, extra, message):
     assert r.returncode == 78, r
     assert message in r.stderr, r.stderr
     assert "SECRET" not in r.stderr + r.stdout
+
+
+def test_guarded_literal_the_guard_refuses_is_a_config_error(tmp_path):
+    sink = {"type": "nats", "servers": ["nats://1.1.1.1:4222", "10.1.2.3"], "subject": "a.b"}
+    r = check_config(tmp_path, sink, egress={"guard_static_sources": True})
+    assert r.returncode == 78, r
+    assert "sources.s.sinks[0].servers: egress: 10.1.2.3 is not a public address" in r.stderr, r.stderr
+    r = check_config(tmp_path, sink, egress={"guard_static_sources": True, "allow_cidrs": ["10.0.0.0/8"]})
+    assert r.returncode == 0, r.stderr
+    assert check_config(tmp_path, sink).returncode == 0, "trusted: not checked"
 
 
 def test_valid_config_with_every_key(tmp_path):

@@ -142,8 +142,9 @@ struct rs_inst {
   int64_t publish_timeout_ms;
   ak_egress_t *owned_egress;
   rs_job_t *detach;           /* made at create: destroy cannot fail for want of memory */
-  /* under g.mu */
-  int64_t live;               /* deliveries pushed, not yet answered */
+  /* under g.mu. The loop thread answers every delivery of the instance before it lets go
+   * (the stack is taken in order: a delivery pushed before the detach is seen first), so
+   * once detached nothing of the instance is under way. */
   bool detached;              /* the loop thread let go of it */
 };
 
@@ -151,7 +152,7 @@ struct rs_inst {
  * instance exists. */
 static struct {
   pthread_mutex_t life;       /* create/destroy: the table, the thread's start and stop */
-  pthread_mutex_t mu;         /* live and detached of every instance */
+  pthread_mutex_t mu;         /* detached of every instance */
   pthread_cond_t cv;
   rs_conn_t *conns;
   size_t ninst;
@@ -193,16 +194,15 @@ static void list_unlink(rs_list_t *l, rs_job_t *j) {
 /* The one way a delivery is answered: exactly once, from the loop thread (or from deliver
  * before the job was pushed). */
 static void answer(rs_job_t *j, ak_sink_result_t res, const char *reason) {
-  rs_inst_t *in = j->inst;
-  if (!in) return;
+  if (!j->inst) return;
   j->inst = NULL;
   ak_sink_outcome_t o = {.result = res};
-  snprintf(o.reason, sizeof o.reason, "%s", reason ? reason : "");
+  size_t n = strlen(reason);
+  if (n >= sizeof o.reason) n = sizeof o.reason - 1;
+  memcpy(o.reason, reason, n);
+  o.reason[n] = '\0';
   atomic_fetch_sub(&j->conn->inflight, 1);
   j->done(j->ctx, &o);
-  pthread_mutex_lock(&g.mu);
-  if (--in->live == 0) pthread_cond_broadcast(&g.cv);
-  pthread_mutex_unlock(&g.mu);
 }
 
 static void job_free(rs_job_t *j) {
@@ -572,7 +572,12 @@ static void rs_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_s
   }
   rs_job_t *j = calloc(1, sizeof *j);
   ak_buf_t b = AK_BUF_INIT;
-  if (!j || ak_sink_message_encode(att, by_claim, &b) != 0 || !(j->payload = ak_buf_take(&b, &j->len))) {
+  /* one allocation for the lot: base64 of the body (or the ref), the headers, the rest */
+  size_t guess = (by_claim ? 256 : (att->env->body_len + 2) / 3 * 4) + 768;
+  for (size_t i = 0; i < att->env->nheaders; i++)
+    guess += att->env->headers[i].name_len + att->env->headers[i].value_len + 8;
+  if (!j || ak_buf_reserve(&b, guess) != 0 || ak_sink_message_encode(att, by_claim, &b) != 0 ||
+      !(j->payload = ak_buf_take(&b, &j->len))) {
     ak_buf_free(&b);
     free(j);
     atomic_fetch_sub(&c->inflight, 1);
@@ -586,13 +591,11 @@ static void rs_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_s
   j->done = done;
   j->ctx = ctx;
   j->deadline_ms = now_ms() + (uint64_t)in->publish_timeout_ms;
-  pthread_mutex_lock(&g.mu);
-  in->live++;
-  pthread_mutex_unlock(&g.mu);
   rs_job_t *head = atomic_load(&g.jobs);
   do j->next = head;
   while (!atomic_compare_exchange_weak(&g.jobs, &head, j));
-  uv_async_send(&g.wake);
+  /* a stack that was not empty has its wake-up on the way: the loop takes all of it */
+  if (!head) uv_async_send(&g.wake);
 }
 
 /* g.life held: the connections' shared settings from their instances. */
@@ -639,7 +642,7 @@ static void rs_destroy(void *self) {
     while (!atomic_compare_exchange_weak(&g.jobs, &head, d));
     uv_async_send(&g.wake);
     pthread_mutex_lock(&g.mu);
-    while (!in->detached || in->live > 0) pthread_cond_wait(&g.cv, &g.mu);
+    while (!in->detached) pthread_cond_wait(&g.cv, &g.mu);
     pthread_mutex_unlock(&g.mu);
   }
   if (c) {

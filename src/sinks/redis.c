@@ -191,8 +191,8 @@ static void list_unlink(rs_list_t *l, rs_job_t *j) {
 
 /* ---- answers ---------------------------------------------------------------------- */
 
-/* The one way a delivery is answered: exactly once, from the loop thread (or from deliver
- * before the job was pushed). */
+/* The one way a pushed delivery is answered: exactly once, on the loop thread (deliver
+ * answers what it never pushed itself). */
 static void answer(rs_job_t *j, ak_sink_result_t res, const char *reason) {
   if (!j->inst) return;
   j->inst = NULL;

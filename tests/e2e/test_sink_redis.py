@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import REPO, SLOW, run_cli, wait_until
+from helpers import REPO, SLOW, free_ports, principal, run_cli, wait_until
 from redis_server import RedisServer
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
@@ -371,3 +371,41 @@ def test_consumer_example(ankusa, rsrv):
         ln = by_id[hid]
         assert ln["size"] == len(body) and ln["sha256_ok"] is True and ln["duplicate"] is False
         assert ln["idempotency_key"] == hid
+
+
+def test_a_large_body_goes_by_claim_and_the_consumer_redeems_it(ankusa, rsrv, tmp_path):
+    token = "redis-claims-reader"
+    claim_port = free_ports(1)[0]
+    cfg = {"node": {"roles": ["edge", "dispatch", "storage", "claim_check"]},
+           "admin": {"principals": [principal("reader", token, ["claims:read"], "*")]},
+           "claim_check": {"port": claim_port, "ip": "127.0.0.1",
+                           "store": {"type": "local", "root": str(tmp_path / "claims")}}}
+    cfg.update(dispatch())
+    node = ankusa(config=cfg, sources={"big": {"tenant": "acme", "sinks": [
+        sink(rsrv.url(), channel="big", inline_max_bytes=1000)]}})
+    sub = Subscriber(rsrv, channel="big")
+    proc = subprocess.Popen(["/usr/bin/python3", str(CONSUMER), "--url", rsrv.url(), "--channel", "big",
+                             "--claim-base", f"http://127.0.0.1:{claim_port}", "--token", token,
+                             "--count", "2", "--timeout", str(30 * SLOW)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: rsrv.cmd("PUBSUB", "NUMSUB", "big")[1] >= 2, what="the consumer's subscription")
+        big = bytes(range(256)) * 800  # 200 KiB: by claim
+        small = b"y" * 1000            # at the threshold: inline
+        big_id, small_id = post_ok(node, "big", big), post_ok(node, "big", small)
+        out, err = proc.communicate(timeout=40 * SLOW)
+        raws = {json.loads(r)["id"]: r for r in sub.wait_for(2)}
+    finally:
+        sub.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    m = validate(raws[big_id])
+    assert m["claim"].startswith("urn:ankusa:claim:v1:acme:") and "body_base64" not in m
+    assert m["size"] == len(big) and m["sha256"] == hashlib.sha256(big).hexdigest()
+    assert "claim" not in validate(raws[small_id])
+    lines = {ln["id"]: ln for ln in map(json.loads, out.splitlines())}
+    assert lines[big_id]["by_claim"] is True and lines[big_id]["size"] == len(big)
+    assert lines[big_id]["sha256_ok"] is True
+    assert lines[small_id]["by_claim"] is False and lines[small_id]["size"] == len(small)

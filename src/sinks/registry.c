@@ -18,7 +18,7 @@ extern const ak_sink_vtable_t ak_sink_test_echo;
 AK_FUTURE_SINK(kafka);
 AK_FUTURE_SINK(rabbitmq);
 extern const ak_sink_vtable_t ak_sink_nats;
-AK_FUTURE_SINK(redis);
+extern const ak_sink_vtable_t ak_sink_redis;
 AK_FUTURE_SINK(sqs);
 AK_FUTURE_SINK(google_pubsub);
 

@@ -73,6 +73,11 @@ start_rabbitmq() {
   port=$(free_port) dist=$(free_port) epmd=$(free_port)
   mkdir -p "$TMP/rabbit/mnesia" "$TMP/rabbit/log"
   echo "[]." >"$TMP/rabbit/advanced.config"
+  # its own epmd, in the foreground (stopped by PID): left to the VM, epmd daemonizes out of
+  # every process group and outlives the benchmark
+  setsid epmd -port "$epmd" -address 127.0.0.1 >"$TMP/epmd.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$epmd") 2>/dev/null && break; sleep 0.1; done
   # its own node name and epmd port: nothing else on the box is touched
   RABBITMQ_NODE_PORT=$port RABBITMQ_DIST_PORT=$dist ERL_EPMD_PORT=$epmd RABBITMQ_NODENAME="bench$$@localhost" \
     RABBITMQ_MNESIA_BASE="$TMP/rabbit/mnesia" RABBITMQ_LOG_BASE="$TMP/rabbit/log" HOME="$TMP/rabbit" \

@@ -1,0 +1,264 @@
+"""A rabbitmq-server for the end-to-end tests (Debian's, started from
+/usr/lib/rabbitmq/bin/rabbitmq-server, a shell script that execs the Erlang VM).
+
+One broker per pytest session (it takes seconds to boot and ~125 MB): every port is free
+and its own (AMQP, Erlang distribution, and an epmd of its own via ERL_EPMD_PORT, so it
+never meets another epmd), the node name is random, and everything it writes (mnesia, logs,
+config, HOME with the Erlang cookie) lives in one temporary directory. It is started in a
+new session and stopped by killing that process group (the PGID we started), never by
+name; epmd, started by the node, is in the same group. stop() then checks with ps that no
+process with the temporary directory in its arguments is left.
+
+Helpers for the tests (pika, Debian's python3-pika): declare a queue bound to an exchange,
+basic_get every message of a queue, and make the broker unavailable and back
+(rabbitmqctl stop_app / start_app on this node).
+
+Run standalone (`/usr/bin/python3 tests/e2e/rabbitmq_server.py`) for a self-check."""
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    from helpers import free_ports
+except ImportError:  # standalone run from another directory
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from helpers import free_ports
+
+import pika
+
+RMQ_BIN_DIR = Path(os.environ.get("ANKUSA_TEST_RABBITMQ_DIR", "/usr/lib/rabbitmq/bin"))
+BOOT_TIMEOUT = 90.0
+
+
+def available():
+    """None when a broker can be started here, else why not."""
+    if not (RMQ_BIN_DIR / "rabbitmq-server").exists():
+        return f"{RMQ_BIN_DIR}/rabbitmq-server not installed (Debian package rabbitmq-server)"
+    if shutil.which("erl") is None:
+        return "erl not on PATH"
+    return None
+
+
+class RabbitServer:
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="ak-rabbitmq-"))
+        self.port, self.dist_port, self.epmd_port = free_ports(3)
+        self.node = f"ak{random.randrange(16 ** 8):08x}@localhost"
+        self.proc = None
+        self.log = self.dir / "server.out"
+        for d in ("mnesia", "log", "home"):
+            (self.dir / d).mkdir()
+        (self.dir / "rabbitmq.conf").write_text(
+            f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
+            "loopback_users = none\n"
+            "log.console = false\n"
+            "log.file.level = warning\n")
+        (self.dir / "enabled_plugins").write_text("[].\n")
+        self.env = dict(os.environ,
+                        HOME=str(self.dir / "home"),
+                        RABBITMQ_NODENAME=self.node,
+                        RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+                        RABBITMQ_NODE_PORT=str(self.port),
+                        RABBITMQ_DIST_PORT=str(self.dist_port),
+                        ERL_EPMD_PORT=str(self.epmd_port),
+                        ERL_EPMD_ADDRESS="127.0.0.1",
+                        RABBITMQ_MNESIA_BASE=str(self.dir / "mnesia"),
+                        RABBITMQ_LOG_BASE=str(self.dir / "log"),
+                        RABBITMQ_CONFIG_FILE=str(self.dir / "rabbitmq"),
+                        RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
+                        RABBITMQ_PID_FILE=str(self.dir / "rabbit.pid"))
+
+    @property
+    def url(self):
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    # -- lifecycle
+    def start(self, timeout=BOOT_TIMEOUT):
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([str(RMQ_BIN_DIR / "rabbitmq-server")], env=self.env, cwd=str(self.dir),
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout=BOOT_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rabbitmq-server exited with {self.proc.returncode}\n{self.tail()}")
+            try:
+                c = self.connect()
+                c.close()
+                return
+            except Exception as e:  # noqa: BLE001 - not up yet
+                last = e
+            time.sleep(0.2)
+        raise RuntimeError(f"rabbitmq-server not ready within {timeout}s ({last!r})\n{self.tail()}")
+
+    def tail(self, n=40):
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            lines = []
+        return "\n".join(lines[-n:])
+
+    def leftovers(self):
+        """Processes whose arguments mention our temporary directory (ps), but not ps itself."""
+        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        mine = str(self.dir)
+        return [ln.strip() for ln in out.splitlines() if mine in ln and "ps -eo" not in ln]
+
+    def stop(self):
+        """Kill the process group we started (the broker and its epmd), wait for it, and
+        check that nothing of ours is left; removes the temporary directory."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+            # epmd and the VM's helpers may outlive the script's process: the rest of the group
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+        left = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = self.leftovers()
+            if not left:
+                break
+            time.sleep(0.2)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if left:
+            raise RuntimeError(f"rabbitmq processes left after stop: {left}")
+
+    def ctl(self, *args, timeout=60):
+        """rabbitmqctl -n <our node> args..., with our environment (cookie, epmd port)."""
+        p = subprocess.run([str(RMQ_BIN_DIR / "rabbitmqctl"), "-n", self.node, *args], env=self.env,
+                           cwd=str(self.dir), capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} exited {p.returncode}: {p.stdout}{p.stderr}")
+        return p.stdout
+
+    def stop_app(self):
+        """The broker goes away for clients (connections closed, port closed); the VM stays."""
+        self.ctl("stop_app")
+
+    def start_app(self):
+        self.ctl("start_app")
+        self.wait_ready()
+
+    # -- clients
+    def connect(self):
+        params = pika.ConnectionParameters(host="127.0.0.1", port=self.port,
+                                           credentials=pika.PlainCredentials("guest", "guest"),
+                                           connection_attempts=1, socket_timeout=5, blocked_connection_timeout=10)
+        return pika.BlockingConnection(params)
+
+    def bind_queue(self, exchange, queue, routing_key="#", exchange_type="topic"):
+        """Declare the exchange (durable, as the sink does), a durable queue, bind them;
+        purges the queue."""
+        c = self.connect()
+        try:
+            ch = c.channel()
+            ch.exchange_declare(exchange=exchange, exchange_type=exchange_type, durable=True)
+            ch.queue_declare(queue=queue, durable=True)
+            ch.queue_bind(queue=queue, exchange=exchange, routing_key=routing_key)
+            ch.queue_purge(queue=queue)
+        finally:
+            c.close()
+
+    def delete_queue(self, queue):
+        c = self.connect()
+        try:
+            c.channel().queue_delete(queue=queue)
+        finally:
+            c.close()
+
+    def exchange_exists(self, exchange):
+        c = self.connect()
+        try:
+            c.channel().exchange_declare(exchange=exchange, passive=True)
+            return True
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        finally:
+            if c.is_open:
+                c.close()
+
+    def get_all(self, queue, ack=True):
+        """Every message now in the queue: [(method, properties, body)] via basic_get; with
+        ack=False they go back to the queue when the connection closes."""
+        c = self.connect()
+        out = []
+        try:
+            ch = c.channel()
+            while True:
+                method, props, body = ch.basic_get(queue=queue, auto_ack=ack)
+                if method is None:
+                    break
+                out.append((method, props, body))
+        finally:
+            c.close()
+        return out
+
+    def publish(self, exchange, routing_key, body, properties=None):
+        c = self.connect()
+        try:
+            c.channel().basic_publish(exchange, routing_key, body, properties)
+        finally:
+            c.close()
+
+    def count(self, queue):
+        c = self.connect()
+        try:
+            return c.channel().queue_declare(queue=queue, passive=True).method.message_count
+        finally:
+            c.close()
+
+
+if __name__ == "__main__":
+    why = available()
+    if why:
+        raise SystemExit(why)
+    t0 = time.monotonic()
+    srv = RabbitServer().start()
+    print(f"up on {srv.port} as {srv.node} in {time.monotonic() - t0:.1f}s")
+    try:
+        srv.bind_queue("ak.self", "q.self")
+        c = srv.connect()
+        c.channel().basic_publish("ak.self", "x.y", b"hello")
+        c.close()
+        assert [b for _, _, b in srv.get_all("q.self")] == [b"hello"]
+        srv.stop_app()
+        try:
+            srv.connect().close()
+            raise SystemExit("still reachable after stop_app")
+        except pika.exceptions.AMQPConnectionError:
+            pass
+        srv.start_app()
+        assert srv.count("q.self") == 0
+        print("ok")
+    finally:
+        srv.stop()
+    print("stopped, nothing left")

@@ -49,14 +49,22 @@ def available():
 class RabbitServer:
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="ak-rabbitmq-"))
-        self.port, self.dist_port, self.epmd_port = free_ports(3)
+        self.port, self.dist_port, self.epmd_port, self.tls_port = free_ports(4)
         self.node = f"ak{random.randrange(16 ** 8):08x}@localhost"
         self.proc = None
         self.log = self.dir / "server.out"
         for d in ("mnesia", "log", "home"):
             (self.dir / d).mkdir()
+        self.ca = self.dir / "ca.pem"
+        self._make_certs()
         (self.dir / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
+            f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}\n"
+            f"ssl_options.cacertfile = {self.ca}\n"
+            f"ssl_options.certfile = {self.dir / 'server.pem'}\n"
+            f"ssl_options.keyfile = {self.dir / 'server.key'}\n"
+            "ssl_options.verify = verify_none\n"
+            "ssl_options.fail_if_no_peer_cert = false\n"
             "loopback_users = none\n"
             "log.console = false\n"
             "log.file.level = warning\n")
@@ -74,6 +82,29 @@ class RabbitServer:
                         RABBITMQ_CONFIG_FILE=str(self.dir / "rabbitmq"),
                         RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
                         RABBITMQ_PID_FILE=str(self.dir / "rabbit.pid"))
+
+    def _make_certs(self):
+        """A CA of our own and a server certificate for the name "localhost" only (no IP
+        SAN), so that a client checking names accepts amqps://localhost and refuses
+        amqps://127.0.0.1."""
+        d = self.dir
+
+        def ossl(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=str(d))
+
+        ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+             "-subj", "/CN=ankusa test CA")
+        ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=localhost")
+        (d / "san.ext").write_text("subjectAltName=DNS:localhost\n")
+        ossl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+        for f in ("server.key", "server.pem", "ca.pem"):
+            os.chmod(d / f, 0o644)
+
+    @property
+    def tls_url(self):
+        return f"amqps://guest:guest@localhost:{self.tls_port}/%2F"
 
     @property
     def url(self):

@@ -298,6 +298,33 @@ def test_kill9_while_publishing_loses_no_acked_hook(ankusa, broker, tmp_path):
     print(f"kill -9 x5: {len(acked)} acked, {len(lines)} consumed, {dups} duplicates flagged")
 
 
+def test_amqps_verifies_the_broker_certificate_and_name(ankusa, broker):
+    broker.bind_queue("ak.tls", "q.tls", "#")
+    retry = fast_dispatch(retry={"base_ms": 50, "max_ms": 50, "max_attempts": 2, "jitter": False})
+    node = ankusa(config={"dispatch": retry}, env={"SSL_CERT_FILE": broker.ca},
+                  sources={"t": {"sinks": [sink(broker, "ak.tls", url=broker.tls_url)]},
+                           # the certificate names localhost only: the address is refused
+                           "ip": {"sinks": [sink(broker, "ak.tls", url=broker.tls_url.replace("localhost", "127.0.0.1"))]},
+                           })
+    r = node.post("/webhooks/t", b"over tls")
+    assert r.status == 201
+    wait_for(lambda: metric(node, "ok") == 1, what="delivered over TLS")
+    assert [json.loads(b)["id"] for _, _, b in broker.get_all("q.tls")] == [r.json["id"]]
+    r = node.post("/webhooks/ip", b"wrong name")
+    assert r.status == 201
+    (e,) = wait_for(lambda: dlq(node), what="a dead row")
+    assert e["id"] == r.json["id"] and e["reason"] == "{sink, rabbitmq, {max_attempts, not_connected}}", e
+    assert "certificate" in node.log_text() or "verif" in node.log_text()
+    # without our CA in the trust store, the broker is not trusted at all
+    node.stop()
+    node2 = ankusa(config={"dispatch": retry}, sources={"t": {"sinks": [sink(broker, "ak.tls", url=broker.tls_url)]}})
+    r = node2.post("/webhooks/t", b"untrusted")
+    assert r.status == 201
+    (e,) = wait_for(lambda: dlq(node2), what="a dead row")
+    assert e["reason"] == "{sink, rabbitmq, {max_attempts, not_connected}}", e
+    assert broker.count("q.tls") == 0
+
+
 def test_egress_guard_refuses_private_brokers(ankusa, broker, tmp_path):
     # a literal private address is refused by check-config
     cfg = tmp_path / "guarded.yml"

@@ -306,18 +306,27 @@ static int tcp_connect(const struct addrinfo *ai, int64_t timeout_ms) {
   if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
     if (errno != EINPROGRESS) goto fail;
     struct pollfd p = {.fd = fd, .events = POLLOUT};
-    if (poll(&p, 1, (int)timeout_ms) != 1) goto fail;
+    if (poll(&p, 1, (int)timeout_ms) != 1) {
+      errno = 0; /* timed out */
+      goto fail;
+    }
     int err = 0;
     socklen_t el = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) goto fail;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
+      errno = err;
+      goto fail;
+    }
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   return fd;
-fail:
+fail: {
+  int e = errno;
   close(fd);
+  errno = e;
   return -1;
+}
 }
 
 /* Open the channel in confirm mode and declare the exchange (I/O thread). */
@@ -385,7 +394,10 @@ static int conn_open(rmq_conn_t *c, ak_sink_result_t *res, char *reason, size_t 
     tried = true;
     if (!c->info.ssl) {
       fd = tcp_connect(ai, c->io_timeout_ms);
-      if (fd < 0) continue;
+      if (fd < 0) {
+        snprintf(why, sizeof why, "%s", errno == 0 || errno == EINPROGRESS ? "connect timed out" : strerror(errno));
+        continue;
+      }
       sock = amqp_tcp_socket_new(c->amqp);
       if (!sock) {
         close(fd);
@@ -393,6 +405,9 @@ static int conn_open(rmq_conn_t *c, ak_sink_result_t *res, char *reason, size_t 
         goto fail;
       }
       amqp_tcp_socket_set_sockfd(sock, fd);
+      pthread_mutex_lock(&c->mu); /* from here a stop can cut a hanging login short */
+      c->fd = fd;
+      pthread_mutex_unlock(&c->mu);
       break;
     }
     /* TLS: rabbitmq-c opens the socket itself; give it the checked literal */

@@ -206,16 +206,17 @@ class RabbitServer:
                                            connection_attempts=1, socket_timeout=5, blocked_connection_timeout=10)
         return pika.BlockingConnection(params)
 
-    def bind_queue(self, exchange, queue, routing_key="#", exchange_type="topic"):
-        """Declare the exchange (durable, as the sink does), a durable queue, bind them;
-        purges the queue."""
+    def bind_queue(self, exchange, queue, routing_key="#", exchange_type="topic", arguments=None, purge=True):
+        """Declare the exchange (durable, as the sink does), a durable queue (with these
+        queue arguments), purge it (when purge), bind them."""
         c = self.connect()
         try:
             ch = c.channel()
             ch.exchange_declare(exchange=exchange, exchange_type=exchange_type, durable=True)
-            ch.queue_declare(queue=queue, durable=True)
+            ch.queue_declare(queue=queue, durable=True, arguments=arguments)
+            if purge:
+                ch.queue_purge(queue=queue)
             ch.queue_bind(queue=queue, exchange=exchange, routing_key=routing_key)
-            ch.queue_purge(queue=queue)
         finally:
             c.close()
 
@@ -223,6 +224,13 @@ class RabbitServer:
         c = self.connect()
         try:
             c.channel().queue_delete(queue=queue)
+        finally:
+            c.close()
+
+    def delete_exchange(self, exchange):
+        c = self.connect()
+        try:
+            c.channel().exchange_delete(exchange=exchange)
         finally:
             c.close()
 

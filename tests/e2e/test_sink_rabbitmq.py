@@ -187,6 +187,42 @@ def test_unroutable_is_transient_until_a_queue_is_bound(ankusa, broker):
     assert e["id"] == r.json["id"] and e["reason"] == "{sink, rabbitmq, {max_attempts, unroutable}}", e
 
 
+def test_a_nack_is_transient(ankusa, broker):
+    # a queue that rejects every publish (x-max-length 0, reject-publish): the broker nacks
+    broker.bind_queue("ak.nack", "q.nack", "#", arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    node = ankusa(config={"dispatch": fast_dispatch(retry={"base_ms": 50, "max_ms": 50, "max_attempts": 3,
+                                                           "jitter": False})},
+                  sources={"n": {"sinks": [sink(broker, "ak.nack")]}})
+    r = node.post("/webhooks/n", b"rejected")
+    assert r.status == 201
+    (e,) = wait_for(lambda: dlq(node), what="a dead row")
+    assert e["id"] == r.json["id"] and e["attempts"] == 3, e
+    assert e["reason"] == "{sink, rabbitmq, {max_attempts, nacked}}", e
+    assert metric(node, "ok") == 0
+    broker.delete_queue("q.nack")
+
+
+def test_a_closed_channel_is_reopened_and_the_exchange_declared_again(ankusa, broker):
+    broker.bind_queue("ak.chan", "q.chan", "#")
+    node = ankusa(config={"dispatch": fast_dispatch()}, sources={"c": {"sinks": [sink(broker, "ak.chan")]}})
+    r = node.post("/webhooks/c", b"one")
+    assert r.status == 201
+    wait_for(lambda: metric(node, "ok") == 1, what="the first delivery")
+    assert len(broker.get_all("q.chan")) == 1
+    # the exchange goes away under the open channel: the next publish closes it (404)
+    broker.delete_exchange("ak.chan")
+    assert not broker.exchange_exists("ak.chan")
+    r = node.post("/webhooks/c", b"two")
+    assert r.status == 201
+    wait_for(lambda: broker.exchange_exists("ak.chan"), what="the sink declared the exchange again")
+    assert "channel closed by broker" in node.log_text() and "404" in node.log_text()
+    # the binding went with the exchange: unroutable until the queue is bound again
+    wait_for(lambda: metric(node, "error", "ankusa_dispatch_attempts_total") >= 2, what="failed attempts")
+    broker.bind_queue("ak.chan", "q.chan", "#", purge=False)
+    wait_for(lambda: metric(node, "ok") == 2 and settled(node), what="the second delivery")
+    assert [json.loads(b)["id"] for _, _, b in broker.get_all("q.chan")] == [r.json["id"]]
+
+
 def test_max_inflight_bounds_unconfirmed_publishes(ankusa, broker):
     broker.bind_queue("ak.inflight", "q.inflight", "#")
     # one attempt only: an attempt refused as busy is dead-lettered, so the queue must hold

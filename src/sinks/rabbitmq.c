@@ -89,7 +89,7 @@ static const ak_opt_t rmq_opts[] = {
    AK_AT(rmq_opts_t, exchange)},
   {.key = "exchange_type", .type = AK_OPT_ENUM, .def = "topic", .enum_vals = "topic|direct|fanout|headers",
    .doc = "type the exchange is declared with", AK_AT(rmq_opts_t, exchange_type)},
-  {.key = "routing_key", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE,
+  {.key = "routing_key", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MAX, .max = 255,
    .doc = "routing key of every publish; absent: ankusa.<source_id>", AK_AT(rmq_opts_t, routing_key)},
   AK_SINK_INLINE_MAX_ROW(rmq_opts_t, inline_max),
   {.key = "max_inflight", .type = AK_OPT_INT, .def = "256", .min = 1, .max = 65536,

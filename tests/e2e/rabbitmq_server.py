@@ -6,8 +6,10 @@ and its own (AMQP, Erlang distribution, and an epmd of its own via ERL_EPMD_PORT
 never meets another epmd), the node name is random, and everything it writes (mnesia, logs,
 config, HOME with the Erlang cookie) lives in one temporary directory. It is started in a
 new session and stopped by killing that process group (the PGID we started), never by
-name; epmd, started by the node, is in the same group. stop() then checks with ps that no
-process with the temporary directory in its arguments is left.
+name. epmd is started by us, in the foreground, on the broker's ERL_EPMD_PORT (left to the
+VM it would start as a daemon and leave our process group), and stopped the same way.
+stop() then checks in /proc that no process with the temporary directory in its arguments
+or environment is left.
 
 Helpers for the tests (pika, Debian's python3-pika): declare a queue bound to an exchange,
 basic_get every message of a queue, and make the broker unavailable and back
@@ -34,6 +36,7 @@ except ImportError:  # standalone run from another directory
 import pika
 
 RMQ_BIN_DIR = Path(os.environ.get("ANKUSA_TEST_RABBITMQ_DIR", "/usr/lib/rabbitmq/bin"))
+EPMD = shutil.which("epmd") or "/usr/bin/epmd"
 BOOT_TIMEOUT = 90.0
 
 
@@ -43,6 +46,8 @@ def available():
         return f"{RMQ_BIN_DIR}/rabbitmq-server not installed (Debian package rabbitmq-server)"
     if shutil.which("erl") is None:
         return "erl not on PATH"
+    if not os.access(EPMD, os.X_OK):
+        return "epmd not found"
     return None
 
 
@@ -52,6 +57,7 @@ class RabbitServer:
         self.port, self.dist_port, self.epmd_port, self.tls_port = free_ports(4)
         self.node = f"ak{random.randrange(16 ** 8):08x}@localhost"
         self.proc = None
+        self.epmd = None
         self.log = self.dir / "server.out"
         for d in ("mnesia", "log", "home"):
             (self.dir / d).mkdir()
@@ -112,11 +118,31 @@ class RabbitServer:
 
     # -- lifecycle
     def start(self, timeout=BOOT_TIMEOUT):
+        # our own epmd, in the foreground and in a group of its own: left to the VM, epmd
+        # would start with -daemon, leave our process group and outlive the session
+        with open(self.dir / "epmd.out", "ab") as out:
+            self.epmd = subprocess.Popen([EPMD, "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                                         env=self.env, cwd=str(self.dir), stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.epmd_port), timeout=1).close()
+                break
+            except OSError:
+                if self.epmd.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"epmd did not start on {self.epmd_port}")
+                time.sleep(0.05)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([str(RMQ_BIN_DIR / "rabbitmq-server")], env=self.env, cwd=str(self.dir),
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            tail = self.tail()
+            self.stop()
+            raise RuntimeError(f"rabbitmq-server did not come up\n{tail}") from None
         return self
 
     def wait_ready(self, timeout=BOOT_TIMEOUT):
@@ -142,36 +168,55 @@ class RabbitServer:
         return "\n".join(lines[-n:])
 
     def leftovers(self):
-        """Processes whose arguments mention our temporary directory (ps), but not ps itself."""
-        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-        mine = str(self.dir)
-        return [ln.strip() for ln in out.splitlines() if mine in ln and "ps -eo" not in ln]
-
-    def stop(self):
-        """Kill the process group we started (the broker and its epmd), wait for it, and
-        check that nothing of ours is left; removes the temporary directory."""
-        if self.proc is not None:
+        """Processes whose arguments or environment mention our temporary directory (a
+        daemon that left our process group still carries HOME=<dir>/home)."""
+        mine = str(self.dir).encode()
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read()
+            except OSError:
+                continue
+            if mine in cmd or mine in env:
+                found.append(f"{pid} {cmd.replace(bytes(1), b' ').decode(errors='replace')[:200]}")
+        return found
+
+    @staticmethod
+    def _kill_group(proc):
+        """SIGTERM the process group proc leads, wait for proc, then SIGKILL whatever of
+        the group is left."""
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
             try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-            # epmd and the VM's helpers may outlive the script's process: the rest of the group
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                try:
-                    os.killpg(self.proc.pid, 0)
-                except ProcessLookupError:
-                    break
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+
+    def stop(self):
+        """Kill the process groups we started (the broker's, then epmd's), wait for them,
+        check that nothing of ours is left, remove the temporary directory."""
+        if self.proc is not None:
+            self._kill_group(self.proc)
+        if self.epmd is not None:
+            self._kill_group(self.epmd)
         left = []
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -223,6 +223,27 @@ def test_a_closed_channel_is_reopened_and_the_exchange_declared_again(ankusa, br
     assert [json.loads(b)["id"] for _, _, b in broker.get_all("q.chan")] == [r.json["id"]]
 
 
+def connections(broker):
+    out = broker.ctl("list_connections", "name", "user", "--formatter", "json")
+    return [c for c in json.loads(out[out.index("["):]) if c["user"] == "guest"]
+
+
+def test_one_shared_connection_that_closes_when_idle(ankusa, broker):
+    broker.bind_queue("ak.idle", "q.idle", "#")
+    s = sink(broker, "ak.idle", confirm_timeout_ms=500, idle_timeout_ms=5000)
+    node = ankusa(config={"dispatch": fast_dispatch()},
+                  sources={"a": {"sinks": [s]}, "b": {"sinks": [dict(s)]}})
+    assert connections(broker) == [], "no connection before the first delivery"
+    for src in ("a", "b", "a", "b"):
+        assert node.post(f"/webhooks/{src}", b"x").status == 201
+    wait_for(lambda: metric(node, "ok") == 4, what="4 delivered")
+    assert len(connections(broker)) == 1, "two sources, one destination: one connection"
+    wait_for(lambda: connections(broker) == [], timeout=15, what="the idle connection closed", step=0.5)
+    assert node.post("/webhooks/b", b"y").status == 201
+    wait_for(lambda: metric(node, "ok") == 5, what="reopened on demand")
+    assert len(broker.get_all("q.idle")) == 5
+
+
 def test_max_inflight_bounds_unconfirmed_publishes(ankusa, broker):
     broker.bind_queue("ak.inflight", "q.inflight", "#")
     # one attempt only: an attempt refused as busy is dead-lettered, so the queue must hold

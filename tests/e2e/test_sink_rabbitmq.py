@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from helpers import REPO, SLOW, post_many, run_cli
+from helpers import REPO, SLOW, free_ports, post_many, principal, run_cli
 from rabbitmq_server import RabbitServer, available
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
@@ -74,10 +74,10 @@ def dlq(node):
     return r.json["entries"]
 
 
-def consume(broker, queue, idle=2.0):
+def consume(broker, queue, idle=2.0, extra=()):
     """Run the example consumer on queue until it idles; its JSON lines."""
     p = subprocess.run(["/usr/bin/python3", str(CONSUMER), "--url", broker.url, "--queue", queue,
-                        "--idle-exit", str(idle)], capture_output=True, text=True, timeout=120)
+                        "--idle-exit", str(idle), *extra], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stderr == "", p.stderr
     return [json.loads(ln) for ln in p.stdout.splitlines() if ln.strip()]
@@ -159,6 +159,40 @@ def test_the_example_consumer_reads_and_deduplicates(ankusa, broker):
     assert [ln["id"] for ln in lines if ln["duplicate"]] == [ids[0]], lines
     assert all(ln["sha256_ok"] and ln["size"] == len(b"hook 0") for ln in lines)
     assert broker.count("q.consumer") == 0, "the consumer acks what it handled"
+
+
+def test_a_large_body_goes_as_a_claim_the_consumer_redeems(ankusa, broker, tmp_path):
+    broker.bind_queue("ak.claim", "q.claim", "#")
+    token = "rabbit-claims-reader"
+    claim_port = free_ports(1)[0]
+    cfg = {"node": {"roles": ["edge", "dispatch", "storage", "claim_check"]},
+           "admin": {"principals": [principal("reader", token, ["claims:read", "metrics:read"], "*")]},
+           "claim_check": {"port": claim_port, "ip": "127.0.0.1",
+                           "store": {"type": "local", "root": str(tmp_path / "claims")}},
+           "dispatch": fast_dispatch()}
+    node = ankusa(config=cfg, sources={"big": {"tenant": "acme",
+                                               "sinks": [sink(broker, "ak.claim", inline_max_bytes=100)]}})
+    big, small = bytes(range(256)) * 20, b"tiny"
+    ids = {}
+    for b in (big, small):
+        r = node.post("/webhooks/big", b)
+        assert r.status == 201, r
+        ids[r.json["id"]] = b
+    wait_for(lambda: broker.count("q.claim") == 2, what="2 messages")
+    msgs = {json.loads(b)["id"]: (props, b) for _, props, b in broker.get_all("q.claim", ack=False)}
+    for hid, body in ids.items():
+        m = validate(msgs[hid][1])
+        if body is big:
+            assert "body_base64" not in m and m["claim"].startswith("urn:ankusa:claim:v1:acme:"), m
+        else:
+            assert "claim" not in m and base64.b64decode(m["body_base64"]) == small
+        assert m["size"] == len(body) and m["sha256"] == hashlib.sha256(body).hexdigest()
+    lines = consume(broker, "q.claim", extra=("--claim-base", f"http://127.0.0.1:{claim_port}", "--token", token))
+    by_id = {ln["id"]: ln for ln in lines}
+    assert set(by_id) == set(ids) and len(lines) == 2, lines
+    for hid, body in ids.items():
+        ln = by_id[hid]
+        assert ln["sha256_ok"] and ln["size"] == len(body) and ln["by_claim"] == (body is big), ln
 
 
 def test_unroutable_is_transient_until_a_queue_is_bound(ankusa, broker):

@@ -392,11 +392,10 @@ def test_kill9_while_publishing_loses_no_acked_hook(ankusa, broker, tmp_path):
 def test_amqps_verifies_the_broker_certificate_and_name(ankusa, broker):
     broker.bind_queue("ak.tls", "q.tls", "#")
     retry = fast_dispatch(retry={"base_ms": 50, "max_ms": 50, "max_attempts": 2, "jitter": False})
+    by_ip = broker.tls_url.replace("localhost", "127.0.0.1")  # the certificate names localhost only
     node = ankusa(config={"dispatch": retry}, env={"SSL_CERT_FILE": broker.ca},
                   sources={"t": {"sinks": [sink(broker, "ak.tls", url=broker.tls_url)]},
-                           # the certificate names localhost only: the address is refused
-                           "ip": {"sinks": [sink(broker, "ak.tls", url=broker.tls_url.replace("localhost", "127.0.0.1"))]},
-                           })
+                           "ip": {"sinks": [sink(broker, "ak.tls", url=by_ip)]}})
     r = node.post("/webhooks/t", b"over tls")
     assert r.status == 201
     wait_for(lambda: metric(node, "ok") == 1, what="delivered over TLS")

@@ -144,7 +144,8 @@ Test(rabbitmq_sink, a_refused_connection_is_not_connected_then_answered_at_once_
   int fd;
   int port = port_of(false, &fd);
   char json[256], err[256] = "";
-  snprintf(json, sizeof json, "{\"exchange\":\"e1\",\"url\":\"amqp://guest:guest@127.0.0.1:%d\",\"retry_ms\":60000}", port);
+  snprintf(json, sizeof json, "{\"exchange\":\"e1\",\"url\":\"amqp://guest:guest@127.0.0.1:%d\",\"retry_ms\":60000}",
+           port);
   void *s = make(json, true, err, sizeof err);
   cr_assert(s, "%s", err);
   ak_envelope_t e = env();

@@ -16,7 +16,7 @@ extern const ak_sink_vtable_t ak_sink_test_echo;
   static const ak_sink_vtable_t ak_sink_##name = {.plugin = {.type = #name, .unsupported = true, .options = name##_opts}}
 
 AK_FUTURE_SINK(kafka);
-AK_FUTURE_SINK(rabbitmq);
+extern const ak_sink_vtable_t ak_sink_rabbitmq;
 extern const ak_sink_vtable_t ak_sink_nats;
 extern const ak_sink_vtable_t ak_sink_redis;
 AK_FUTURE_SINK(sqs);

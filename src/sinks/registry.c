@@ -19,7 +19,7 @@ AK_FUTURE_SINK(kafka);
 AK_FUTURE_SINK(rabbitmq);
 AK_FUTURE_SINK(nats);
 AK_FUTURE_SINK(redis);
-AK_FUTURE_SINK(sqs);
+extern const ak_sink_vtable_t ak_sink_sqs;
 AK_FUTURE_SINK(google_pubsub);
 
 static const ak_plugin_t *const sinks[] = {

@@ -20,7 +20,7 @@ AK_FUTURE_SINK(rabbitmq);
 AK_FUTURE_SINK(nats);
 AK_FUTURE_SINK(redis);
 extern const ak_sink_vtable_t ak_sink_sqs;
-AK_FUTURE_SINK(google_pubsub);
+extern const ak_sink_vtable_t ak_sink_google_pubsub;
 
 static const ak_plugin_t *const sinks[] = {
   &ak_sink_log.plugin,      &ak_sink_http.plugin, &ak_sink_kafka.plugin, &ak_sink_rabbitmq.plugin,

@@ -524,10 +524,26 @@ static bool ends_fifo(const char *url) {
   return n >= 5 && !strncmp(url + n - 5, ".fifo", 5);
 }
 
+/* https:// to an AWS host: where a guarded sink may sign with the node's own credentials
+ * (a tenant's endpoint must not receive requests signed as the node). */
+static bool aws_https(const char *url) {
+  char *host = NULL;
+  char *o = url_origin(url, &host);
+  bool ok = false;
+  if (o && host && !strncmp(o, "https://", 8)) {
+    size_t n = strlen(host);
+    ok = (n > 14 && !strcasecmp(host + n - 14, ".amazonaws.com")) ||
+         (n > 17 && !strcasecmp(host + n - 17, ".amazonaws.com.cn"));
+  }
+  free(o);
+  free(host);
+  return ok;
+}
+
 /* The rules create and check share; the first problem into err ("key: ..."). */
 static int opts_problem(const char *queue_url, const char *region, const char *endpoint, const char *key_id,
-                        const char *secret, const char *token, char *region_out, size_t rcap, char *err,
-                        size_t errlen) {
+                        const char *secret, const char *token, bool guarded, char *region_out, size_t rcap,
+                        char *err, size_t errlen) {
   char *host = NULL;
   char *origin = url_origin(queue_url, &host);
   int rc = -1;
@@ -562,6 +578,11 @@ static int opts_problem(const char *queue_url, const char *region, const char *e
     snprintf(err, errlen, "session_token requires access_key_id and secret_access_key");
     goto done;
   }
+  if (guarded && !key_id && !aws_https(endpoint ? endpoint : queue_url)) {
+    snprintf(err, errlen, "access_key_id: a guarded sink signs with the node's own credentials only toward "
+                          "https://*.amazonaws.com; configure static credentials for another endpoint");
+    goto done;
+  }
   rc = 0;
 done:
   free(origin);
@@ -582,8 +603,9 @@ static void *sqs_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err
     return NULL;
   }
   char region[64];
+  bool guarded = !(sctx && sctx->trusted);
   int rc = opts_problem(o.queue_url, o.region, o.endpoint, o.access_key_id, o.secret_access_key, o.session_token,
-                        region, sizeof region, err, errlen);
+                        guarded, region, sizeof region, err, errlen);
   if (rc == 0) {
     s->inline_max = ak_sink_inline_max_opt(checked);
     s->max_bytes = (size_t)o.max_message_bytes;
@@ -615,7 +637,7 @@ static void *sqs_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err
   }
   ak_opt_release(sqs_rows, &o);
   json_decref(checked);
-  if (rc == 0 && !(sctx && sctx->trusted)) {
+  if (rc == 0 && guarded) {
     s->egress = sctx ? sctx->egress : NULL;
     if (!s->egress) {
       s->owned_egress = ak_egress_new(NULL, 0, false, err, errlen);
@@ -654,8 +676,8 @@ static void sqs_check(ak_check_t *c, const char *path, json_t *sink, const json_
   if (opts_problem(q, json_string_value(json_object_get(sink, "region")), ep,
                    json_string_value(json_object_get(sink, "access_key_id")),
                    json_string_value(json_object_get(sink, "secret_access_key")),
-                   json_string_value(json_object_get(sink, "session_token")), region, sizeof region, why,
-                   sizeof why) != 0) {
+                   json_string_value(json_object_get(sink, "session_token")), ak_egress_tree_guards(root), region,
+                   sizeof region, why, sizeof why) != 0) {
     ak_check_error(c, "%s.%s", path, why);
     return;
   }

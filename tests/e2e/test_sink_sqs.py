@@ -307,3 +307,15 @@ def test_config_errors_name_the_key(ankusa):
     assert p.returncode == 0, p.stdout + p.stderr
     p = run_cli("print-config", "--config", node.config_path)
     assert "very-secret-value" not in p.stdout and "tok-secret-value" not in p.stdout
+
+
+def test_a_guarded_sink_signs_with_the_nodes_credentials_only_toward_aws(ankusa):
+    guarded = {"egress": {"guard_static_sources": True}}
+    spec = {"type": "sqs", "queue_url": "https://queue.example.net/0/q", "region": "us-east-1"}
+    node = ankusa(start=False, config=guarded, sources={"s": {"sinks": [spec]}})
+    p = run_cli("check-config", "--config", node.config_path)
+    assert p.returncode != 0 and "sinks[0].access_key_id: a guarded sink signs with the node's own" in p.stdout + p.stderr
+    ok = dict(spec, queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/q")
+    node = ankusa(start=False, config=guarded, sources={"s": {"sinks": [ok]}})
+    p = run_cli("check-config", "--config", node.config_path)
+    assert p.returncode == 0, p.stdout + p.stderr

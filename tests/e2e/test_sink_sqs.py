@@ -319,3 +319,22 @@ def test_a_guarded_sink_signs_with_the_nodes_credentials_only_toward_aws(ankusa)
     node = ankusa(start=False, config=guarded, sources={"s": {"sinks": [ok]}})
     p = run_cli("check-config", "--config", node.config_path)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_stop_during_a_send_answers_it_and_the_restart_delivers(ankusa, sqs):
+    sqs.faults = [{"delay": 3.0}]
+    node = ankusa(config=cfg(), sources={"s": {"sinks": [sink(sqs)]}})
+    hid = post_ok(node, "s", b'{"slow":1}')
+    wait_for(lambda: sqs.actions("SendMessage"), what="the send under way")
+    t = time.time()
+    assert node.stop() == 0
+    assert time.time() - t < 10
+    node.start()
+    # delivered once confirmed, before the stop (drained) or after the restart (redelivered)
+    wait_for(lambda: settled(node), what="nothing left to deliver after the restart")
+    assert hid in [json.loads(m["Body"])["id"] for m in sqs.snapshot("orders")]
+
+
+def settled(node):
+    m = node.metrics()
+    return all(m.value(f"ankusa_queue_{k}", instance="default") == 0 for k in ("pending", "scheduled", "inflight"))

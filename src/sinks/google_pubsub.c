@@ -180,8 +180,8 @@ static int token_fetch(ak_httpc_t *hc) {
   waiter_t w = {.body = AK_BUF_INIT};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  ak_httpc_req_t rq = {.method = "GET", .url = url, .headers = hdrs, .nheaders = 1, .timeout_ms = PS_METADATA_TIMEOUT_MS,
-                       .max_response_bytes = PS_RESP_MAX, .keep_body = true};
+  ak_httpc_req_t rq = {.method = "GET", .url = url, .headers = hdrs, .nheaders = 1,
+                       .timeout_ms = PS_METADATA_TIMEOUT_MS, .max_response_bytes = PS_RESP_MAX, .keep_body = true};
   int rc = ak_httpc_submit(hc, &rq, on_token, &w);
   if (rc == 0) {
     pthread_mutex_lock(&w.mu);

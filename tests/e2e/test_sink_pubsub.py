@@ -7,13 +7,14 @@ import base64
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 
 import pytest
 
 from gcs_standin import MetadataStandin
-from helpers import LOOPBACK, REPO, SLOW, run_cli
+from helpers import LOOPBACK, REPO, SLOW, free_ports, run_cli
 from pubsub_standin import PubsubStandin
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
@@ -99,7 +100,6 @@ def exhausted(e, reason, attempts):
 
 
 def consume(ps, n, token=None, idle=8):
-    import subprocess
     args = ["/usr/bin/python3", str(CONSUMER), "--project", PROJECT, "--subscription", "hooks-sub",
             "--endpoint", ps.url, "--max", str(n), "--idle", str(idle)]
     if token:
@@ -181,7 +181,6 @@ def test_a_wrong_token_is_transient(ankusa, standin):
 
 def test_no_metadata_server_is_transient(ankusa, standin):
     ps = standin(auth="metadata", metadata=None)
-    from helpers import free_ports
     closed = free_ports(1)[0]
     node = ankusa(config=cfg(max_attempts=2), sources={"s": {"sinks": [sink(ps, auth="metadata")]}},
                   env={"GCE_METADATA_HOST": f"127.0.0.1:{closed}"})
@@ -289,3 +288,18 @@ def test_stop_during_a_publish_answers_it_and_the_restart_delivers(ankusa, stand
 def settled(node):
     m = node.metrics()
     return all(m.value(f"ankusa_queue_{k}", instance="default") == 0 for k in ("pending", "scheduled", "inflight"))
+
+
+def test_a_dlq_replay_carries_its_replay_id(ankusa, standin):
+    ps = standin()
+    ps.always = {"status": 400, "code": "INVALID_ARGUMENT"}
+    node = ankusa(config=cfg(), sources={"s": {"tenant": "acme", "sinks": [sink(ps)]}})
+    hid = post_ok(node, "s", b'{"r":1}')
+    dead_entries(node, 1)
+    ps.always = None
+    r = node.admin("/v1/replays", "POST", body={"kind": "dlq", "source_id": "s"})
+    assert r.status in (200, 202), r
+    rid = r.json["id"]
+    (m,) = wait_for(lambda: ps.snapshot("hooks"), what="the replayed message")
+    doc = json.loads(m["data"])
+    assert doc["id"] == hid and doc["replay_id"] == rid and m["attributes"]["ankusa_replay_id"] == rid

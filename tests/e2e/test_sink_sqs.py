@@ -338,3 +338,17 @@ def test_stop_during_a_send_answers_it_and_the_restart_delivers(ankusa, sqs):
 def settled(node):
     m = node.metrics()
     return all(m.value(f"ankusa_queue_{k}", instance="default") == 0 for k in ("pending", "scheduled", "inflight"))
+
+
+def test_a_dlq_replay_on_fifo_gets_its_own_deduplication_id(ankusa, sqs):
+    sqs.always = {"status": 400, "code": "InvalidParameterValue"}
+    node = ankusa(config=cfg(), sources={"s": {"tenant": "acme", "sinks": [sink(sqs, "orders.fifo")]}})
+    hid = post_ok(node, "s", b'{"r":1}')
+    dead_entries(node, 1)
+    sqs.always = None
+    r = node.admin("/v1/replays", "POST", body={"kind": "dlq", "source_id": "s"})
+    assert r.status in (200, 202), r
+    rid = r.json["id"]
+    (m,) = wait_for(lambda: sqs.snapshot("orders.fifo"), what="the replayed message")
+    assert m["MessageDeduplicationId"] == f"{hid}:replay:{rid}" and m["MessageGroupId"] == "acme/s"
+    assert attrs_of(m)["ankusa_replay_id"] == rid and json.loads(m["Body"])["replay_id"] == rid

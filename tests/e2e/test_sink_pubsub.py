@@ -4,6 +4,7 @@ SinkMessageV1 (valid against the published schema) with the common metadata set 
 attributes; the ordering key; token, metadata and no auth; the confirm rule (exactly one
 message id); the classes of failure; and the consumer example pulling it back."""
 import base64
+import hashlib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import time
 import pytest
 
 from gcs_standin import MetadataStandin
-from helpers import LOOPBACK, REPO, SLOW, free_ports, run_cli
+from helpers import LOOPBACK, REPO, SLOW, free_ports, principal, run_cli
 from pubsub_standin import PubsubStandin
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
@@ -99,9 +100,9 @@ def exhausted(e, reason, attempts):
     assert e["reason"] == f"{{sink, google_pubsub, {{max_attempts, {reason}}}}}" and e["attempts"] == attempts, e
 
 
-def consume(ps, n, token=None, idle=8):
+def consume(ps, n, token=None, idle=8, extra=()):
     args = ["/usr/bin/python3", str(CONSUMER), "--project", PROJECT, "--subscription", "hooks-sub",
-            "--endpoint", ps.url, "--max", str(n), "--idle", str(idle)]
+            "--endpoint", ps.url, "--max", str(n), "--idle", str(idle), *extra]
     if token:
         args += ["--token", token]
     env = {k: v for k, v in os.environ.items() if k != "GOOGLE_OAUTH_ACCESS_TOKEN"}
@@ -303,3 +304,25 @@ def test_a_dlq_replay_carries_its_replay_id(ankusa, standin):
     (m,) = wait_for(lambda: ps.snapshot("hooks"), what="the replayed message")
     doc = json.loads(m["data"])
     assert doc["id"] == hid and doc["replay_id"] == rid and m["attributes"]["ankusa_replay_id"] == rid
+
+
+CLAIM_TOKEN = "claims-reader-token"
+
+
+def test_a_large_body_goes_by_claim_and_the_consumer_redeems_it(ankusa, standin, tmp_path):
+    ps = standin()
+    port = free_ports(1)[0]
+    c = cfg()
+    c.update({"node": {"roles": ["edge", "dispatch", "storage", "claim_check"]},
+              "admin": {"principals": [principal("reader", CLAIM_TOKEN, ["claims:read"], "*")]},
+              "claim_check": {"port": port, "ip": "127.0.0.1",
+                              "store": {"type": "local", "root": str(tmp_path / "c")}}})
+    node = ankusa(config=c, sources={"s": {"tenant": "acme", "sinks": [sink(ps, inline_max_bytes=1000)]}})
+    big = os.urandom(4000)
+    hbig = post_ok(node, "s", big, {"Content-Type": "application/octet-stream"})
+    (m,) = wait_for(lambda: ps.snapshot("hooks"), what="the message")
+    doc = validate(m["data"])
+    assert doc["id"] == hbig and doc["claim"].startswith("urn:ankusa:claim:v1:acme:") and "body_base64" not in doc
+    assert doc["sha256"] == hashlib.sha256(big).hexdigest()
+    (line,) = consume(ps, 1, extra=("--claim-base", f"http://127.0.0.1:{port}", "--claim-token", CLAIM_TOKEN))
+    assert line["id"] == hbig and line["by_claim"] and line["sha256_ok"] and line["size"] == 4000

@@ -4,6 +4,7 @@ not ours) whose MessageBody is the SinkMessageV1 (valid against the published sc
 whose attributes are the common metadata set; FIFO ids; the confirm rule (MD5 of the body
 sent); the classes of failure; and the consumer example reading the queue."""
 import base64
+import hashlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from helpers import LOOPBACK, REPO, SLOW, free_ports, run_cli
+from helpers import LOOPBACK, REPO, SLOW, free_ports, principal, run_cli
 from sqs_standin import SqsStandin
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
@@ -92,11 +93,11 @@ def attrs_of(msg):
     return {k: v["StringValue"] for k, v in msg["MessageAttributes"].items()}
 
 
-def consume(queue_url, n, key_id=KEY_ID, secret=SECRET, idle=8):
+def consume(queue_url, n, key_id=KEY_ID, secret=SECRET, idle=8, extra=()):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update({"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "AWS_EC2_METADATA_DISABLED": "true"})
     p = subprocess.run(["/usr/bin/python3", str(CONSUMER), "--queue-url", queue_url, "--region", "us-east-1",
-                        "--max", str(n), "--idle", str(idle)], env=env, capture_output=True, timeout=60 * SLOW)
+                        "--max", str(n), "--idle", str(idle), *extra], env=env, capture_output=True, timeout=60 * SLOW)
     assert p.returncode == 0, p.stderr.decode()
     return [json.loads(line) for line in p.stdout.decode().splitlines() if line.strip()]
 
@@ -139,7 +140,8 @@ def test_delivers_the_sink_message_signed_with_attributes_and_the_consumer_reads
         assert h["x-amz-target"] == "AmazonSQS.SendMessage"
         assert h["content-type"] == "application/x-amz-json-1.0"
         assert r["json"]["QueueUrl"] == sqs.url("orders")
-    tokened = [r for r in sends if r["headers"]["authorization"].startswith(f"AWS4-HMAC-SHA256 Credential={TEMP_KEY_ID}/")]
+    cred = f"AWS4-HMAC-SHA256 Credential={TEMP_KEY_ID}/"
+    tokened = [r for r in sends if r["headers"]["authorization"].startswith(cred)]
     assert len(tokened) == 1 and tokened[0]["headers"]["x-amz-security-token"] == TOKEN
     assert "x-amz-security-token" in tokened[0]["headers"]["authorization"], "the session token is signed"
     # the consumer example reads both back (and deletes them)
@@ -314,7 +316,8 @@ def test_a_guarded_sink_signs_with_the_nodes_credentials_only_toward_aws(ankusa)
     spec = {"type": "sqs", "queue_url": "https://queue.example.net/0/q", "region": "us-east-1"}
     node = ankusa(start=False, config=guarded, sources={"s": {"sinks": [spec]}})
     p = run_cli("check-config", "--config", node.config_path)
-    assert p.returncode != 0 and "sinks[0].access_key_id: a guarded sink signs with the node's own" in p.stdout + p.stderr
+    want = "sinks[0].access_key_id: a guarded sink signs with the node's own"
+    assert p.returncode != 0 and want in p.stdout + p.stderr
     ok = dict(spec, queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/q")
     node = ankusa(start=False, config=guarded, sources={"s": {"sinks": [ok]}})
     p = run_cli("check-config", "--config", node.config_path)
@@ -352,3 +355,33 @@ def test_a_dlq_replay_on_fifo_gets_its_own_deduplication_id(ankusa, sqs):
     (m,) = wait_for(lambda: sqs.snapshot("orders.fifo"), what="the replayed message")
     assert m["MessageDeduplicationId"] == f"{hid}:replay:{rid}" and m["MessageGroupId"] == "acme/s"
     assert attrs_of(m)["ankusa_replay_id"] == rid and json.loads(m["Body"])["replay_id"] == rid
+
+
+CLAIM_TOKEN = "claims-reader-token"
+
+
+def claim_config(tmp_path):
+    port = free_ports(1)[0]
+    c = cfg()
+    c.update({"node": {"roles": ["edge", "dispatch", "storage", "claim_check"]},
+              "admin": {"principals": [principal("reader", CLAIM_TOKEN, ["claims:read"], "*")]},
+              "claim_check": {"port": port, "ip": "127.0.0.1",
+                              "store": {"type": "local", "root": str(tmp_path / "c")}}})
+    return c, f"http://127.0.0.1:{port}"
+
+
+def test_a_large_body_goes_by_claim_and_the_consumer_redeems_it(ankusa, sqs, tmp_path):
+    c, claim_base = claim_config(tmp_path)
+    node = ankusa(config=c, sources={"s": {"tenant": "acme", "sinks": [sink(sqs, inline_max_bytes=1000)]}})
+    big = os.urandom(5000)
+    hbig = post_ok(node, "s", big, {"Content-Type": "application/octet-stream"})
+    hsmall = post_ok(node, "s", b'{"small":true}')
+    msgs = wait_for(lambda: len(sqs.snapshot("orders")) >= 2 and sqs.snapshot("orders"), what="two messages")
+    docs = {d["id"]: d for d in (validate(m["Body"].encode()) for m in msgs)}
+    assert docs[hbig]["claim"].startswith("urn:ankusa:claim:v1:acme:") and "body_base64" not in docs[hbig]
+    assert docs[hbig]["size"] == 5000 and docs[hbig]["sha256"] == hashlib.sha256(big).hexdigest()
+    assert "body_base64" in docs[hsmall] and "claim" not in docs[hsmall]
+    lines = consume(sqs.url("orders"), 2, extra=("--claim-base", claim_base, "--token", CLAIM_TOKEN))
+    got = {x["id"]: x for x in lines}
+    assert got[hbig]["by_claim"] and got[hbig]["sha256_ok"] and got[hbig]["size"] == 5000
+    assert not got[hsmall]["by_claim"]

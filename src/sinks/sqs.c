@@ -364,7 +364,11 @@ static void sqs_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_
   size_t size = msg.len;
   req = json_object();
   json_t *attrs = json_object();
-  if (!req || !attrs || json_object_set_new(req, "MessageAttributes", attrs) != 0) goto oom;
+  if (!req || !attrs) {
+    json_decref(attrs);
+    goto oom;
+  }
+  if (json_object_set_new(req, "MessageAttributes", attrs) != 0) goto oom;
   if (put_str(req, "QueueUrl", s->queue_url, strlen(s->queue_url)) != 0 ||
       put_str(req, "MessageBody", msg.p, msg.len) != 0)
     goto oom;

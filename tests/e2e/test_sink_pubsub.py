@@ -326,3 +326,13 @@ def test_a_large_body_goes_by_claim_and_the_consumer_redeems_it(ankusa, standin,
     assert doc["sha256"] == hashlib.sha256(big).hexdigest()
     (line,) = consume(ps, 1, extra=("--claim-base", f"http://127.0.0.1:{port}", "--claim-token", CLAIM_TOKEN))
     assert line["id"] == hbig and line["by_claim"] and line["sha256_ok"] and line["size"] == 4000
+
+
+def test_a_slow_answer_times_out_and_is_retried(ankusa, standin):
+    ps = standin()
+    ps.faults = [{"delay": 1.5}]
+    node = ankusa(config=cfg(), sources={"s": {"sinks": [sink(ps, timeout_ms=500)]}})
+    hid = post_ok(node, "s", b"{}")
+    wait_for(lambda: metric(node, "ok") == 1, what="ok after the timeout")
+    assert len(ps.publishes()) == 2
+    assert hid in [json.loads(m["data"])["id"] for m in ps.snapshot("hooks")]

@@ -385,3 +385,20 @@ def test_a_large_body_goes_by_claim_and_the_consumer_redeems_it(ankusa, sqs, tmp
     got = {x["id"]: x for x in lines}
     assert got[hbig]["by_claim"] and got[hbig]["sha256_ok"] and got[hbig]["size"] == 5000
     assert not got[hsmall]["by_claim"]
+
+
+def test_a_slow_answer_times_out_and_is_retried(ankusa, sqs):
+    sqs.faults = [{"delay": 1.5}]
+    node = ankusa(config=cfg(), sources={"s": {"sinks": [sink(sqs, timeout_ms=500)]}})
+    hid = post_ok(node, "s", b"{}")
+    wait_for(lambda: metric(node, "ok") == 1, what="ok after the timeout")
+    assert len(sqs.actions("SendMessage")) == 2
+    assert hid in [json.loads(m["Body"])["id"] for m in sqs.snapshot("orders")]
+
+
+def test_a_guarded_sink_reaches_an_allowed_address(ankusa, sqs):
+    c = cfg(extra={"egress": {"allow_http": True, "allow_cidrs": ["127.0.0.0/8"], "guard_static_sources": True}})
+    node = ankusa(config=c, sources={"s": {"sinks": [sink(sqs)]}})
+    hid = post_ok(node, "s", b"{}")
+    (m,) = wait_for(lambda: sqs.snapshot("orders"), what="a message")
+    assert json.loads(m["Body"])["id"] == hid

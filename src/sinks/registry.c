@@ -19,8 +19,8 @@ AK_FUTURE_SINK(kafka);
 extern const ak_sink_vtable_t ak_sink_rabbitmq;
 extern const ak_sink_vtable_t ak_sink_nats;
 extern const ak_sink_vtable_t ak_sink_redis;
-AK_FUTURE_SINK(sqs);
-AK_FUTURE_SINK(google_pubsub);
+extern const ak_sink_vtable_t ak_sink_sqs;
+extern const ak_sink_vtable_t ak_sink_google_pubsub;
 
 static const ak_plugin_t *const sinks[] = {
   &ak_sink_log.plugin,      &ak_sink_http.plugin, &ak_sink_kafka.plugin, &ak_sink_rabbitmq.plugin,

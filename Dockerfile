@@ -19,7 +19,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential pkg-config meson ninja-build \
       libuv1-dev libhttp-parser-dev librocksdb-dev libssl-dev libjansson-dev libyaml-dev \
-      libcurl4-openssl-dev libhiredis-dev \
+      libcurl4-openssl-dev libhiredis-dev librdkafka-dev librabbitmq-dev libnats-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -29,7 +29,7 @@ RUN make && strip build/ankusa
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libuv1 libhttp-parser2.9 librocksdb7.8 libjansson4 libyaml-0-2 libssl3 libcurl4 libhiredis0.14 ca-certificates \
+      libuv1 libhttp-parser2.9 librocksdb7.8 libjansson4 libyaml-0-2 libssl3 libcurl4 libhiredis0.14 librdkafka1 librabbitmq4 libnats3.4 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --home-dir /var/lib/ankusa --shell /usr/sbin/nologin ankusa \
  && install -d -m 0750 -o ankusa -g ankusa /var/lib/ankusa \

@@ -26,6 +26,7 @@
  *
  * Prints one JSON line: {mode, type, n, c, size, cpu_us_per, rate, failed}. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,19 +97,31 @@ static ak_sink_attempt_t attempt(void) {
 
 /* ---- ankusa's sink, driven as the dispatcher drives it ---- */
 
+/* Completions count lock-free and wake the submitter only when it sleeps (the dispatcher's
+ * on_sink_done pushes on a lock-free stack and signals only when the stack was empty). */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static long outstanding, answered, failed, unseen;
+static _Atomic long answered, failed;
+static _Atomic int sleeping;
 
 static void on_done(void *ctx, const ak_sink_outcome_t *o) {
   (void)ctx;
-  pthread_mutex_lock(&mu);
-  outstanding--;
-  answered++;
-  if (o->result != AK_SINK_OK) {
-    if (failed++ == 0) fprintf(stderr, "brokers: first failure: %s\n", o->reason);
+  if (o->result != AK_SINK_OK && atomic_fetch_add(&failed, 1) == 0)
+    fprintf(stderr, "brokers: first failure: %s\n", o->reason);
+  atomic_fetch_add(&answered, 1);
+  if (atomic_load(&sleeping)) {
+    pthread_mutex_lock(&mu);
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
   }
-  if (unseen++ == 0) pthread_cond_signal(&cv);
+}
+
+/* Sleep until answered reaches at least `until`. */
+static void wait_answers(long until) {
+  pthread_mutex_lock(&mu);
+  atomic_store(&sleeping, 1);
+  while (atomic_load(&answered) < until) pthread_cond_wait(&cv, &mu);
+  atomic_store(&sleeping, 0);
   pthread_mutex_unlock(&mu);
 }
 
@@ -127,31 +140,26 @@ static int run_sink(const char *type, long c, long n, size_t size, json_t *opts)
   }
   /* one warm-up delivery opens the connection outside the measurement */
   ak_sink_attempt_t att = attempt();
-  outstanding = 1;
   vt->deliver(self, &att, NULL, on_done);
-  pthread_mutex_lock(&mu);
-  while (outstanding) pthread_cond_wait(&cv, &mu);
-  answered = failed = unseen = 0;
-  pthread_mutex_unlock(&mu);
+  wait_answers(1);
+  atomic_store(&answered, 0);
+  atomic_store(&failed, 0);
   double t0 = cpu_us(), w0 = wall_s();
   long sent = 0;
-  pthread_mutex_lock(&mu);
-  while (answered < n) {
-    unseen = 0;
-    while (sent < n && outstanding < c) {
-      outstanding++;
-      sent++;
-      pthread_mutex_unlock(&mu);
+  while (atomic_load(&answered) < n) {
+    while (sent < n && sent - atomic_load(&answered) < c) {
       vt->deliver(self, &att, NULL, on_done);
-      pthread_mutex_lock(&mu);
+      sent++;
     }
-    if (answered < n && unseen == 0) pthread_cond_wait(&cv, &mu);
+    /* refill once half the window came back (the dispatcher refills per wake-up, and a
+     * wake-up takes what the burst answered meanwhile) */
+    long half = sent - c / 2;
+    wait_answers(sent < n ? (half > 1 ? half : 1) : n);
   }
-  pthread_mutex_unlock(&mu);
   double used = cpu_us() - t0, wall = wall_s() - w0;
-  report("sink", type, n, c, size, used, wall, failed);
+  report("sink", type, n, c, size, used, wall, atomic_load(&failed));
   vt->destroy(self);
-  return failed ? 1 : 0;
+  return atomic_load(&failed) ? 1 : 0;
 }
 
 /* ---- raw clients ---- */

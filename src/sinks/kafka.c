@@ -331,10 +331,13 @@ static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
   rc |= conf_set(conf, "allow.auto.create.topics", "false", err, errlen);
   snprintf(num, sizeof num, "%lld", (long long)c->produce_timeout_ms);
   rc |= conf_set(conf, "message.timeout.ms", num, err, errlen);
-  /* a request whose answer is lost times out well inside the record's time, so that the
-   * producer's own retry (same sequence: the broker drops the copy) can still confirm it */
+  /* A request whose answer is lost times out (socket.timeout.ms caps librdkafka's wait
+   * for one request; request.timeout.ms is the brokers' own wait for acks=all) well inside
+   * the record's time, so that the producer's own retry, same producer id and sequence,
+   * which a broker drops as a duplicate, can still confirm it. */
   int64_t req = c->produce_timeout_ms / 2;
-  snprintf(num, sizeof num, "%lld", (long long)(req < 50 ? 50 : req));
+  snprintf(num, sizeof num, "%lld", (long long)(req < 100 ? 100 : req));
+  rc |= conf_set(conf, "socket.timeout.ms", num, err, errlen);
   rc |= conf_set(conf, "request.timeout.ms", num, err, errlen);
   snprintf(num, sizeof num, "%lld", (long long)(c->produce_timeout_ms < 1000 ? c->produce_timeout_ms : 1000));
   rc |= conf_set(conf, "topic.metadata.propagation.max.ms", num, err, errlen);
@@ -453,18 +456,24 @@ static void conn_release(kconn_t *c) {
   if (last) conn_free(c);
 }
 
-/* The brokers as one comma list, items trimmed, empty ones dropped. */
+/* The brokers as one comma list: every item split on commas (a list item may itself be
+ * "host:port,host:port", read from one environment variable), parts trimmed, empty ones
+ * dropped. NULL when nothing is left. */
 static char *join_brokers(const ak_strlist_t *l) {
   ak_buf_t b = AK_BUF_INIT;
   size_t n = 0;
   for (size_t i = 0; i < l->n; i++) {
-    const char *s = l->v[i];
-    while (*s == ' ' || *s == '\t') s++;
-    size_t len = strlen(s);
-    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t')) len--;
-    if (!len) continue;
-    if (n++) ak_buf_append(&b, ",", 1);
-    ak_buf_append(&b, s, len);
+    for (const char *s = l->v[i]; *s;) {
+      const char *e = strchr(s, ',');
+      size_t len = e ? (size_t)(e - s) : strlen(s);
+      const char *p = s;
+      s += len + (e ? 1 : 0);
+      while (len && (*p == ' ' || *p == '\t')) p++, len--;
+      while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+      if (!len) continue;
+      if (n++) ak_buf_append(&b, ",", 1);
+      ak_buf_append(&b, p, len);
+    }
   }
   if (!n) {
     ak_buf_free(&b);
@@ -794,18 +803,27 @@ static void kafka_check(ak_check_t *c, const char *path, json_t *sink, const jso
   json_array_foreach(brokers, i, b) {
     const char *s = json_string_value(b);
     if (!s) continue;
-    const char *t = s;
-    while (*t == ' ' || *t == '\t') t++;
-    if (!*t) {
-      ak_check_error(c, "%s.brokers[%zu]: must not be empty", path, i);
-      continue;
+    bool any = false;
+    char part[300];
+    for (const char *p = s; *p;) {
+      const char *e = strchr(p, ',');
+      size_t len = e ? (size_t)(e - p) : strlen(p);
+      const char *q = p;
+      p += len + (e ? 1 : 0);
+      while (len && (*q == ' ' || *q == '\t')) q++, len--;
+      while (len && (q[len - 1] == ' ' || q[len - 1] == '\t')) len--;
+      if (!len || len >= sizeof part) continue;
+      any = true;
+      memcpy(part, q, len);
+      part[len] = '\0';
+      struct sockaddr_storage ss;
+      if (g && broker_literal(part, &ss) && !ak_egress_addr_allowed(g, (struct sockaddr *)&ss)) {
+        char why[128];
+        ak_egress_refusal((struct sockaddr *)&ss, why, sizeof why);
+        ak_check_error(c, "%s.brokers[%zu]: %s (egress.allow_cidrs can allow it)", path, i, why);
+      }
     }
-    struct sockaddr_storage ss;
-    if (g && broker_literal(t, &ss) && !ak_egress_addr_allowed(g, (struct sockaddr *)&ss)) {
-      char why[128];
-      ak_egress_refusal((struct sockaddr *)&ss, why, sizeof why);
-      ak_check_error(c, "%s.brokers[%zu]: %s (egress.allow_cidrs can allow it)", path, i, why);
-    }
+    if (!any) ak_check_error(c, "%s.brokers[%zu]: must name a broker (host:port)", path, i);
   }
   ak_egress_free(g);
 }

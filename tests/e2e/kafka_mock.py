@@ -86,6 +86,10 @@ class KafkaMock:
     def up(self, broker=-1):
         self.cmd(f"up {broker}")
 
+    def unknown(self, topic, unknown=True):
+        """Metadata answers UNKNOWN_TOPIC_OR_PART for topic (or, False: normally again)."""
+        self.cmd(f"{'unknown' if unknown else 'known'} {topic}")
+
     def create(self, topic, partitions=3):
         self.cmd(f"create {topic} {partitions}")
 

@@ -16,6 +16,9 @@
  *                            request timeout: the answer is lost to it)
  *   down BROKER | up BROKER  a broker (1..N, -1 = all) refuses / accepts connections
  *   create TOPIC PARTITIONS  one more topic
+ *   unknown TOPIC | known TOPIC  the brokers' metadata answers UNKNOWN_TOPIC_OR_PART for
+ *                            TOPIC (the mock would otherwise create any topic asked for) /
+ *                            answers it normally again
  *   quit                     (also on stdin EOF)
  * The cluster lives as long as this process, so it survives the node under test. */
 #include <stdbool.h>
@@ -221,6 +224,10 @@ int main(int argc, char **argv) {
       int32_t id = atoi(a);
       rd_kafka_resp_err_t e = cmd[0] == 'd' ? rd_kafka_mock_broker_set_down(mc, id) : rd_kafka_mock_broker_set_up(mc, id);
       puts(e ? "error no such broker" : "ok");
+    } else if ((!strcmp(cmd, "unknown") || !strcmp(cmd, "known")) && n == 2) {
+      rd_kafka_mock_topic_set_error(mc, a, cmd[0] == 'u' ? RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+                                                          : RD_KAFKA_RESP_ERR_NO_ERROR);
+      puts("ok");
     } else if (!strcmp(cmd, "create") && n == 3) {
       char spec[600];
       snprintf(spec, sizeof spec, "%s:%s", a, b);

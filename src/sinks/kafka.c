@@ -156,6 +156,7 @@ typedef struct kconn {
   int refused, allowed;
   bool blocked, purge;
   char refusal[128];
+  bool fatal; /* the idempotent producer hit a fatal error: it is replaced */
 } kconn_t;
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -225,9 +226,9 @@ static void outcome_for(rd_kafka_resp_err_t err, ak_sink_outcome_t *out) {
   case RD_KAFKA_RESP_ERR__QUEUE_FULL:
     r = "busy";
     break;
-  case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+  case RD_KAFKA_RESP_ERR__PURGE_QUEUE: /* the producer was replaced (fatal error) */
   case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
-    r = "sink stopped";
+    r = "producer reset";
     break;
   default:
     snprintf(out->reason, sizeof out->reason, "kafka %s", rd_kafka_err2name(err));
@@ -265,17 +266,21 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
-  (void)rk;
-  (void)reason; /* may name hosts; never logged with credentials, but kept short below */
+  (void)reason; /* librdkafka's text is not copied anywhere: the error's name says enough */
   kconn_t *c = opaque;
   pthread_mutex_lock(&c->mu);
   if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && c->egress && c->refused > 0 && c->allowed == 0 && !c->blocked) {
     c->blocked = true;
     c->purge = true;
   }
+  if (err == RD_KAFKA_RESP_ERR__FATAL) c->fatal = true;
   pthread_mutex_unlock(&c->mu);
-  if (err == RD_KAFKA_RESP_ERR__FATAL)
-    ak_log(AK_LOG_ERROR, "sink.kafka", "producer fatal error", "error=%s", rd_kafka_err2name((rd_kafka_resp_err_t)err));
+  if (err == RD_KAFKA_RESP_ERR__FATAL) {
+    char why[128] = "";
+    rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof why);
+    ak_log(AK_LOG_ERROR, "sink.kafka", "producer fatal error; it is replaced, its records retried", "error=%s",
+           rd_kafka_err2name(orig));
+  }
 }
 
 /* librdkafka's own log lines: warnings and worse, at our warning level. They name brokers
@@ -374,7 +379,7 @@ static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
     return NULL;
   }
   c->refused = c->allowed = 0;
-  c->blocked = c->purge = false;
+  c->blocked = c->purge = c->fatal = false;
   c->refusal[0] = '\0';
   c->last_use_ms = now_ms();
   return rk;
@@ -394,6 +399,18 @@ static void *poll_main(void *arg) {
       c->rk = NULL;
       c->blocked = false; /* the next producer asks the guard afresh (names may resolve anew) */
       pthread_mutex_unlock(&c->mu);
+      rd_kafka_flush(rk, 1000);
+      rd_kafka_destroy(rk);
+      pthread_mutex_lock(&c->mu);
+      continue;
+    }
+    if (c->fatal) {
+      /* a fatal producer answers every record with an error: answer what it holds (the
+       * dispatcher retries them) and let the next delivery open a new one */
+      c->rk = NULL;
+      c->fatal = false;
+      pthread_mutex_unlock(&c->mu);
+      rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
       rd_kafka_flush(rk, 1000);
       rd_kafka_destroy(rk);
       pthread_mutex_lock(&c->mu);

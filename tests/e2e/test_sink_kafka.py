@@ -229,6 +229,24 @@ def test_broker_message_too_large_is_permanent(ankusa, kmock):
     assert hid not in by_id(kmock.consume("hooks"))
 
 
+def test_fatal_producer_error_replaces_the_producer(ankusa, kmock):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER is fatal to librdkafka's idempotent producer: every later
+    produce on it would fail. The sink answers what it held (transient), replaces it, and the
+    retry goes out on a new producer."""
+    node = ankusa(config=fast(), sources={"s": {"sinks": [ksink(kmock, produce_timeout_ms=1500)]}})
+    warm = post_ok(node, "s", b"warm")
+    wait(lambda: warm in by_id(kmock.consume("hooks")), what="warm-up")
+    kmock.push_errors(1, 45)
+    hid = post_ok(node, "s", b"after the fatal error")
+    wait(lambda: metric(node, "ankusa_deliveries_total", "ok") == 2, what="delivered on a new producer")
+    assert metric(node, "ankusa_dispatch_attempts_total", "error") == 1
+    assert "producer fatal error; it is replaced" in node.log_text()
+    later = post_ok(node, "s", b"and the next one")
+    wait(lambda: metric(node, "ankusa_deliveries_total", "ok") == 3, what="the new producer keeps working")
+    assert {hid, later} <= set(by_id(kmock.consume("hooks")))
+    assert dlq(node)["total"] == 0
+
+
 def test_all_brokers_down_then_back_loses_nothing(ankusa, kmock):
     node = ankusa(config=fast(), sources={"s": {"sinks": [ksink(kmock, produce_timeout_ms=1500)]}})
     warm = post_ok(node, "s", b"warm")

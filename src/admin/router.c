@@ -2,6 +2,7 @@
  * area's file plus one row here. Never answers a request and never parses a body: what
  * it hands on is the row and the captured path values. */
 #include <string.h>
+#include "admin/asyncapi_api.h"
 #include "admin/audit_api.h"
 #include "admin/dlq_api.h"
 #include "admin/hooks_api.h"
@@ -23,6 +24,7 @@ static const ak_admin_route_t routes[] = {
     {"GET", "/v1/config", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_node_api_config},
     {"GET", "/v1/wal", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_node_api_wal},
     {"GET", "/v1/fleet", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_node_api_fleet},
+    {"GET", "/asyncapi.json", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_asyncapi_api_get},
     {"GET", "/v1/log-level", AK_SCOPE_CONFIG_READ, AK_ROUTE_NODE, ak_loglevel_api_get},
     {"PUT", "/v1/log-level", AK_SCOPE_LOG_LEVEL_WRITE, AK_ROUTE_NODE, ak_loglevel_api_put},
     {"GET", "/v1/hooks/{id}", AK_SCOPE_HOOKS_READ, 0, ak_hooks_api_get},

@@ -208,3 +208,35 @@ int64_t ak_sink_inline_max_opt(const json_t *opts) {
   if (json_is_null(v)) return -1;
   return json_is_integer(v) ? json_integer_value(v) : AK_SINK_INLINE_MAX_DEFAULT;
 }
+
+/* The JSON Schema of the message (docs/sink-message-v1.schema.json holds the same
+ * document; a unit test keeps the two equal). */
+const char *ak_sink_message_schema(void) {
+  return
+    "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",\"$id\":\"https://ankusa.dev/schemas/sink"
+    "-message-v1.schema.json\",\"title\":\"SinkMessageV1\",\"description\":\"The message every broker sink of"
+    " ankusa sends (Kafka, RabbitMQ, NATS JetStream, Redis pub/sub, SQS, Google Pub/Sub): one UTF-8 J"
+    "SON object, byte-identical across transports for the same hook and attempt. Consumers ignore key"
+    "s they do not know; v changes only when a field changes meaning or is removed. See docs/sink-mes"
+    "sage.md.\",\"type\":\"object\",\"required\":[\"v\",\"id\",\"source_id\",\"tenant_id\",\"received_at\",\"content_ty"
+    "pe\",\"size\",\"sha256\",\"dedupe_key\",\"replay_id\",\"idempotency_key\",\"headers\"],\"properties\":{\"v\":{\"co"
+    "nst\":1},\"id\":{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}"
+    "-[0-9a-f]{12}$\",\"description\":\"the hook id (UUIDv7); the same on every redelivery and replay\"},\""
+    "source_id\":{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{1,64}$\"},\"tenant_id\":{\"type\":[\"string\",\"nu"
+    "ll\"],\"pattern\":\"^[A-Za-z0-9_-]{1,64}$\"},\"received_at\":{\"type\":\"integer\",\"minimum\":0,\"description"
+    "\":\"unix milliseconds\"},\"content_type\":{\"type\":[\"string\",\"null\"],\"description\":\"the provider's Co"
+    "ntent-Type\"},\"size\":{\"type\":\"integer\",\"minimum\":0,\"description\":\"raw body length in bytes\"},\"sha"
+    "256\":{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{64}$\",\"description\":\"lowercase hex SHA-256 of the raw"
+    " body, inline or by claim\"},\"dedupe_key\":{\"type\":[\"string\",\"null\"],\"description\":\"the provider e"
+    "vent key when the source dedupes\"},\"replay_id\":{\"type\":[\"string\",\"null\"],\"description\":\"the repl"
+    "ay job id when a replay sent it\"},\"idempotency_key\":{\"type\":\"string\",\"minLength\":1,\"description\""
+    ":\"<tenant>:<source>:<dedupe_key>, else the hook id; opaque: dedupe on it\"},\"headers\":{\"type\":\"ob"
+    "ject\",\"additionalProperties\":{\"type\":\"string\"},\"propertyNames\":{\"pattern\":\"^[!#$%&'*+.^_`|~0-9a-"
+    "z-]+$\"},\"description\":\"forwarded provider headers: lowercased names, repeats joined with \\\", \\\"\""
+    "},\"body_base64\":{\"type\":\"string\",\"contentEncoding\":\"base64\",\"description\":\"the raw body, standar"
+    "d base64 (when size <= the sink's inline_max_bytes)\"},\"claim\":{\"type\":\"string\",\"pattern\":\"^urn:a"
+    "nkusa:claim:v1:[A-Za-z0-9_-]{1,64}:[0-7][0-9A-HJKMNP-TV-Z]{25}$\",\"description\":\"claim ref of the"
+    " body (when size > the sink's inline_max_bytes): redeem it at the claim gateway and check size a"
+    "nd sha256\"}},\"oneOf\":[{\"required\":[\"body_base64\"],\"not\":{\"required\":[\"claim\"]}},{\"required\":[\"cl"
+    "aim\"],\"not\":{\"required\":[\"body_base64\"]}}]}";
+}

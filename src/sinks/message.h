@@ -68,6 +68,10 @@ void ak_sink_body_sha256(const ak_sink_attempt_t *att, char hex[65]);
  * claim); the default when absent. */
 int64_t ak_sink_inline_max_opt(const json_t *opts);
 
+/* The message's JSON Schema (draft 2020-12) as text: the file docs/sink-message-v1.schema.json
+ * and the payload of GET /asyncapi.json. */
+const char *ak_sink_message_schema(void);
+
 /* Option rows every broker sink shares; put them in the sink's table by value. */
 #define AK_SINK_INLINE_MAX_ROW(T, field)                                                                      \
   {.key = "inline_max_bytes", .type = AK_OPT_INT, .def = "65536", .min = 0, .max = 4294967295LL,               \

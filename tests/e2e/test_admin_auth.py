@@ -114,6 +114,7 @@ ENDPOINTS = [
     E("GET", "/metrics", "metrics:read", {200}, node_wide=True),
     E("GET", "/v1/config", "config:read", {200}, node_wide=True),
     E("GET", "/v1/wal", "config:read", {200}, node_wide=True),
+    E("GET", "/asyncapi.json", "config:read", {200}, node_wide=True),
     E("GET", "/v1/log-level", "config:read", {200}, node_wide=True),
     E("PUT", "/v1/log-level", "log_level:write", {200}, body={"level": "info"}, node_wide=True),
     E("GET", "/v1/hooks/{hook_acme_src}", "hooks:read", {200},

@@ -161,6 +161,7 @@ static const want_t table[] = {
     {"GET", "/v1/config", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
     {"GET", "/v1/wal", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
     {"GET", "/v1/fleet", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
+    {"GET", "/asyncapi.json", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
     {"GET", "/v1/log-level", AK_SCOPE_CONFIG_READ, true, NULL, NULL, NULL},
     {"PUT", "/v1/log-level", AK_SCOPE_LOG_LEVEL_WRITE, true, NULL, NULL, NULL},
     {"GET", "/v1/hooks/0190e0b2-0000-7000-8000-000000000001", AK_SCOPE_HOOKS_READ, false, NULL,

@@ -167,3 +167,14 @@ Test(sink_message, inline_max_opt) {
   cr_assert_eq(ak_sink_inline_max_opt(o), 65536);
   json_decref(o);
 }
+
+Test(sink_message, schema_is_the_published_file) {
+  json_error_t je;
+  json_t *file = json_load_file("docs/sink-message-v1.schema.json", 0, &je);
+  cr_assert(file, "docs/sink-message-v1.schema.json: %s", je.text);
+  json_t *mine = json_loads(ak_sink_message_schema(), 0, &je);
+  cr_assert(mine, "the built-in schema: %s", je.text);
+  cr_assert(json_equal(file, mine), "src/sinks/message.c's schema differs from docs/sink-message-v1.schema.json");
+  json_decref(file);
+  json_decref(mine);
+}

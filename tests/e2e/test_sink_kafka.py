@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, SANITIZER, SLOW, post_many, run_cli, uuid7_ms
+from helpers import REPO, SLOW, post_many, run_cli, uuid7_ms
 from kafka_mock import KafkaMock
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
@@ -343,7 +343,6 @@ def consumer_lines(km, topic):
     return [json.loads(x) for x in p.stdout.splitlines()], p.stderr
 
 
-@pytest.mark.skipif(SANITIZER, reason="5 kill -9 rounds: the normal build's proof")
 def test_kill9_while_publishing_every_acked_hook_is_consumed(ankusa, kmock):
     node = ankusa(config=fast(), sources={"s": {"tenant": "t", "sinks": [ksink(kmock)]}})
     acked = set()

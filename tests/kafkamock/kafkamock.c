@@ -125,8 +125,9 @@ static void consume(const char *topic) {
           json_array_append_new(hs, json_pack("[s s#]", name, val ? (const char *)val : "", val ? (int)vlen : 0));
       }
       rd_kafka_timestamp_type_t tt;
+      json_int_t ts = (json_int_t)rd_kafka_message_timestamp(m, &tt);
       json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:o, s:o, s:o}", "topic", topic, "partition", (int)m->partition,
-                            "offset", (json_int_t)m->offset, "timestamp", (json_int_t)rd_kafka_message_timestamp(m, &tt),
+                            "offset", (json_int_t)m->offset, "timestamp", ts,
                             "key", b64(m->key, m->key_len), "value", b64(m->payload, m->len), "headers", hs);
       char *line = json_dumps(o, JSON_COMPACT);
       if (line) puts(line);
@@ -222,7 +223,8 @@ int main(int argc, char **argv) {
       lostack(a, atoi(b));
     } else if ((!strcmp(cmd, "down") || !strcmp(cmd, "up")) && n == 2) {
       int32_t id = atoi(a);
-      rd_kafka_resp_err_t e = cmd[0] == 'd' ? rd_kafka_mock_broker_set_down(mc, id) : rd_kafka_mock_broker_set_up(mc, id);
+      rd_kafka_resp_err_t e =
+        cmd[0] == 'd' ? rd_kafka_mock_broker_set_down(mc, id) : rd_kafka_mock_broker_set_up(mc, id);
       puts(e ? "error no such broker" : "ok");
     } else if ((!strcmp(cmd, "unknown") || !strcmp(cmd, "known")) && n == 2) {
       rd_kafka_mock_topic_set_error(mc, a, cmd[0] == 'u' ? RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART

@@ -332,6 +332,9 @@ static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
   rc |= conf_set(conf, "client.id", c->client, err, errlen);
   rc |= conf_set(conf, "enable.idempotence", "true", err, errlen);
   rc |= conf_set(conf, "acks", "all", err, errlen);
+  /* no linger: a record goes out at once; records that queue while a request is in flight
+   * still travel together in the next one */
+  rc |= conf_set(conf, "linger.ms", "0", err, errlen);
   rc |= conf_set(conf, "partitioner", "murmur2_random", err, errlen);
   rc |= conf_set(conf, "allow.auto.create.topics", "false", err, errlen);
   snprintf(num, sizeof num, "%lld", (long long)c->produce_timeout_ms);

@@ -78,12 +78,13 @@ def post_ok(node, src, body, headers=None):
     return r.json["id"]
 
 
-def rdk_threads(pid):
-    """librdkafka names its threads rdk:*: their count says whether a producer is open."""
+def rdk_threads(pid, name="rdk:"):
+    """librdkafka names its threads rdk:*: their count says whether a producer is open (one
+    rdk:main per producer)."""
     n = 0
     for t in Path(f"/proc/{pid}/task").iterdir():
         try:
-            n += (t / "comm").read_text().startswith("rdk:")
+            n += (t / "comm").read_text().startswith(name)
         except OSError:
             pass
     return n
@@ -276,6 +277,20 @@ def test_producer_closes_when_idle_and_reopens(ankusa, kmock):
     b = post_ok(node, "s", b"b")
     wait(lambda: metric(node, "ankusa_deliveries_total", "ok") == 2, what="second, on a new producer")
     assert set(by_id(kmock.consume("hooks"))) == {a, b}
+
+
+def test_sinks_with_one_destination_share_one_producer(ankusa, kmock):
+    sources = {"a": {"sinks": [ksink(kmock)]}, "b": {"tenant": "t", "sinks": [ksink(kmock, topic="other")]},
+               "c": {"sinks": [ksink(kmock, client="another-client")]}}
+    node = ankusa(config=fast(), sources=sources)
+    ids = [post_ok(node, "a", b"a"), post_ok(node, "b", b"b")]
+    wait(lambda: metric(node, "ankusa_deliveries_total", "ok") == 2, what="a and b delivered")
+    assert rdk_threads(node.pid, "rdk:main") == 1, "sources a and b share one producer"
+    ids.append(post_ok(node, "c", b"c"))
+    wait(lambda: metric(node, "ankusa_deliveries_total", "ok") == 3, what="c delivered")
+    assert rdk_threads(node.pid, "rdk:main") == 2, "another client id is another destination"
+    got = set(by_id(kmock.consume("hooks"))) | set(by_id(kmock.consume("other")))
+    assert got == set(ids)
 
 
 def test_guarded_sink_refused_by_egress_is_permanent(ankusa, kmock):

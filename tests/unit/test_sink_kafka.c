@@ -181,3 +181,21 @@ Test(kafka_sink, guarded_sink_refused_by_egress) {
   cr_expect_eq(answers.last.result, AK_SINK_PERMANENT);
   ak_sink_kafka.destroy(s);
 }
+
+Test(kafka_sink, bounded_in_flight_answers_busy) {
+  char err[256] = "";
+  void *s = make("{\"brokers\":\"127.0.0.1:1\",\"topic\":\"t\",\"produce_timeout_ms\":60000}", true, err, sizeof err);
+  cr_assert_not_null(s, "%s", err);
+  ak_envelope_t env = envelope((const uint8_t *)"{}", 2);
+  ak_sink_attempt_t att = attempt(&env);
+  reset();
+  for (int i = 0; i < 10000; i++) ak_sink_kafka.deliver(s, &att, &answers, on_done);
+  cr_expect_eq(calls(), 0, "10,000 records are held");
+  ak_sink_kafka.deliver(s, &att, &answers, on_done);
+  cr_expect_eq(calls(), 1, "the next one is answered at once");
+  cr_expect_eq(answers.last.result, AK_SINK_RETRY);
+  cr_expect_str_eq(answers.last.reason, "busy");
+  ak_sink_kafka.destroy(s);
+  cr_expect_eq(calls(), 10001);
+  cr_expect_str_eq(answers.last.reason, "sink stopped");
+}

@@ -658,6 +658,7 @@ static void kafka_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, a
       snprintf(err, sizeof err, "cannot start the kafka poll thread");
     } else {
       c->thread_started = true;
+      pthread_setname_np(c->thread, "ak-kafka");
     }
   }
   if (refuse == AK_SINK_OK) {

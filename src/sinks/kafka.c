@@ -14,8 +14,8 @@
  * sasl settings, produce_timeout_ms and max_record_bytes (both are producer settings in
  * librdkafka) and the egress guard the sink answers to (none for a trusted sink). Every
  * instance with the same destination shares its producer. Each producer has one thread
- * of ours that serves its delivery reports (rd_kafka_poll) and closes it when idle; a
- * delivery report answers the dispatcher's done() from that thread.
+ * of ours (ak-kafka) that serves its delivery reports (rd_kafka_poll) and closes it when
+ * idle; a delivery report answers the dispatcher's done() from that thread.
  *
  * Confirm rule: ok only on a delivery report without error, which with acks=all and
  * idempotence means every in-sync replica has the record, once: a request whose answer is

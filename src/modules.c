@@ -10,6 +10,10 @@
  *   - the gauge sampler before the modules that add samplers to it;
  *   - the HTTP client before every module whose plug-ins speak HTTP (the dispatcher's
  *     sinks), so it is closed after them;
+ *   - the claim check after the HTTP client (its S3/GCS claim stores speak HTTP) and just
+ *     before the dispatcher, which reads inst->claims (the claim stores its check-in
+ *     writes packs to) when it opens: the stores are open before the dispatcher's first
+ *     check-in and closed only after its last; the claim gateway stops after it too;
  *   - the audit trail before anything an operator can change;
  *   - the dispatcher starts before the writer (its due-index scan and the writer's commit
  *     notices must not both count a row), the admin listener before the ingest listener
@@ -25,6 +29,7 @@
  * will take. */
 #include "modules.h"
 #include "admin/admin.h"
+#include "admin/claims.h"
 #include "admin/sources_api.h"
 #include "archive/compactor.h"
 #include "archive/replay_reader.h"
@@ -69,6 +74,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_fleet,
   &ak_mod_egress,
   &ak_mod_httpc,
+  &ak_mod_claim_check,
   &ak_mod_dispatch,
   &ak_mod_replay,
   &ak_mod_storage,
@@ -79,7 +85,6 @@ static const ak_module_t *const modules[] = {
   &ak_mod_edge,
   &ak_mod_batcher,
   &ak_mod_wal,
-  &ak_mod_claim_check,
   &ak_mod_backup,
   &ak_mod_lifecycle,
 };

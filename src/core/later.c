@@ -1,13 +1,11 @@
 /* The config sections of Ankusa features this build does not implement yet: routes,
- * claim_check, backup and lifecycle. Each has the
+ * backup and lifecycle. Each has the
  * original's keys, defaults and ANKUSA_* overrides as real option rows, validated like
  * any other section, so a file that restates a default or turns a feature off loads
  * unchanged; only what asks for the feature itself is refused, naming the key:
  * routes.enabled and backup.enabled true (by their rows' enum_unsupported), a lifecycle section with sinks (by its check hook). These modules
  * have no typed struct and no lifecycle: when a feature is built, its module takes over
- * its section's rows and this file loses a part. The claim_check role is refused by the
- * node section (core/node.c); the claim gateway's address rule is here. */
-#include <arpa/inet.h>
+ * its section's rows and this file loses a part (the claim check's went to admin/claims.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "core/config.h"
@@ -124,47 +122,6 @@ const ak_module_t ak_mod_routes = {
   .doc = "route guard: not built yet; the keys are checked, enabled: true is refused",
   .options = routes_rows,
   .check = routes_check,
-};
-
-/* --------------------------------------------------------------- claim_check ---- */
-
-static const ak_opt_t claim_check_rows[] = {
-  ANKUSA_PORT("port", "4001", "ANKUSA_CLAIM_CHECK_PORT", "claim gateway listener port (claim_check role)"),
-  {.key = "ip", .type = AK_OPT_IP, .def = "127.0.0.1", .env = "ANKUSA_CLAIM_CHECK_IP",
-   .doc = "claim gateway listener address (an IP literal)"},
-  {.key = "pack_max_bytes", .type = AK_OPT_INT, .def = "16777216", .min = 1, .flags = AK_OPTF_HAS_MIN,
-   .doc = "target size of one pack object"},
-  {.key = "retention_days", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "local claims kept this long; null: no sweeper"},
-  {.key = "store", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = ak_blobcfg_store_rows,
-   .doc = "where claims live (unset: the storage bucket)"},
-  {0},
-};
-
-static bool is_loopback(const char *ip) {
-  unsigned char b[16];
-  if (inet_pton(AF_INET, ip, b) == 1) return b[0] == 127;
-  if (inet_pton(AF_INET6, ip, b) != 1) return false;
-  static const unsigned char one[16] = {[15] = 1}, mapped[12] = {[10] = 0xff, [11] = 0xff};
-  return !memcmp(b, one, 16) || (!memcmp(b, mapped, 12) && b[12] == 127);
-}
-
-static void claim_check_check(ak_check_t *c, json_t *cc, json_t *root) {
-  json_t *store = json_object_get(cc, "store");
-  if (json_is_object(store)) ak_blobcfg_check(c, "claim_check.store", store);
-  const char *ip = json_string_value(json_object_get(cc, "ip"));
-  json_t *ps = json_object_get(json_object_get(root, "admin"), "principals");
-  if (ip && !is_loopback(ip) && json_array_size(ps) == 0 && !ak_check_reported_under(c, "admin.principals"))
-    ak_check_error(c, "claim_check.ip: %s is not a loopback address; the claim gateway has no authentication, so "
-                   "without admin.principals it listens on loopback only: bind 127.0.0.1", ip);
-}
-
-const ak_module_t ak_mod_claim_check = {
-  .name = "claim_check",
-  .section = "claim_check",
-  .doc = "claim-check gateway: not built yet; the keys are checked, the claim_check role is refused",
-  .options = claim_check_rows,
-  .check = claim_check_check,
 };
 
 /* -------------------------------------------------------------------- backup ---- */

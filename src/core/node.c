@@ -10,7 +10,7 @@ static const char *const role_names[] = {"edge", "dispatch", "storage", "claim_c
 
 static const ak_opt_t node_rows[] = {
   {.key = "roles", .type = AK_OPT_STRLIST, .def = "[edge, dispatch, storage]",
-   .enum_vals = "edge|dispatch|storage|claim_check", .enum_unsupported = "claim_check", .min = 1,
+   .enum_vals = "edge|dispatch|storage|claim_check", .min = 1,
    .flags = AK_OPTF_HAS_MIN,
    .env = "ANKUSA_ROLES", .doc = "what this node runs: a list or a comma-separated string",
    AK_AT(ak_node_cfg_t, role_names)},

@@ -40,6 +40,7 @@
 #include "core/sources.h"
 #include "core/tmap.h"
 #include "dispatch/breaker.h"
+#include "dispatch/checkin.h"
 #include "dispatch/retry.h"
 #include "queue/writer.h"
 #include "sinks/egress.h"
@@ -96,6 +97,9 @@ typedef struct row {
   bool from_log;                 /* claimed from the hook log: no row of its own in the store */
   lane_t *lane;                  /* the head of this ordered lane, else NULL */
   ak_sink_outcome_t out;
+  struct row *cnext;             /* rows waiting for the same hook's check-in (d->cwait) */
+  char claim_ref[AK_CLAIM_REF_MAX]; /* "" until the hook's claim is known */
+  char claim_sha[65];
 } row_t;
 
 struct skey {
@@ -184,6 +188,7 @@ typedef struct reclaim {
 typedef struct {
   const ak_sink_vtable_t *vt;
   void *self;
+  int64_t inline_max;            /* a body above it goes by claim; -1: never */
   char label[32];                /* sink type: the metrics label */
   ak_series_t *att_ok, *att_err, *att_timeout, *del_ok, *del_dlq, *parked;
   ak_series_t *dur_ok, *dur_err, *dur_timeout, *lat_ok, *lat_dlq;
@@ -217,6 +222,8 @@ struct ak_dispatch {
   pthread_cond_t cv;
   inbox_t inbox;                 /* under mu */
   _Atomic(row_t *) ostack;       /* finished attempts, pushed lock-free by the sinks' threads (LIFO) */
+  _Atomic(ak_checkin_req_t *) cstack; /* answered check-ins, pushed by the checkin thread (LIFO) */
+  ak_checkin_t *checkin;         /* NULL without claim stores (inst->claims) */
   bool stop;                     /* under mu */
   int64_t stop_deadline_ms;      /* under mu */
 
@@ -229,6 +236,7 @@ struct ak_dispatch {
   ak_owner_t owner;
   ak_tmap_t tenants;             /* name -> tenant_t */
   umap_t claimed;                /* seq<<16|sink -> row */
+  umap_t cwait;                  /* seq -> the rows (cnext chain) waiting for its check-in */
   umap_t keys;                   /* tenant# <<32 | src <<16 | sink -> skey */
   tenant_t **heap;
   size_t nheap, capheap;
@@ -362,6 +370,13 @@ static void umap_del(umap_t *m, uint64_t k) {
 }
 
 static uint64_t row_id(uint64_t seq, uint16_t sink) { return seq << 16 | sink; }
+
+/* The key of a hook's claim ref ('c' seq, docs/storage.md). */
+static void claim_key(uint8_t k[AK_GROUP_KEY_LEN], uint64_t seq) {
+  k[0] = AK_IDX_CLAIM;
+  ak_put_u64(k + 1, seq);
+}
+
 
 /* ------------------------------------------------------------------ tenant places ---- */
 
@@ -1156,6 +1171,9 @@ static void reclaim(ak_dispatch_t *d) {
       ak_key_hook(hk, seq);
       ak_key_id(ik, d->reclaim[i].id);
       ak_batch_delete(wb, AK_CF_HOOKS, hk, sizeof hk);
+      uint8_t ck[AK_GROUP_KEY_LEN];
+      claim_key(ck, seq);
+      ak_batch_delete(wb, AK_CF_INDEX, ck, sizeof ck);
       n++;
       /* a sealed id has no index key (core/ids.h); an unsealed one (stored before ids were
        * sealed, or released from the pen) has */
@@ -1643,6 +1661,8 @@ typedef struct {
   uint64_t to;
   uint64_t *keep;
   size_t nkeep, capkeep;
+  uint64_t *claims;              /* seqs with a claim ref ('c') in the range */
+  size_t nclaims, capclaims;
   struct { uint64_t seq; uint8_t id[16]; } *ids;
   size_t nids, capids;
   bool oom;
@@ -1675,6 +1695,21 @@ static int rscan_ids(const char *k, size_t kl, const char *v, size_t vl, void *c
   }
   s->ids[s->nids].seq = seq;
   memcpy(s->ids[s->nids++].id, v, 16);
+  return 0;
+}
+
+static int rscan_claims(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  (void)v;
+  (void)vl;
+  rscan_t *s = ctx;
+  if (kl != AK_GROUP_KEY_LEN) return 0;
+  uint64_t seq = ak_get_u64((const uint8_t *)k + 1);
+  if (seq >= s->to) return 1;
+  if (ak_buf_grow(&s->claims, &s->capclaims, s->nclaims + 1, sizeof *s->claims) != 0) {
+    s->oom = true;
+    return 1;
+  }
+  s->claims[s->nclaims++] = seq;
   return 0;
 }
 
@@ -1743,6 +1778,9 @@ static void log_reclaim(ak_dispatch_t *d) {
   int rc = ak_store_scan_from(st, AK_CF_DELIVERIES, NULL, 0, fk, 8, false, rscan_rows, &s);
   ak_key_unsealed(fk, from);
   if (rc == 0) rc = ak_store_scan_from(st, AK_CF_INDEX, &j, 1, fk, sizeof fk, false, rscan_ids, &s);
+  const char c = AK_IDX_CLAIM;
+  claim_key(fk, from);
+  if (rc == 0) rc = ak_store_scan_from(st, AK_CF_INDEX, &c, 1, fk, sizeof fk, false, rscan_claims, &s);
   ak_batch_t *wb = NULL;
   if (rc != 0 || s.oom || ak_store_pin(st) != 0) goto out;
   if (!(wb = ak_batch_new(st))) {
@@ -1756,6 +1794,12 @@ static void log_reclaim(ak_dispatch_t *d) {
     ak_key_unsealed(jk, s.ids[i].seq);
     ak_batch_delete(wb, AK_CF_INDEX, ik, sizeof ik);
     ak_batch_delete(wb, AK_CF_INDEX, jk, sizeof jk);
+  }
+  for (size_t i = 0; i < s.nclaims; i++) {
+    if (has_seq(s.keep, s.nkeep, s.claims[i])) continue;
+    uint8_t ck[AK_GROUP_KEY_LEN];
+    claim_key(ck, s.claims[i]);
+    ak_batch_delete(wb, AK_CF_INDEX, ck, sizeof ck);
   }
   ak_store_unpin(st);
   gscan_t g = {.wb = wb, .from = from, .to = to, .start = from, .rows = &s};
@@ -1784,6 +1828,7 @@ out:
   ak_batch_free(wb);
   free(s.keep);
   free(s.ids);
+  free(s.claims);
 }
 
 /* ------------------------------------------------------------------ rows ---- */
@@ -2290,17 +2335,9 @@ static void on_sink_done(void *ctx, const ak_sink_outcome_t *o) {
   pthread_mutex_unlock(&d->mu);
 }
 
-static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
-  skey_t *k = r->key;
-  sink_inst_t *si = &r->ds->v[k->sink];
-  r->running = true;
-  r->start_ns = ak_mono_ns();
-  r->deadline_ms = now + d->cfg->attempt_timeout_ms;
-  ak_list_insert_tail(&d->run, &r->run_link);
-  k->running++;
-  k->t->running++;
-  d->running++;
-  r->d = d;
+/* The attempt's call into its sink (the row is counted running). */
+static void deliver_row(row_t *r) {
+  sink_inst_t *si = &r->ds->v[r->key->sink];
   char id[AK_UUID_STR_LEN], rid[AK_UUID_STR_LEN];
   ak_uuid_format(r->env.id, id);
   if (r->has_replay) ak_uuid_format(r->replay_id, rid);
@@ -2320,10 +2357,154 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
     .idempotency_key = idem ? idem : id,
     .dedupe_key = dkey,
     .source = &r->src->cfg,
+    .claim_ref = r->claim_ref[0] ? r->claim_ref : NULL,
+    .body_sha256 = r->claim_sha[0] ? r->claim_sha : NULL,
   };
   si->vt->deliver(si->self, &att, r, on_sink_done);
   free(dkey);
   free(idem);
+}
+
+/* ---- claims (dispatch/checkin.h): a body above a sink's inline_max_bytes goes by a claim
+ * ref, checked in once per hook and kept in the store ('c' seq) for every sink and retry */
+
+/* The stored ref of r's hook into r, if there is one. */
+static bool claim_load(ak_dispatch_t *d, row_t *r) {
+  uint8_t k[AK_GROUP_KEY_LEN];
+  claim_key(k, r->seq);
+  char *v = NULL;
+  size_t vl = 0;
+  bool ok = false;
+  if (ak_store_get(d->inst->store, AK_CF_INDEX, k, sizeof k, &v, &vl) == 0 && vl >= 2 && v[0] == 1) {
+    size_t rl = (uint8_t)v[1];
+    if (rl && rl < sizeof r->claim_ref && vl == 2 + rl + 64) {
+      memcpy(r->claim_ref, v + 2, rl);
+      r->claim_ref[rl] = '\0';
+      memcpy(r->claim_sha, v + 2 + rl, 64);
+      r->claim_sha[64] = '\0';
+      ok = true;
+    }
+  }
+  free(v);
+  return ok;
+}
+
+static void on_checkin(void *ctx, ak_checkin_req_t *req) {
+  ak_dispatch_t *d = ctx;
+  ak_checkin_req_t *old = atomic_load(&d->cstack);
+  do {
+    req->next = old;
+  } while (!atomic_compare_exchange_weak(&d->cstack, &old, req));
+  if (old) return;
+  pthread_mutex_lock(&d->mu);
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+/* r needs a claim: its hook's stored one, or a check-in (rows of the same hook wait for
+ * the first one's). False when r waits. */
+static bool claim_ready(ak_dispatch_t *d, row_t *r) {
+  if (r->claim_ref[0] || claim_load(d, r)) return true;
+  row_t *first = umap_get(&d->cwait, r->seq);
+  if (first) {
+    r->cnext = first->cnext;
+    first->cnext = r;
+    return false;
+  }
+  ak_checkin_req_t *req = calloc(1, sizeof *req);
+  uint8_t *copy = req ? malloc(r->rec_len ? r->rec_len : 1) : NULL;
+  if (!copy || umap_put(&d->cwait, r->seq, r) != 0) {
+    free(req);
+    free(copy);
+    ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
+    snprintf(o.reason, sizeof o.reason, "claim_check: out of memory");
+    on_sink_done(r, &o);
+    return false;
+  }
+  /* the row may time out (and its record go) before the check-in answers: the request
+   * carries its own copy */
+  memcpy(copy, r->rec, r->rec_len);
+  const uint8_t *base = r->rec;
+  req->seq = r->seq;
+  req->tenant = r->env.tenant ? (const char *)copy + ((const uint8_t *)r->env.tenant - base) : NULL;
+  req->tenant_len = r->env.tenant_len;
+  req->body = r->env.body_len ? copy + (r->env.body - base) : copy;
+  req->len = r->env.body_len;
+  memcpy(req->hook_id, r->env.id, 16);
+  req->content_type =
+      r->env.content_type ? (const char *)copy + ((const uint8_t *)r->env.content_type - base) : NULL;
+  req->content_type_len = r->env.content_type_len;
+  req->received_at_ms = r->env.received_at_ms;
+  req->user = copy;
+  r->cnext = NULL;
+  ak_checkin_submit(d->checkin, req);
+  return false;
+}
+
+/* Answered check-ins: the ref goes into the store with the outcomes, and every row that
+ * waited for it goes on to its sink (or fails its attempt, retried as any failure). */
+static void apply_checkins(ak_dispatch_t *d, int64_t now) {
+  ak_checkin_req_t *list = NULL;
+  for (ak_checkin_req_t *q = atomic_exchange(&d->cstack, NULL), *nx; q; q = nx) {
+    nx = q->next;
+    q->next = list;
+    list = q;
+  }
+  for (ak_checkin_req_t *q = list, *nx; q; q = nx) {
+    nx = q->next;
+    row_t *r = umap_get(&d->cwait, q->seq);
+    umap_del(&d->cwait, q->seq);
+    size_t rl = strlen(q->ref);
+    if (q->rc == 0 && rl && rl < 256 && op_begin(d)) {
+      uint8_t k[AK_GROUP_KEY_LEN], v[2 + 255 + 64];
+      claim_key(k, q->seq);
+      v[0] = 1;
+      v[1] = (uint8_t)rl;
+      memcpy(v + 2, q->ref, rl);
+      memcpy(v + 2 + rl, q->sha256, 64);
+      ak_batch_put(batch(d, now), AK_CF_INDEX, k, sizeof k, v, 2 + rl + 64);
+      op_end(d);
+    }
+    while (r) {
+      row_t *rn = r->cnext;
+      r->cnext = NULL;
+      if (q->rc == 0 && !r->zombie) {
+        snprintf(r->claim_ref, sizeof r->claim_ref, "%s", q->ref);
+        memcpy(r->claim_sha, q->sha256, 65);
+        deliver_row(r);
+      } else {
+        ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
+        snprintf(o.reason, sizeof o.reason, "claim_check: %.100s", q->rc == 0 ? "timed out" : q->err);
+        on_sink_done(r, &o);
+      }
+      r = rn;
+    }
+    free(q->user);
+    free(q);
+  }
+}
+
+static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
+  skey_t *k = r->key;
+  sink_inst_t *si = &r->ds->v[k->sink];
+  r->running = true;
+  r->start_ns = ak_mono_ns();
+  r->deadline_ms = now + d->cfg->attempt_timeout_ms;
+  ak_list_insert_tail(&d->run, &r->run_link);
+  k->running++;
+  k->t->running++;
+  d->running++;
+  r->d = d;
+  if (si->inline_max >= 0 && (uint64_t)r->env.body_len > (uint64_t)si->inline_max) {
+    if (!d->checkin) {
+      ak_sink_outcome_t o = {.result = AK_SINK_RETRY};
+      snprintf(o.reason, sizeof o.reason, "claim_check: no claim store on this node");
+      on_sink_done(r, &o);
+      return;
+    }
+    if (!claim_ready(d, r)) return;
+  }
+  deliver_row(r);
 }
 
 /* Hand free slots round-robin across tenants with queued rows, then across the
@@ -2588,6 +2769,7 @@ static void *run(void *arg) {
       settle(d, r, &r->out, false, now);
       free(r);
     }
+    if (atomic_load(&d->cstack)) apply_checkins(d, now);
     check_timeouts(d, now);
     while (d->nheap && d->heap[0]->next_due <= now) {
       tenant_t *t = d->heap[0];
@@ -2640,7 +2822,8 @@ static void *run(void *arg) {
     if (d->last_tick_ms + TICK_MS < wake) wake = d->last_tick_ms + TICK_MS;
     if (!ak_list_empty(&d->ready) && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
     pthread_mutex_lock(&d->mu);
-    if (!d->inbox.n && !d->nminbox && !d->notice_lost_from && !atomic_load(&d->ostack) && !(d->stop && !stopping) &&
+    if (!d->inbox.n && !d->nminbox && !d->notice_lost_from && !atomic_load(&d->ostack) && !atomic_load(&d->cstack) &&
+        !(d->stop && !stopping) &&
         wake > now) {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
@@ -2773,6 +2956,7 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
       goto fail;
     }
     snprintf(si->label, sizeof si->label, "%s", s->sinks[j].type);
+    si->inline_max = si->vt->inline_max ? si->vt->inline_max(si->self) : -1;
     sink_metrics(d, si, s->id);
   }
   ds->n = s->nsinks;
@@ -3019,6 +3203,10 @@ int64_t ak_dispatch_debug_tenant_claimed(ak_dispatch_t *d, const char *tenant) {
 
 int ak_dispatch_start(ak_dispatch_t *d, char *err, size_t errlen) {
   if (ak_dispatch_load(d, err, errlen) != 0) return -1;
+  if (d->inst->claims && !d->checkin && !(d->checkin = ak_checkin_new(d->inst->claims, on_checkin, d))) {
+    snprintf(err, errlen, "cannot start the claim check-in thread");
+    return -1;
+  }
   if (d->inst->writer) ak_writer_on_commit(d->inst->writer, on_commit, d);
   if (pthread_create(&d->thread, NULL, run, d) != 0) {
     snprintf(err, errlen, "cannot start the dispatch thread");
@@ -3039,9 +3227,30 @@ void ak_dispatch_stop(ak_dispatch_t *d, int64_t wait_ms) {
   d->started = false;
 }
 
+/* At shutdown, after the dispatch thread: the checkin answers what waits, and the rows
+ * that waited and timed out meanwhile (no longer in `claimed`) are freed here. */
+static void checkins_drop(ak_dispatch_t *d) {
+  ak_checkin_free(d->checkin);
+  d->checkin = NULL;
+  for (ak_checkin_req_t *q = atomic_exchange(&d->cstack, NULL), *nx; q; q = nx) {
+    nx = q->next;
+    for (row_t *r = umap_get(&d->cwait, q->seq), *rn; r; r = rn) {
+      rn = r->cnext;
+      if (r->zombie) free(r);
+    }
+    umap_del(&d->cwait, q->seq);
+    free(q->user);
+    free(q);
+  }
+  free(d->cwait.keys);
+  free(d->cwait.vals);
+  memset(&d->cwait, 0, sizeof d->cwait);
+}
+
 void ak_dispatch_free(ak_dispatch_t *d) {
   if (!d) return;
   ak_dispatch_stop(d, 0);
+  checkins_drop(d);
   /* Every sink first, whatever version holds it: their late callbacks still find the
    * queue, and none can arrive once the rows below are freed. The sets stay with their
    * versions (freed by the table or a last holder), emptied and unlisted. Only the

@@ -80,6 +80,19 @@ size_t ak_claim_head_len(uint16_t pos);
  * the head is not a pack's (wrong signature or name, or too short: not found). */
 int ak_claim_locate(const uint8_t *head, size_t n, uint16_t pos, uint32_t *off, uint32_t *len);
 
+/* Bytes of a claim entry's local header (30 + its 26-character name): a claim's bytes at
+ * off are preceded by them, at off - AK_CLAIM_ENTRY_HEAD. */
+#define AK_CLAIM_ENTRY_HEAD 56
+/* Is hdr (n bytes, read from off - AK_CLAIM_ENTRY_HEAD) the local header of the entry of
+ * id, stored, of len bytes? 0, or -1 (the index pointed somewhere else). */
+int ak_claim_entry_check(const uint8_t *hdr, size_t n, const ak_claim_id_t *id, uint32_t len);
+/* Bytes to read from the end of a pack to find its manifest: the manifest's central
+ * directory record and the end record. */
+size_t ak_claim_manifest_tail_len(void);
+/* From those last bytes (n of them) of a pack of pack_size bytes: where manifest.json's
+ * bytes are. 0, or -1 when the tail is not a pack's. */
+int ak_claim_manifest_find(const uint8_t *tail, size_t n, uint64_t pack_size, uint64_t *off, uint32_t *len);
+
 /* The claim stores of a node (claim_check.stores, else claim_check.store, else the
  * storage bucket), tried in order: a check-in writes to the first that takes it; a
  * redeem reads from the first that has it. Built by the claim_check module
@@ -92,7 +105,7 @@ typedef struct ak_claim_stores {
   struct ak_series *redeem_failed;   /* ...{op="redeem"}, or NULL */
 } ak_claim_stores_t;
 
-/* Put one pack: to the first store that answers OK. 0 (which store in *used, may be
+/* Put one pack: to the first store that answers OK (the caller counts checkin_failed). 0 (which store in *used, may be
  * NULL), or -1 with err (secret-free: every store's failure, shortest first). */
 int ak_claim_stores_put(const ak_claim_stores_t *s, const char *key, const void *data, size_t len, size_t *used,
                         char *err, size_t errlen);

@@ -66,6 +66,7 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_IDX_RECLAIM 'r' /* 'r' seq:64 -> id:128: a hook that may be reclaimable (its exception row settled) */
 #define AK_IDX_LANE 'o'    /* 'o' tlen:8 tenant slen:8 source sink:16 seq:64 -> lane row v1 (ordered sinks) */
 #define AK_IDX_ID 'i'      /* 'i' id:128 -> seq:64, only for ids that do not carry their seq sealed */
+#define AK_IDX_CLAIM 'c'   /* 'c' seq:64 -> claim value v1: u8 1, u8 len, ref, 64 hex sha256 (dispatch/checkin.h) */
 #define AK_IDX_DEDUPE 'e'  /* dedupe CF: 'e' expires_at:64 seq:64 -> a commit's keys (queue/dedupe_record.c) */
 
 /* audit CF (store/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is

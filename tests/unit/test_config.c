@@ -149,6 +149,8 @@ Test(config, defaults_from_empty_document) {
               "\"breaker_failure_rate\":0.5,\"breaker_min_calls\":20,\"breaker_window_ms\":10000,"
               "\"breaker_open_ms\":5000,\"pending_ttl_ms\":30000},"
               "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false,\"guard_static_sources\":false},"
+              "\"claim_check\":{\"port\":4001,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,"
+              "\"retention_days\":null,\"sweep_interval_ms\":3600000,\"stores\":[]},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
               "\"storage\":{\"type\":\"local\",\"roll_bytes\":16777216,\"roll_ms\":30000,\"interval_ms\":1000,"
               "\"key_prefix\":\"\",\"catalogue_retention_days\":null,"
@@ -165,8 +167,6 @@ Test(config, defaults_from_empty_document) {
               "\"http\":{\"ip\":null,\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
               "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,\"max_queue_bytes\":268435456,\"tenant_max_queue\":2500,\"tenant_max_queue_bytes\":67108864},"
               "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
-              "\"claim_check\":{\"port\":4001,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,"
-              "\"retention_days\":null},"
               "\"backup\":{\"enabled\":false,\"interval_ms\":60000,\"keep\":3}}");
   cr_expect_not(ak_source_store_persistent(cfg));
   ak_config_free(cfg);
@@ -477,7 +477,8 @@ Test(config, later_sections_restating_defaults_load) {
   json_t *eff = cfg->effective;
   expect_json(json_object_get(json_object_get(eff, "storage"), "key_prefix"), "\"node-a/b.c/\"");
   expect_json(json_object_get(eff, "claim_check"),
-              "{\"port\":4101,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,\"retention_days\":7}");
+              "{\"port\":4101,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,\"retention_days\":7,"
+              "\"sweep_interval_ms\":3600000,\"stores\":[]}");
   expect_json(json_object_get(json_object_get(eff, "routes"), "seed"),
               "[{\"id\":\"r1\",\"path\":\"/webhooks/:id\",\"methods\":[\"POST\"],\"enabled\":true,\"metadata\":{}}]");
   ak_config_free(cfg);
@@ -544,17 +545,35 @@ Test(config, later_sections_validated) {
              "claim_check.store.s3.region: required when claim_check.store.type is s3");
   expect_err("claim_check: {store: {type: gcs, gcs: {bucket: g}, root: /x}}\n",
              "claim_check.store.root: only with claim_check.store.type local");
+  expect_err("claim_check: {store: {type: local}, stores: [{type: local}]}\n",
+             "claim_check.stores: claim_check.store and claim_check.stores are both set; keep one (stores is the "
+             "list tried in order)");
+  expect_err("claim_check: {stores: [{type: local}, {type: s3}]}\n",
+             "claim_check.stores[1].s3.bucket: required when claim_check.stores[1].type is s3\n"
+             "claim_check.stores[1].s3.region: required when claim_check.stores[1].type is s3");
+  expect_err("claim_check: {retention_days: 7, stores: [{type: local}, {type: s3, s3: {bucket: b, region: r}}]}\n",
+             "claim_check.retention_days: only with LocalFS claim stores, but claim_check.stores[1].type is s3; "
+             "expire claims/ with a bucket lifecycle rule");
+  expect_err("claim_check: {retention_days: 7, store: {type: gcs, gcs: {bucket: g, auth: none}}}\n",
+             "claim_check.retention_days: only with LocalFS claim stores, but claim_check.store.type is gcs; "
+             "expire claims/ with a bucket lifecycle rule");
+  expect_err("storage: {type: s3, s3: {bucket: b, region: r}}\nclaim_check: {retention_days: 7}\n",
+             "claim_check.retention_days: only with LocalFS claim stores, but the claims go to the storage bucket "
+             "(storage.type s3); expire claims/ with a bucket lifecycle rule");
+  expect_err("claim_check: {sweep_interval_ms: 0}\n", "claim_check.sweep_interval_ms must be positive, got 0");
+  ak_config_free(load_ok("claim_check: {retention_days: 7, stores: [{type: local, root: /a}, {type: local}]}\n"));
   expect_err("backup: {keep: 0}\n", "backup.keep must be positive, got 0");
   expect_err("backup: {interval_ms: soon}\n", "backup.interval_ms: expected an integer, got \"soon\"");
   expect_err("backup: {store: {type: nfs}}\n",
              "backup.store.type: unknown value \"nfs\"; expected one of local, s3, gcs");
 }
 
-/* The claim gateway has no authentication: without admin.principals it binds loopback only. */
+/* The claim gateway authenticates with admin.principals: without any it binds loopback only. */
 Test(config, claim_gateway_loopback_without_principals) {
   expect_err("claim_check: {ip: 0.0.0.0}\n",
-             "claim_check.ip: 0.0.0.0 is not a loopback address; the claim gateway has no authentication, so "
-             "without admin.principals it listens on loopback only: bind 127.0.0.1");
+             "claim_check.ip: 0.0.0.0 is not a loopback address; without admin.principals the claim gateway has no "
+             "one to authenticate and listens on loopback only: add admin.principals with the claims:read scope, or "
+             "bind 127.0.0.1");
   ak_config_free(load_ok("claim_check: {ip: \"::1\"}\n"));
   ak_config_free(load_ok("admin:\n  principals:\n    - {name: ops, token_sha256: " HASH_A ", scopes: [audit:read], "
                          "tenants: \"*\"}\n"
@@ -939,11 +958,11 @@ Test(config, roles) {
   expect_json(json_object_get(json_object_get(cfg->effective, "node"), "roles"), "[\"storage\",\"edge\"]");
   ak_config_free(cfg);
   cr_expect_str_eq(ak_node_roles_text(AK_ROLE_EDGE | AK_ROLE_CLAIM_CHECK, buf, sizeof buf), "edge,claim_check");
-  /* a role with no implementation is refused, never accepted silently */
-  expect_err("node:\n  roles: [edge, claim_check]\n", "node.roles[1]: \"claim_check\" is not supported yet");
-  expect_err("node:\n  roles: claim_check\n", "node.roles: \"claim_check\" is not supported yet");
-  const char *env[] = {"ANKUSA_ROLES=edge,claim_check", NULL};
-  expect_err_env("", env, "node.roles (from ANKUSA_ROLES): \"claim_check\" is not supported yet");
+  /* the claim_check role (admin/claims.c), alone or with others */
+  ak_config_free(cfg = load_ok("node:\n  roles: claim_check\n"));
+  cfg = load_ok("node:\n  roles: [edge, claim_check]\n");
+  cr_expect_eq(ak_node_cfg(cfg)->roles, AK_ROLE_EDGE | AK_ROLE_CLAIM_CHECK);
+  ak_config_free(cfg);
   cr_expect_str_eq(ak_node_roles_text(0, buf, sizeof buf), "");
   cr_expect_str_eq(ak_wal_type_text(AK_WAL_DUAL), "dual");
 }
@@ -1253,8 +1272,8 @@ Test(config, root_options_table) {
   cr_assert_eq(ak_config_load_string(ak_modules(), "", 0, env, &cfg, &err), 0, "%s", err);
   const ak_opt_t *rows = ak_config_root_options(cfg);
   const char *want[] = {"node", "log", "metrics", "sources", "source_store", "audit", "store_headers", "routes",
-                        "rate_limits", "admission", "quarantine", "dedupe", "fleet", "egress", "dispatch", "storage", "archive", "admin", "listener",
-                        "http", "batcher", "wal", "claim_check", "backup", "lifecycle"};
+                        "rate_limits", "admission", "quarantine", "dedupe", "fleet", "egress", "claim_check", "dispatch", "storage",
+                        "archive", "admin", "listener", "http", "batcher", "wal", "backup", "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {
     cr_assert_lt(n, sizeof want / sizeof want[0]);

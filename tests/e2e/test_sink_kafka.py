@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, SLOW, post_many, run_cli, uuid7_ms
+from helpers import REPO, SLOW, free_ports, post_many, principal, run_cli, uuid7_ms
 from kafka_mock import KafkaMock
 
 sys.path.insert(0, str(REPO / "examples" / "consumers"))
@@ -147,6 +147,36 @@ def test_records_carry_the_message_key_headers_and_timestamp(ankusa, kmock):
 
     wait(lambda: metric(node, "ankusa_deliveries_total", "ok") == 13, what="13 ok deliveries")
     assert metric(node, "ankusa_dispatch_attempts_total", "error") == 0
+
+
+def test_a_body_above_inline_max_goes_by_claim_and_the_consumer_redeems_it(ankusa, kmock, tmp_path):
+    (claim_port,) = free_ports(1)
+    token = "kafka-claims-reader"
+    config = {
+        "node": {"roles": ["edge", "dispatch", "storage", "claim_check"]},
+        "admin": {"principals": [principal("reader", token, ["claims:read"], "*")]},
+        "claim_check": {"port": claim_port, "ip": "127.0.0.1",
+                        "store": {"type": "local", "root": str(tmp_path / "claims")}},
+    }
+    config.update(fast())
+    node = ankusa(config=config, sources={"big": {"tenant": "acme", "sinks": [ksink(kmock, inline_max_bytes=1000)]}})
+    big = os.urandom(300 * 1024)
+    small = b"s" * 1000  # at the threshold: inline
+    big_id, small_id = post_ok(node, "big", big), post_ok(node, "big", small)
+    recs = wait(lambda: (lambda r: r if len(r) >= 2 else None)(by_id(kmock.consume("hooks"))), what="2 records")
+    (b,), (sm,) = recs[big_id], recs[small_id]
+    mb, ms = validate(b.value), validate(sm.value)
+    assert "body_base64" not in mb and mb["claim"].startswith("urn:ankusa:claim:v1:acme:"), mb
+    assert mb["size"] == len(big) and len(b.value) < 2000, "the record carries the ref, not the body"
+    assert "claim" not in ms and base64.b64decode(ms["body_base64"]) == small
+    p = subprocess.run(["/usr/bin/python3", str(CONSUMER), "--brokers", kmock.bootstrap, "--topic", "hooks",
+                        "--until-eof", "--claim-base", f"http://127.0.0.1:{claim_port}", "--token", token],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = {x["id"]: x for x in map(json.loads, p.stdout.splitlines())}
+    assert lines[big_id]["by_claim"] and lines[big_id]["sha256_ok"] and lines[big_id]["size"] == len(big)
+    assert not lines[small_id]["by_claim"]
+    assert Consumer(claim_base=f"http://127.0.0.1:{claim_port}", token=token).handle(b.value).body == big
 
 
 # -------------------------------------------------------------------- confirm and classes

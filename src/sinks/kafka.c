@@ -152,10 +152,13 @@ typedef struct kconn {
   kcell_t cells;      /* list head: every record not yet reported */
   int64_t inflight;
   int64_t last_use_ms;
-  /* egress, per producer (reset when it closes) */
+  /* egress, per producer (reset when it closes); refused, allowed and refusal under
+   * egress_mu alone: connect_cb runs on librdkafka's broker threads, which must never wait
+   * for mu (deliver holds it around rd_kafka_producev) */
+  pthread_mutex_t egress_mu;
   int refused, allowed;
-  bool blocked, purge;
   char refusal[128];
+  bool blocked, purge;
   bool fatal; /* the idempotent producer hit a fatal error: it is replaced */
 } kconn_t;
 
@@ -250,7 +253,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
   c->last_use_ms = now_ms();
   kafka_sink_t *owner = cell->owner;
   bool blocked = c->blocked && m->err != RD_KAFKA_RESP_ERR_NO_ERROR;
-  if (blocked) snprintf(out.reason, sizeof out.reason, "%s", c->refusal);
+  if (blocked) {
+    pthread_mutex_lock(&c->egress_mu);
+    snprintf(out.reason, sizeof out.reason, "%s", c->refusal);
+    pthread_mutex_unlock(&c->egress_mu);
+  }
   if (owner) owner->answering++;
   pthread_mutex_unlock(&c->mu);
   if (owner) {
@@ -268,8 +275,14 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
   (void)reason; /* librdkafka's text is not copied anywhere: the error's name says enough */
   kconn_t *c = opaque;
+  bool all_refused = false;
+  if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && c->egress) {
+    pthread_mutex_lock(&c->egress_mu);
+    all_refused = c->refused > 0 && c->allowed == 0;
+    pthread_mutex_unlock(&c->egress_mu);
+  }
   pthread_mutex_lock(&c->mu);
-  if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && c->egress && c->refused > 0 && c->allowed == 0 && !c->blocked) {
+  if (all_refused && !c->blocked) {
     c->blocked = true;
     c->purge = true;
   }
@@ -300,15 +313,15 @@ static int on_connect(int fd, const struct sockaddr *sa, int salen, const char *
   (void)id;
   kconn_t *c = opaque;
   if (!ak_egress_addr_allowed(c->egress, sa)) {
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&c->egress_mu);
     c->refused++;
     ak_egress_refusal(sa, c->refusal, sizeof c->refusal);
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->egress_mu);
     return EACCES;
   }
-  pthread_mutex_lock(&c->mu);
+  pthread_mutex_lock(&c->egress_mu);
   c->allowed++;
-  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_unlock(&c->egress_mu);
   if (connect(fd, sa, (socklen_t)salen) == -1 && errno != EINPROGRESS) return errno ? errno : ECONNREFUSED;
   return 0;
 }
@@ -374,6 +387,12 @@ static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
   rd_kafka_conf_set_error_cb(conf, on_error);
   rd_kafka_conf_set_log_cb(conf, on_log);
   if (c->egress) rd_kafka_conf_set_connect_cb(conf, on_connect);
+  /* the new producer's connects are counted afresh (a producer being destroyed opens no
+   * more connections) */
+  pthread_mutex_lock(&c->egress_mu);
+  c->refused = c->allowed = 0;
+  c->refusal[0] = '\0';
+  pthread_mutex_unlock(&c->egress_mu);
   char why[256];
   rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
   if (!rk) {
@@ -381,9 +400,7 @@ static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
     snprintf(err, errlen, "cannot create the kafka producer");
     return NULL;
   }
-  c->refused = c->allowed = 0;
   c->blocked = c->purge = c->fatal = false;
-  c->refusal[0] = '\0';
   c->last_use_ms = now_ms();
   return rk;
 }
@@ -458,6 +475,7 @@ static void conn_free(kconn_t *c) {
   free(c->sasl_user);
   free(c->sasl_pass);
   pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->egress_mu);
   pthread_cond_destroy(&c->cv);
   free(c);
 }
@@ -556,6 +574,7 @@ static kconn_t *conn_attach(const kafka_opts_t *o, const ak_egress_t *egress, ch
   c->egress = egress;
   c->cells.prev = c->cells.next = &c->cells;
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->egress_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   if (!c->client || (sasl >= 0 && (!c->sasl_user || !c->sasl_pass))) {
     pthread_mutex_unlock(&registry_mu);
@@ -646,7 +665,9 @@ static void kafka_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, a
   pthread_mutex_lock(&c->mu);
   if (c->blocked) {
     refuse = AK_SINK_PERMANENT;
+    pthread_mutex_lock(&c->egress_mu);
     snprintf(err, sizeof err, "%s", c->refusal);
+    pthread_mutex_unlock(&c->egress_mu);
   } else if (c->inflight >= KAFKA_MAX_INFLIGHT) {
     refuse = AK_SINK_RETRY;
     snprintf(err, sizeof err, "busy");

@@ -14,6 +14,9 @@
  *     rabbitmq  rabbitmq-c, confirm mode, mandatory + persistent, C unconfirmed at most
  *     nats      cnats, JetStream async publish, C pending, every ack awaited
  *     redis     hiredis, C PUBLISH pipelined per round trip
+ *     sqs       libcurl multi, C requests outstanding: SigV4 (CURLOPT_AWS_SIGV4) JSON 1.0
+ *               SendMessage with the metadata attributes; 200 and MD5OfMessageBody checked
+ *     google_pubsub  libcurl multi: the publish request; 200 and one message id checked
  *
  *   brokers setup TYPE OPTS_JSON           what the sink never creates: the NATS stream of
  *                                          the subject (bounded), the RabbitMQ queue bound to
@@ -29,6 +32,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#include <curl/curl.h>
+#include <openssl/evp.h>
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 #include <hiredis.h>
@@ -385,6 +390,141 @@ static int raw_redis(long c, long n, size_t size, json_t *o) {
   return failed_n ? 1 : 0;
 }
 
+/* ---- sqs, google_pubsub: the request body built once, C easy handles reused ---- */
+
+typedef struct {
+  CURL *h;
+  char resp[4096];
+  size_t rlen;
+} hslot_t;
+
+static size_t h_write(char *p, size_t sz, size_t nm, void *ud) {
+  hslot_t *s = ud;
+  size_t n = sz * nm, room = sizeof s->resp - 1 - s->rlen;
+  memcpy(s->resp + s->rlen, p, n < room ? n : room);
+  s->rlen += n < room ? n : room;
+  s->resp[s->rlen] = '\0';
+  return n;
+}
+
+static char sqs_md5[33];
+
+static bool h_ok(const char *type, hslot_t *s) {
+  long code = 0;
+  curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
+  if (code != 200) return false;
+  json_t *j = json_loads(s->resp, 0, NULL);
+  bool ok;
+  if (!strcmp(type, "sqs")) {
+    const char *md5 = json_string_value(json_object_get(j, "MD5OfMessageBody"));
+    ok = md5 && json_string_value(json_object_get(j, "MessageId")) && !strcmp(md5, sqs_md5);
+  } else {
+    ok = json_array_size(json_object_get(j, "messageIds")) == 1;
+  }
+  json_decref(j);
+  return ok;
+}
+
+static int raw_http(const char *type, long c, long n, size_t size, json_t *o) {
+  json_t *attrs = json_object();
+  bool sqs = !strcmp(type, "sqs");
+  char url[512];
+  json_t *req;
+  if (sqs) {
+    const char *q = opt_s(o, "queue_url", "");
+    for (size_t i = 0; i < nmeta; i++)
+      json_object_set_new(attrs, meta[i].name,
+                          json_pack("{s:s,s:s%}", "DataType", "String", "StringValue", meta[i].value, meta[i].value_len));
+    req = json_pack("{s:s,s:s%,s:o}", "QueueUrl", q, "MessageBody", msg, msg_len, "MessageAttributes", attrs);
+    /* the JSON protocol posts to the endpoint's root: the queue URL's origin */
+    const char *h = strstr(q, "://");
+    size_t olen = h ? (size_t)(h + 3 - q) + strcspn(h + 3, "/") : strlen(q);
+    snprintf(url, sizeof url, "%.*s/", (int)olen, q);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdl = 0;
+    EVP_Digest(msg, msg_len, md, &mdl, EVP_md5(), NULL);
+    for (unsigned int i = 0; i < mdl && i < 16; i++) sprintf(sqs_md5 + 2 * i, "%02x", md[i]);
+  } else {
+    for (size_t i = 0; i < nmeta; i++) json_object_set_new(attrs, meta[i].name, json_stringn(meta[i].value, meta[i].value_len));
+    char *data = malloc(4 * ((msg_len + 2) / 3) + 1);
+    EVP_EncodeBlock((unsigned char *)data, (const unsigned char *)msg, (int)msg_len);
+    req = json_pack("{s:[{s:s,s:o}]}", "messages", "data", data, "attributes", attrs);
+    free(data);
+    snprintf(url, sizeof url, "%s/v1/projects/%s/topics/%s:publish", opt_s(o, "endpoint", ""), opt_s(o, "project", ""),
+             opt_s(o, "topic", ""));
+  }
+  char *reqbody = json_dumps(req, JSON_COMPACT);
+  json_decref(req);
+  struct curl_slist *hdr = NULL;
+  hdr = curl_slist_append(hdr, sqs ? "Content-Type: application/x-amz-json-1.0" : "Content-Type: application/json");
+  if (sqs) hdr = curl_slist_append(hdr, "X-Amz-Target: AmazonSQS.SendMessage");
+  else if (json_string_value(json_object_get(o, "token"))) {
+    char auth[600];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", json_string_value(json_object_get(o, "token")));
+    hdr = curl_slist_append(hdr, auth);
+  }
+  char userpwd[300], sigv4[128];
+  snprintf(userpwd, sizeof userpwd, "%s:%s", opt_s(o, "access_key_id", ""), opt_s(o, "secret_access_key", ""));
+  snprintf(sigv4, sizeof sigv4, "aws:amz:%s:sqs", opt_s(o, "region", "us-east-1"));
+  CURLM *m = curl_multi_init();
+  hslot_t *slots = calloc((size_t)c, sizeof *slots);
+  for (long i = 0; i < c; i++) {
+    CURL *h = slots[i].h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, reqbody);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, h_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &slots[i]);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, &slots[i]);
+    if (sqs) {
+      curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4);
+      curl_easy_setopt(h, CURLOPT_USERPWD, userpwd);
+    }
+  }
+  long failed_n = 0;
+  double t0 = 0, w0 = 0;
+  for (int round = 0; round < 2; round++) {
+    long want = round == 0 ? 1 : n, sent = 0, done = 0, idle = 0;
+    if (round == 1) t0 = cpu_us(), w0 = wall_s();
+    hslot_t **free_slots = malloc((size_t)c * sizeof *free_slots);
+    for (long i = 0; i < c; i++) free_slots[idle++] = &slots[i];
+    while (done < want) {
+      while (sent < want && idle > 0) {
+        hslot_t *s = free_slots[--idle];
+        s->rlen = 0;
+        curl_multi_add_handle(m, s->h);
+        sent++;
+      }
+      int running = 0;
+      curl_multi_perform(m, &running);
+      CURLMsg *cm;
+      int left;
+      while ((cm = curl_multi_info_read(m, &left))) {
+        if (cm->msg != CURLMSG_DONE) continue;
+        hslot_t *s = NULL;
+        curl_easy_getinfo(cm->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+        if (cm->data.result != CURLE_OK || !h_ok(type, s)) {
+          if (failed_n++ == 0) fprintf(stderr, "brokers: %s: first failure: %s %.300s\n", type,
+                                       curl_easy_strerror(cm->data.result), s->resp);
+        }
+        curl_multi_remove_handle(m, cm->easy_handle);
+        free_slots[idle++] = s;
+        done++;
+      }
+      if (done < want) curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    free(free_slots);
+  }
+  double used = cpu_us() - t0, wall = wall_s() - w0;
+  report("raw", type, n, c, size, used, wall, failed_n);
+  for (long i = 0; i < c; i++) curl_easy_cleanup(slots[i].h);
+  free(slots);
+  curl_multi_cleanup(m);
+  curl_slist_free_all(hdr);
+  free(reqbody);
+  return failed_n ? 1 : 0;
+}
+
 /* ---- what the sinks never create ---- */
 
 static int setup_nats(json_t *o) {
@@ -481,6 +621,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   make_hook(size);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
   int rc;
   if (!strcmp(mode, "sink")) {
     rc = run_sink(type, c, n, size, opts);
@@ -490,6 +631,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(type, "rabbitmq")) rc = raw_rabbitmq(c, n, size, opts);
     else if (!strcmp(type, "nats")) rc = raw_nats(c, n, size, opts);
     else if (!strcmp(type, "redis")) rc = raw_redis(c, n, size, opts);
+    else if (!strcmp(type, "sqs") || !strcmp(type, "google_pubsub")) rc = raw_http(type, c, n, size, opts);
     else {
       fprintf(stderr, "brokers: no raw client for %s\n", type);
       rc = 2;

@@ -11,12 +11,16 @@
 # Environment:
 #   RUNS         rounds of each mode per broker (5)    REQUESTS  messages per round (20000)
 #   CONCURRENCY  publishes outstanding (32)            SIZE      body bytes (1024)
-#   TYPES        brokers ("kafka rabbitmq nats redis")   MODES  "sink raw" (either alone to try one)
+#   TYPES        brokers ("kafka rabbitmq nats redis sqs google_pubsub")
+#   MODES        "sink raw" (either alone to try one)
+#   HTTP_REQUESTS messages per round for sqs and google_pubsub (2000: their loopback stand-ins
+#                are Python, tests/e2e/*_standin.py, and bound the rate, not the client's CPU)
 #   BUILD        meson build dir (build)               BENCH_TMP parent of the temp dir (bench/out)
 #
 # The brokers run on loopback, started here and stopped by PID: librdkafka's mock cluster
 # (3 brokers, in a process of its own), nats-server with JetStream (file store), one
-# rabbitmq-server (its own epmd port and node name), redis-server with one subscriber.
+# rabbitmq-server (its own epmd port and node name), redis-server with one subscriber, and
+# the SQS and Pub/Sub stand-ins of the e2e tests (SigV4 and the request shapes checked).
 # Builds the program on demand with `ninja -C build brokers` (not part of `make`).
 set -euo pipefail
 
@@ -25,7 +29,8 @@ RUNS=${RUNS:-5}
 REQUESTS=${REQUESTS:-20000}
 CONCURRENCY=${CONCURRENCY:-32}
 SIZE=${SIZE:-1024}
-TYPES=${TYPES:-kafka rabbitmq nats redis}
+TYPES=${TYPES:-kafka rabbitmq nats redis sqs google_pubsub}
+HTTP_REQUESTS=${HTTP_REQUESTS:-2000}
 MODES=${MODES:-sink raw}
 BUILD=${BUILD:-$REPO/build}
 PY=/usr/bin/python3
@@ -73,6 +78,11 @@ start_rabbitmq() {
   port=$(free_port) dist=$(free_port) epmd=$(free_port)
   mkdir -p "$TMP/rabbit/mnesia" "$TMP/rabbit/log"
   echo "[]." >"$TMP/rabbit/advanced.config"
+  # its own epmd, in the foreground (stopped by PID): left to the VM, epmd daemonizes out of
+  # every process group and outlives the benchmark
+  setsid epmd -port "$epmd" -address 127.0.0.1 >"$TMP/epmd.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$epmd") 2>/dev/null && break; sleep 0.1; done
   # its own node name and epmd port: nothing else on the box is touched
   RABBITMQ_NODE_PORT=$port RABBITMQ_DIST_PORT=$dist ERL_EPMD_PORT=$epmd RABBITMQ_NODENAME="bench$$@localhost" \
     RABBITMQ_MNESIA_BASE="$TMP/rabbit/mnesia" RABBITMQ_LOG_BASE="$TMP/rabbit/log" HOME="$TMP/rabbit" \
@@ -100,6 +110,28 @@ start_redis() {
   OPTS[redis]="{\"url\":\"redis://127.0.0.1:$port\",\"channel\":\"bench\"}"
 }
 
+# a stand-in of tests/e2e in a Python process of its own: prints its port, runs until SIGTERM
+start_standin() { # NAME PYTHON_EXPR
+  "$PY" -c "import signal, sys; sys.path.insert(0, '$REPO/tests/e2e'); $2; print(s.port, flush=True); signal.pause()" \
+    >"$TMP/$1.port" 2>"$TMP/$1.log" &
+  PIDS+=($!)
+  for _ in $(seq 100); do [ -s "$TMP/$1.port" ] && break; sleep 0.1; done
+  [ -s "$TMP/$1.port" ] || die "$1 stand-in did not start: $(cat "$TMP/$1.log")"
+  head -1 "$TMP/$1.port"
+}
+
+start_sqs() {
+  local port
+  port=$(start_standin sqs "from sqs_standin import SqsStandin; s = SqsStandin(['bench'], {'AKIDBENCH': 'bench-secret'})")
+  OPTS[sqs]="{\"queue_url\":\"http://127.0.0.1:$port/000000000000/bench\",\"region\":\"us-east-1\",\"access_key_id\":\"AKIDBENCH\",\"secret_access_key\":\"bench-secret\"}"
+}
+
+start_pubsub() {
+  local port
+  port=$(start_standin pubsub "from pubsub_standin import PubsubStandin; s = PubsubStandin('bench', ['bench'], auth='token', token='bench-token')")
+  OPTS[google_pubsub]="{\"project\":\"bench\",\"topic\":\"bench\",\"endpoint\":\"http://127.0.0.1:$port\",\"auth\":\"token\",\"token\":\"bench-token\"}"
+}
+
 # the process group of rabbitmq-server (the script execs beam, which starts epmd): stopped
 # by its group id, which is the PID we started
 stop_rabbit_group() { [ -n "${RABBIT_PGID:-}" ] && kill -TERM -- "-$RABBIT_PGID" 2>/dev/null || true; }
@@ -112,7 +144,9 @@ for t in "${TYPE_LIST[@]}"; do
     nats) start_nats ;;
     rabbitmq) start_rabbitmq ;;
     redis) start_redis ;;
-    *) die "no broker $t (kafka rabbitmq nats redis)" ;;
+    sqs) start_sqs ;;
+    google_pubsub) start_pubsub ;;
+    *) die "no broker $t (kafka rabbitmq nats redis sqs google_pubsub)" ;;
   esac
 done
 
@@ -123,7 +157,9 @@ for t in "${TYPE_LIST[@]}"; do
     # alternate the order, so no mode always meets the box in the same phase
     ((r % 2 == 0)) && ML=($(printf '%s\n' "${ML[@]}" | tac))
     for mode in "${ML[@]}"; do
-      out=$("$BIN" "$mode" "$t" "$CONCURRENCY" "$REQUESTS" "$SIZE" "${OPTS[$t]}") || die "$t $mode round $r failed: $out"
+      reqs=$REQUESTS
+      case $t in sqs | google_pubsub) reqs=$HTTP_REQUESTS ;; esac
+      out=$("$BIN" "$mode" "$t" "$CONCURRENCY" "$reqs" "$SIZE" "${OPTS[$t]}") || die "$t $mode round $r failed: $out"
       cpu=$(echo "$out" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["cpu_us_per"])')
       rate=$(echo "$out" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["rate"])')
       printf '  %-8s round %d  %-4s %7.2f us CPU per message  %8.0f msg/s\n' "$t" "$r" "$mode" "$cpu" "$rate"
@@ -134,7 +170,7 @@ for t in "${TYPE_LIST[@]}"; do
 done
 
 echo
-echo "== summary: $REQUESTS messages of a $SIZE-byte body per round, $CONCURRENCY outstanding, medians of $RUNS rounds"
+echo "== summary: $REQUESTS messages ($HTTP_REQUESTS for sqs, google_pubsub) of a $SIZE-byte body per round, $CONCURRENCY outstanding, medians of $RUNS rounds"
 echo "  date: $(date -u '+%Y-%m-%d %H:%M UTC'); nproc $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg); checkout $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')"
 printf '  %-9s %12s %12s %8s %12s %12s  %s\n' broker "sink us/msg" "raw us/msg" ratio "sink msg/s" "raw msg/s" "target <= 2.00"
 for t in "${TYPE_LIST[@]}"; do

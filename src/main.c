@@ -506,7 +506,7 @@ static int cmd_serve(const char *path) {
   ak_log(AK_LOG_INFO, "node", "listening",
          "http_port=%d admin_port=%d admin_ip=%s https_port=%d sources=%zu version=%s", ak_edge_port(inst->edge),
          inst->admin ? ak_admin_port(inst->admin) : 0, ak_admin_cfg(cfg)->ip, ak_edge_tls_port(inst->edge),
-         ak_sources_count(inst->sources), AK_VERSION);
+         inst->sources ? ak_sources_count(inst->sources) : 0, AK_VERSION);
   /* the store is open and every listener bound: a service manager may route traffic */
   if (ak_notify_send("READY=1\nSTATUS=accepting webhooks") < 0)
     ak_log(AK_LOG_WARNING, "node", "cannot notify the service manager (NOTIFY_SOCKET)", "errno=%d", errno);

@@ -492,6 +492,7 @@ static void admin_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_admin = {
   .name = "admin",
+  .roles = AK_ROLES_STORE,
   .section = "admin",
   .doc = "admin listener",
   .options = admin_rows,

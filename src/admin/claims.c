@@ -675,6 +675,32 @@ static void on_head(void *ctx, ak_hreq_t *r) {
     ak_hreq_reply(r, 200, "application/json", ok, sizeof ok - 1);
     return;
   }
+  /* a claim_check-only node runs no admin listener: its /metrics is here (metrics:read) */
+  if (plen == 8 && !memcmp(path, "/metrics", 8) && !(c->inst->roles & AK_ROLES_STORE)) {
+    if (!get && !head) {
+      ak_hreq_add_header(r, "Allow", "GET, HEAD");
+      refuse(c, r, 405, "method_not_allowed");
+      return;
+    }
+    const ak_principal_t *mp = caller(c, r);
+    if (!mp) {
+      refuse(c, r, 401, "unauthorized");
+      return;
+    }
+    if (!ak_principal_has(mp, AK_SCOPE_METRICS_READ)) {
+      refuse(c, r, 403, "forbidden");
+      return;
+    }
+    size_t len = 0;
+    char *text = ak_metrics_render(c->inst->metrics, &len);
+    if (!text) {
+      refuse(c, r, 500, "internal");
+      return;
+    }
+    ak_hreq_reply(r, 200, "text/plain; version=0.0.4", text, len);
+    free(text);
+    return;
+  }
   size_t pl = sizeof CLAIMS_PATH - 1;
   const char *slash = plen > pl && !memcmp(path, CLAIMS_PATH, pl) ? memchr(path + pl, '/', plen - pl) : NULL;
   if (!slash || memchr(slash + 1, '/', plen - (size_t)(slash + 1 - path))) {

@@ -1031,6 +1031,7 @@ static int source_store_open(ak_instance_t *inst, char **err) {
 
 const ak_module_t ak_mod_source_store = {
   .name = "source_store",
+  .roles = AK_ROLES_STORE,
   .section = "source_store",
   .doc = "where sources come from besides the config file (the admin API's sources)",
   .options = source_store_rows,

@@ -24,6 +24,9 @@ enum {
   AK_ROLE_DISPATCH = 1u << 1,
   AK_ROLE_STORAGE = 1u << 2,
   AK_ROLE_CLAIM_CHECK = 1u << 3,
+  /* the roles that keep the node's store: a module with them runs on every node but a
+   * claim_check-only one, which never opens the store (docs/claim-check.md) */
+  AK_ROLES_STORE = AK_ROLE_EDGE | AK_ROLE_DISPATCH | AK_ROLE_STORAGE,
 };
 
 /* What an open or start hook's failure means for the process (main.c: exit code). */

@@ -724,6 +724,7 @@ static void sources_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_sources = {
   .name = "sources",
+  .roles = AK_ROLES_STORE,
   .section = "sources",
   .section_map_of = true,
   .doc = "source id -> source",

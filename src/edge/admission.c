@@ -234,6 +234,7 @@ static void admission_check(ak_check_t *c, json_t *adm, json_t *root) {
 
 const ak_module_t ak_mod_admission = {
   .name = "admission",
+  .roles = AK_ROLES_STORE,
   .section = "admission",
   .doc = "limits applied before a body is read: per client address, per node, per source",
   .options = admission_rows,

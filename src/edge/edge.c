@@ -1082,8 +1082,8 @@ int ak_edge_start(ak_edge_t *e, char **err) {
   return 0;
 }
 
-int ak_edge_port(const ak_edge_t *e) { return e->srv ? ak_hserver_port(e->srv) : 0; }
-int ak_edge_tls_port(const ak_edge_t *e) { return e->tls_srv ? ak_hserver_port(e->tls_srv) : 0; }
+int ak_edge_port(const ak_edge_t *e) { return e && e->srv ? ak_hserver_port(e->srv) : 0; }
+int ak_edge_tls_port(const ak_edge_t *e) { return e && e->tls_srv ? ak_hserver_port(e->tls_srv) : 0; }
 
 size_t ak_edge_inflight(const ak_edge_t *e) {
   return (e->srv ? ak_hserver_inflight(e->srv) : 0) + (e->tls_srv ? ak_hserver_inflight(e->tls_srv) : 0);
@@ -1299,6 +1299,7 @@ static void edge_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_edge = {
   .name = "edge",
+  .roles = AK_ROLES_STORE,
   .section = "http",
   .doc = "ingest listener",
   .options = http_rows,
@@ -1316,6 +1317,7 @@ const ak_module_t ak_mod_edge = {
 
 const ak_module_t ak_mod_listener = {
   .name = "listener",
+  .roles = AK_ROLES_STORE,
   .section = "listener",
   .doc = "the ingest listeners' limits and drain",
   .options = listener_rows,

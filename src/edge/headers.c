@@ -147,6 +147,7 @@ static int store_headers_finish(void *typed, const json_t *section, const json_t
 
 const ak_module_t ak_mod_store_headers = {
   .name = "store_headers",
+  .roles = AK_ROLES_STORE,
   .section = "store_headers",
   .doc = "which request headers are stored with a hook",
   .options = store_headers_rows,

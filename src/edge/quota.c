@@ -436,6 +436,7 @@ static void rate_limits_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_rate_limits = {
   .name = "rate_limits",
+  .roles = AK_ROLES_STORE,
   .section = "rate_limits",
   .doc = "per-tenant limits: hooks and body bytes per second, max_body_bytes",
   .options = rate_limits_rows,

@@ -65,6 +65,7 @@ static const char *reason_phrase(unsigned s) {
   case 413: return "Content Too Large";
   case 414: return "URI Too Long";
   case 415: return "Unsupported Media Type";
+  case 416: return "Range Not Satisfiable";
   case 417: return "Expectation Failed";
   case 421: return "Misdirected Request";
   case 422: return "Unprocessable Content";

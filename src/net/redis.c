@@ -220,6 +220,7 @@ struct ak_redis {
   long connect_ms, stall_ms, backoff_min, backoff_max, backoff;
   void (*on_state)(void *ctx, ak_redis_state_t st, const char *why);
   void *ctx;
+  bool (*addr_ok)(void *ctx, const struct sockaddr *sa, char *why, size_t whylen);
 
   char *hs;                   /* the handshake, formatted once (AUTH, SELECT, init, or PING) */
   size_t hs_len, hs_n;
@@ -518,6 +519,9 @@ static void connect_cb(uv_connect_t *req, int status) {
 }
 
 static void connect_next(ak_redis_t *r) {
+  while (r->addr_ok && r->addr_i < r->naddrs &&
+         !r->addr_ok(r->ctx, (const struct sockaddr *)&r->addrs[r->addr_i], r->last_err, sizeof r->last_err))
+    r->addr_i++;
   if (r->addr_i >= r->naddrs) {
     lose(r, r->last_err[0] ? r->last_err : "no address", true);
     return;
@@ -702,6 +706,7 @@ ak_redis_t *ak_redis_new(uv_loop_t *loop, const ak_redis_opts_t *opts) {
   r->backoff = r->backoff_min;
   r->on_state = opts->on_state;
   r->ctx = opts->ctx;
+  r->addr_ok = opts->addr_ok;
 
   /* The handshake is the same for every connection: format it once. Without AUTH,
    * SELECT or init commands it is a PING, so UP always means the server answered (a

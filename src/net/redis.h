@@ -61,6 +61,11 @@ typedef struct ak_redis_opts {
   /* Called on the loop thread each time the state changes (may be NULL). */
   void (*on_state)(void *ctx, ak_redis_state_t st, const char *why);
   void *ctx;
+  /* Asked on the loop thread about each address (resolved or literal, port set) right
+   * before a socket connects to it (may be NULL: every address is tried). false skips the
+   * address and its why (secret-free) becomes the loss's why when no address is left. An
+   * egress guard goes here: what it judges is what is connected to. */
+  bool (*addr_ok)(void *ctx, const struct sockaddr *sa, char *why, size_t whylen);
 } ak_redis_opts_t;
 
 /* Does not connect yet. NULL when out of memory. */

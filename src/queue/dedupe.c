@@ -673,6 +673,7 @@ static void dedupe_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_dedupe = {
   .name = "dedupe",
+  .roles = AK_ROLES_STORE,
   .section = "dedupe",
   .doc = "bounds of the dedupe index",
   .options = dedupe_rows,

@@ -710,6 +710,7 @@ static void quarantine_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_quarantine = {
   .name = "quarantine",
+  .roles = AK_ROLES_STORE,
   .section = "quarantine",
   .doc = "the pen for hooks that failed verification (on_verify_failure: quarantine)",
   .options = quarantine_rows,

@@ -146,6 +146,7 @@ static void sweeper_stop(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_sweeper = {
   .name = "sweeper",
+  .roles = AK_ROLES_STORE,
   .start = sweeper_start,
   .stop = sweeper_stop,
 };

@@ -955,6 +955,7 @@ static void batcher_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_batcher = {
   .name = "batcher",
+  .roles = AK_ROLES_STORE,
   .section = "batcher",
   .doc = "group commit",
   .options = batcher_rows,
@@ -980,6 +981,7 @@ static const ak_opt_t wal_rows[] = {
 
 const ak_module_t ak_mod_wal = {
   .name = "wal",
+  .roles = AK_ROLES_STORE,
   .section = "wal",
   .doc = "durability of the ack",
   .options = wal_rows,

@@ -16,11 +16,11 @@ extern const ak_sink_vtable_t ak_sink_test_echo;
   static const ak_opt_t name##_opts[] = {{0}}; \
   static const ak_sink_vtable_t ak_sink_##name = {.plugin = {.type = #name, .unsupported = true, .options = name##_opts}}
 
-AK_FUTURE_SINK(rabbitmq);
-AK_FUTURE_SINK(nats);
-AK_FUTURE_SINK(redis);
-AK_FUTURE_SINK(sqs);
-AK_FUTURE_SINK(google_pubsub);
+extern const ak_sink_vtable_t ak_sink_rabbitmq;
+extern const ak_sink_vtable_t ak_sink_nats;
+extern const ak_sink_vtable_t ak_sink_redis;
+extern const ak_sink_vtable_t ak_sink_sqs;
+extern const ak_sink_vtable_t ak_sink_google_pubsub;
 
 static const ak_plugin_t *const sinks[] = {
   &ak_sink_log.plugin,      &ak_sink_http.plugin, &ak_sink_kafka.plugin, &ak_sink_rabbitmq.plugin,

@@ -608,6 +608,7 @@ static void audit_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_audit = {
   .name = "audit",
+  .roles = AK_ROLES_STORE,
   .section = "audit",
   .doc = "the trail of operator changes",
   .options = audit_rows,

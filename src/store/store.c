@@ -853,6 +853,7 @@ static void store_close(ak_instance_t *inst) {
 
 const ak_module_t ak_mod_store = {
   .name = "store",
+  .roles = AK_ROLES_STORE,
   .open = store_open,
   .close = store_close,
 };

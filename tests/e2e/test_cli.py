@@ -311,10 +311,6 @@ LATER_REFUSED = [
                  "  lifecycle: not supported yet (lifecycle events); remove the section", id="lifecycle-sinks"),
     pytest.param("lifecycle: {}\n", {}, '  lifecycle: missing required key "sinks"', id="lifecycle-without-sinks"),
     pytest.param("wal: {type: dual}\n", {}, '  wal.type: "dual" is not supported yet', id="wal-dual"),
-    pytest.param("node: {roles: [edge, claim_check]}\n", {},
-                 '  node.roles[1]: "claim_check" is not supported yet', id="claim-check-role"),
-    pytest.param("", {"ANKUSA_ROLES": "claim_check"},
-                 '  node.roles (from ANKUSA_ROLES): "claim_check" is not supported yet', id="claim-check-role-env"),
     pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true"},
                  "  routes.enabled (from ANKUSA_ROUTES_ENABLED): true is not supported yet; set it to false or "
                  "remove it", id="routes-enabled-env"),

@@ -677,8 +677,8 @@ Test(config, unknown_env_warned_by_name) {
 Test(config, not_supported_values) {
   expect_err("wal:\n  type: none\n", "wal.type: \"none\" is not supported yet");
   expect_err("wal:\n  type: dual\n", "wal.type: \"dual\" is not supported yet");
-  expect_err("sources:\n  a:\n    sinks: [{type: nats, servers: x}]\n",
-             "sources.a.sinks[0].type: sink type \"nats\" is not supported yet");
+  expect_err("sources:\n  a:\n    sinks: [{type: kafka, brokers: k, topic: t}]\n",
+             "sources.a.sinks[0].type: sink type \"kafka\" is not supported yet");
 }
 
 /* ------------------------------------------------------------------ dispatch ---- */

@@ -7,6 +7,7 @@
 
 extern const ak_sink_vtable_t ak_sink_log;
 extern const ak_sink_vtable_t ak_sink_http;
+extern const ak_sink_vtable_t ak_sink_kafka;
 #ifdef AK_TEST_HOOKS
 extern const ak_sink_vtable_t ak_sink_test_echo;
 #endif
@@ -15,7 +16,6 @@ extern const ak_sink_vtable_t ak_sink_test_echo;
   static const ak_opt_t name##_opts[] = {{0}}; \
   static const ak_sink_vtable_t ak_sink_##name = {.plugin = {.type = #name, .unsupported = true, .options = name##_opts}}
 
-AK_FUTURE_SINK(kafka);
 extern const ak_sink_vtable_t ak_sink_rabbitmq;
 extern const ak_sink_vtable_t ak_sink_nats;
 extern const ak_sink_vtable_t ak_sink_redis;

@@ -85,7 +85,7 @@ def test_a_sink_is_one_file_and_one_registry_row(ankusa, tmp_path):
     p = run_cli("print-config", "--config", cfg)
     assert p.returncode == 0, p.stderr
     sink = json.loads(p.stdout)["sources"]["a"]["sinks"][0]
-    assert sink == {"type": "test_echo", "path": str(out), "prefix": "echo"}
+    assert sink == {"type": "test_echo", "path": str(out), "prefix": "echo", "inline_max_bytes": None}
     # the option reference
     md = options_markdown(helpers.BIN)
     assert "#### `type: test_echo`" in md and "| `path` | string | **required**" in md

@@ -48,6 +48,7 @@ PLUGIN_CONTEXT = {
 # API's sinks are guarded, so they name a host, never a private literal).
 def sink_base(ptype, host):
     return {
+        "kafka": {"brokers": f"{host}:9092", "topic": "leak", "sasl": {"mechanism": "plain", "username": "leak"}},
         "rabbitmq": {"exchange": "leak"},
         "nats": {"servers": [f"nats://{host}:4222"], "subject": "leak"},
         "redis": {"channel": "leak"},

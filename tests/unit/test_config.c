@@ -504,7 +504,7 @@ Test(config, later_sections_refuse_the_feature) {
   expect_err("lifecycle:\n  sinks: [{type: log}]\n",
              "lifecycle: not supported yet (lifecycle events); remove the section");
   expect_err("lifecycle:\n  sinks: [{type: kafka, brokers: k, topic: t}]\n",
-             "lifecycle.sinks[0].type: sink type \"kafka\" is not supported yet");
+             "lifecycle: not supported yet (lifecycle events); remove the section");
   expect_err("wal: {type: none}\n", "wal.type: \"none\" is not supported yet");
 }
 
@@ -677,8 +677,6 @@ Test(config, unknown_env_warned_by_name) {
 Test(config, not_supported_values) {
   expect_err("wal:\n  type: none\n", "wal.type: \"none\" is not supported yet");
   expect_err("wal:\n  type: dual\n", "wal.type: \"dual\" is not supported yet");
-  expect_err("sources:\n  a:\n    sinks: [{type: kafka, brokers: k, topic: t}]\n",
-             "sources.a.sinks[0].type: sink type \"kafka\" is not supported yet");
 }
 
 /* ------------------------------------------------------------------ dispatch ---- */
@@ -1089,7 +1087,8 @@ Test(config, all_errors_in_document_order) {
              "routes.enabled: true is not supported yet; set it to false or remove it\n"
              "sources.a.sinks: must not be empty\n"
              "sources.b.tenant: ${NOPE} is not set\n"
-             "sources.b.sinks[0].type: sink type \"kafka\" is not supported yet\n"
+             "sources.b.sinks[0]: missing required key \"brokers\"\n"
+             "sources.b.sinks[0]: missing required key \"topic\"\n"
              "sources.c: a shared source (tenant \"default\") with no verifier under tenant_path routing "
              "lets any URL tenant file hooks; set trust_url_tenant: true to allow it");
 }

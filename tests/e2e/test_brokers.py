@@ -15,8 +15,7 @@ google_pubsub (stand-in) -- and the claim_check role with a local claim store.
 The brokers come from the per-sink suites' fixtures: redis_server.RedisServer and
 test_sink_redis.Subscriber, nats_server.NatsServer, the session's one rabbitmq-server
 (brokers_common.session_rabbitmq: test_sink_rabbitmq.py's session fixture, never a second
-broker), sqs_standin.SqsStandin, pubsub_standin.PubsubStandin. (There is no kafka sink on
-main yet: add it here with tests/e2e/kafka_mock.py once it is merged.)"""
+broker), sqs_standin.SqsStandin, pubsub_standin.PubsubStandin, kafka_mock.KafkaMock."""
 import base64
 import hashlib
 import json
@@ -30,6 +29,7 @@ import urllib.request
 import pytest
 
 from brokers_common import session_rabbitmq
+from kafka_mock import KafkaMock
 from helpers import LOOPBACK, REPO, SLOW, Server, check_stopped, free_ports, principal, wait_until
 from nats_server import NatsServer
 from pubsub_standin import PubsubStandin
@@ -41,7 +41,8 @@ sys.path.insert(0, str(REPO / "examples" / "consumers"))
 from ankusa_consumer import Consumer, validate  # noqa: E402
 
 SCHEMA = json.loads((REPO / "docs" / "sink-message-v1.schema.json").read_text())
-TRANSPORTS = ("redis", "nats", "rabbitmq", "sqs", "google_pubsub")
+TRANSPORTS = ("redis", "nats", "rabbitmq", "sqs", "google_pubsub", "kafka")
+KAFKA_TOPIC = "xb.hooks"
 
 # credentials: each must be absent from /asyncapi.json
 REDIS_PW = "Redis-xb-S3cret-pw"
@@ -91,6 +92,8 @@ class Rig:
         self.closers.append(self.sqs.close)
         self.ps = PubsubStandin(PUBSUB_PROJECT, [PUBSUB_TOPIC], auth="token", token=PUBSUB_TOKEN)
         self.closers.append(self.ps.close)
+        self.kafka = KafkaMock(topics=(KAFKA_TOPIC,), stderr_path=tmp / "kafkamock.log")
+        self.closers.append(self.kafka.close)
         # a user of our own on the shared broker (removed at the end), so that its password
         # is one no document could contain by chance
         rabbit.ctl("add_user", RMQ_USER, RMQ_PW)
@@ -113,6 +116,7 @@ class Rig:
              "access_key_id": SQS_KEY_ID, "secret_access_key": SQS_SECRET},
             {"type": "google_pubsub", "project": PUBSUB_PROJECT, "topic": PUBSUB_TOPIC, "endpoint": self.ps.url,
              "auth": "token", "token": PUBSUB_TOKEN},
+            {"type": "kafka", "brokers": self.kafka.bootstrap, "topic": KAFKA_TOPIC},
         ]
         cfg = json.loads(json.dumps(LOOPBACK))  # the two HTTP brokers are on 127.0.0.1
         cfg.update({
@@ -148,6 +152,8 @@ class Rig:
             add("sqs", m["Body"].encode("utf-8"))  # the JSON protocol's MessageBody string
         for m in self.ps.snapshot(PUBSUB_TOPIC):
             add("google_pubsub", m["data"])  # the stand-in keeps data base64-decoded
+        for rec in self.kafka.consume(KAFKA_TOPIC):
+            add("kafka", rec.value)
         return out
 
     def wait_all(self, ids, timeout=40.0):
@@ -330,6 +336,7 @@ def test_asyncapi_describes_the_configured_channels(rig):
         "rabbitmq": (RMQ_EXCHANGE, "amqp", f"127.0.0.1:{rig.rabbit.port}"),
         "sqs": (SQS_QUEUE, "sqs", f"127.0.0.1:{rig.sqs.port}"),
         "google_pubsub": (PUBSUB_TOPIC, "googlepubsub", f"127.0.0.1:{rig.ps.port}"),
+        "kafka": (KAFKA_TOPIC, "kafka", rig.kafka.brokers[0]),
     }
     channels = doc["channels"]
     assert len(channels) == len(want), sorted(channels)

@@ -9,13 +9,13 @@
  *
  * Stateless: no connection of its own (httpc keeps and reuses connections). Fetching a
  * token waits on the network, so deliver() never does it: it encodes the request and
- * queues it for this file's one worker thread (started with the first delivery, stopped
- * with the last instance), which adds the token and submits; the answer arrives on a
- * client thread. The queue is bounded: beyond it a delivery is answered "busy". Never puts
- * a token, the URL or a response body into a reason or a log line, never creates a topic,
- * never retries on its own (dispatch owns retries). destroy answers every delivery of the
- * instance still under way once, "sink stopped", and returns after the last of those
- * answers.
+ * queues it for the pubsub sinks' one worker thread (sinks/worker.h: started with the
+ * first delivery, stopped with the last instance), which adds the token and submits; the
+ * answer arrives on a client thread. The queue is bounded: beyond it a delivery is
+ * answered "busy". Never puts a token, the URL or a response body into a reason or a log
+ * line, never creates a topic, never retries on its own (dispatch owns retries). destroy
+ * answers every delivery of the instance still under way once, "sink stopped", and
+ * returns after the last of those answers.
  *
  * Egress: a guarded sink (ak_sink_ctx_t.trusted false) publishes only to https:// (http://
  * with egress.allow_http), every address checked by the client against the guard, as the
@@ -40,6 +40,7 @@
 #include "sinks/egress.h"
 #include "sinks/message.h"
 #include "sinks/sink.h"
+#include "sinks/worker.h"
 
 #define PS_DEFAULT_ENDPOINT "https://pubsub.googleapis.com"
 #define PS_QUEUE_MAX 1024        /* deliveries waiting for the worker, all instances */
@@ -111,8 +112,7 @@ typedef struct {
 _Static_assert(sizeof(ps_cell_t) <= AK_HTTPC_USER_MAX, "the cell rides in the request");
 
 typedef struct ps_job {
-  struct ps_job *next;
-  ps_sink_t *s;
+  ak_sink_job_t base; /* base.owner: the ps_sink_t */
   ps_cell_t cell;
   char *body;
   size_t body_len;
@@ -244,27 +244,33 @@ static int bearer(const ps_sink_t *s, char *line, size_t cap) {
 
 /* ---- the worker --------------------------------------------------------------------------- */
 
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  pthread_mutex_t life;
-  pthread_t thread;
-  bool running, stopping;
-  size_t refs;
-  ps_job_t *head, *tail;
-  size_t queued;
-  const ps_sink_t *busy;
-} W = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .life = PTHREAD_MUTEX_INITIALIZER};
-
 static void answer(ak_sink_done_fn done, void *ctx, ak_sink_result_t r, const char *reason) {
   ak_sink_outcome_t out = {.result = r};
   snprintf(out.reason, sizeof out.reason, "%s", reason ? reason : "");
   done(ctx, &out);
 }
 
-static void job_free(ps_job_t *j) {
+static void job_free(ak_sink_job_t *base) {
+  ps_job_t *j = (ps_job_t *)base;
   free(j->body);
   free(j);
+}
+
+static void job_fail(ak_sink_job_t *base, const char *why) {
+  ps_job_t *j = (ps_job_t *)base;
+  answer(j->cell.done, j->cell.ctx, AK_SINK_RETRY, why);
+}
+
+/* The last instance is gone and the worker joined: the cached token goes with it. */
+static void token_forget(void) {
+  pthread_mutex_lock(&T.mu);
+  if (T.token) {
+    OPENSSL_cleanse(T.token, strlen(T.token));
+    free(T.token);
+    T.token = NULL;
+  }
+  T.until = 0;
+  pthread_mutex_unlock(&T.mu);
 }
 
 static void on_response(void *ctx, const ak_httpc_resp_t *rs);
@@ -275,8 +281,9 @@ static bool egress_allows(void *ctx, const struct sockaddr *sa, char *why, size_
   return false;
 }
 
-static void submit(ps_job_t *j) {
-  ps_sink_t *s = j->s;
+static void submit(ak_sink_job_t *base) {
+  ps_job_t *j = (ps_job_t *)base;
+  ps_sink_t *s = j->base.owner;
   char auth[PS_TOKEN_MAX + 32];
   if (bearer(s, auth, sizeof auth) != 0) {
     answer(j->cell.done, j->cell.ctx, AK_SINK_RETRY, "token unavailable");
@@ -309,51 +316,8 @@ static void submit(ps_job_t *j) {
            rc == AK_HTTPC_BUSY ? "busy" : rc == AK_HTTPC_STOPPED ? "sink stopped" : ak_httpc_strerror(rc));
 }
 
-static void *worker_main(void *arg) {
-  (void)arg;
-  pthread_mutex_lock(&W.mu);
-  for (;;) {
-    while (!W.head && !W.stopping) pthread_cond_wait(&W.cv, &W.mu);
-    if (!W.head) break;
-    ps_job_t *j = W.head;
-    W.head = j->next;
-    if (!W.head) W.tail = NULL;
-    W.queued--;
-    W.busy = j->s;
-    pthread_mutex_unlock(&W.mu);
-    submit(j);
-    job_free(j);
-    pthread_mutex_lock(&W.mu);
-    W.busy = NULL;
-    pthread_cond_broadcast(&W.cv);
-  }
-  pthread_mutex_unlock(&W.mu);
-  return NULL;
-}
-
-static void enqueue(ps_job_t *j) {
-  pthread_mutex_lock(&W.mu);
-  const char *why = NULL;
-  if (W.queued >= PS_QUEUE_MAX) {
-    why = "busy";
-  } else if (!W.running) {
-    if (pthread_create(&W.thread, NULL, worker_main, NULL) != 0) why = "no worker thread";
-    else W.running = true;
-  }
-  if (!why) {
-    j->next = NULL;
-    if (W.tail) W.tail->next = j;
-    else W.head = j;
-    W.tail = j;
-    W.queued++;
-    pthread_cond_broadcast(&W.cv);
-  }
-  pthread_mutex_unlock(&W.mu);
-  if (why) {
-    answer(j->cell.done, j->cell.ctx, AK_SINK_RETRY, why);
-    job_free(j);
-  }
-}
+/* This file's one worker thread and its bounded queue (sinks/worker.h). */
+static ak_sink_worker_t W = AK_SINK_WORKER_INIT(submit, job_fail, job_free, token_forget, PS_QUEUE_MAX);
 
 /* ---- outcome ------------------------------------------------------------------------------ */
 
@@ -459,7 +423,7 @@ static void ps_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_s
   if (!body) goto oom;
   ps_job_t *j = calloc(1, sizeof *j);
   if (!j) goto oom;
-  j->s = s;
+  j->base.owner = s;
   j->cell.done = done;
   j->cell.ctx = ctx;
   j->body = body;
@@ -467,7 +431,7 @@ static void ps_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_s
   free(b64);
   json_decref(req);
   ak_buf_free(&msg);
-  enqueue(j);
+  ak_sink_worker_enqueue(&W, &j->base);
   return;
 oom:
   free(b64);
@@ -495,51 +459,7 @@ static void ps_free(ps_sink_t *s) {
 static void ps_destroy(void *self) {
   ps_sink_t *s = self;
   if (!s) return;
-  pthread_mutex_lock(&W.life);
-  ps_job_t *mine = NULL, **tail = &mine;
-  pthread_mutex_lock(&W.mu);
-  for (ps_job_t **pp = &W.head; *pp;) {
-    ps_job_t *j = *pp;
-    if (j->s == s) {
-      *pp = j->next;
-      W.queued--;
-      j->next = NULL;
-      *tail = j;
-      tail = &j->next;
-    } else {
-      pp = &j->next;
-    }
-  }
-  W.tail = NULL;
-  for (ps_job_t *j = W.head; j; j = j->next) W.tail = j;
-  while (W.busy == s) pthread_cond_wait(&W.cv, &W.mu);
-  bool stop = --W.refs == 0 && W.running;
-  if (stop) {
-    W.stopping = true;
-    pthread_cond_broadcast(&W.cv);
-  }
-  pthread_mutex_unlock(&W.mu);
-  if (stop) {
-    pthread_join(W.thread, NULL);
-    pthread_mutex_lock(&W.mu);
-    W.running = W.stopping = false;
-    pthread_mutex_unlock(&W.mu);
-    pthread_mutex_lock(&T.mu); /* the last instance takes the cached token with it */
-    if (T.token) {
-      OPENSSL_cleanse(T.token, strlen(T.token));
-      free(T.token);
-      T.token = NULL;
-    }
-    T.until = 0;
-    pthread_mutex_unlock(&T.mu);
-  }
-  pthread_mutex_unlock(&W.life);
-  while (mine) {
-    ps_job_t *j = mine;
-    mine = j->next;
-    answer(j->cell.done, j->cell.ctx, AK_SINK_RETRY, "sink stopped");
-    job_free(j);
-  }
+  ak_sink_worker_unref(&W, s);
   if (!s->owned_httpc && s->httpc) ak_httpc_cancel(s->httpc, s);
   ps_free(s);
 }
@@ -658,11 +578,7 @@ static void *ps_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err,
     ps_free(s);
     return NULL;
   }
-  pthread_mutex_lock(&W.life);
-  pthread_mutex_lock(&W.mu);
-  W.refs++;
-  pthread_mutex_unlock(&W.mu);
-  pthread_mutex_unlock(&W.life);
+  ak_sink_worker_ref(&W);
   return s;
 }
 

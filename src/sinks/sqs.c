@@ -8,10 +8,10 @@
  *
  * Stateless: no connection of its own (httpc keeps and reuses connections). Looking up
  * credentials may wait on the network, so deliver() never does it: it encodes the request
- * and queues it for this file's one worker thread (started with the first delivery,
- * stopped with the last instance), which gets the credentials and submits; the answer
- * arrives on a client thread. The queue is bounded: beyond it a delivery is answered
- * "busy". Never hand-signs, never puts a credential, a signature, the queue URL or a
+ * and queues it for the sqs sinks' one worker thread (sinks/worker.h: started with the
+ * first delivery, stopped with the last instance), which gets the credentials and
+ * submits; the answer arrives on a client thread. The queue is bounded: beyond it a
+ * delivery is answered "busy". Never hand-signs, never puts a credential, a signature, the queue URL or a
  * response body into a reason or a log line, never creates a queue, never retries on its
  * own (dispatch owns retries). destroy answers every delivery of the instance still under
  * way once, "sink stopped", and returns after the last of those answers.
@@ -19,7 +19,6 @@
  * Egress: a guarded sink (ak_sink_ctx_t.trusted false) sends only to https:// (http://
  * with egress.allow_http) and the client checks every address it connects to against the
  * guard, as the http sink does; a refusal is permanent. */
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +37,7 @@
 #include "sinks/egress.h"
 #include "sinks/message.h"
 #include "sinks/sink.h"
+#include "sinks/worker.h"
 
 #define SQS_QUEUE_MAX 1024       /* deliveries waiting for the worker, all instances */
 #define SQS_RESP_MAX 65536       /* a SendMessage answer or an error document */
@@ -114,8 +114,7 @@ _Static_assert(sizeof(sqs_cell_t) <= AK_HTTPC_USER_MAX, "the cell rides in the r
 
 /* One delivery waiting for the worker. */
 typedef struct sqs_job {
-  struct sqs_job *next;
-  sqs_sink_t *s;
+  ak_sink_job_t base; /* base.owner: the sqs_sink_t */
   sqs_cell_t cell;
   char *body; /* the SendMessage request */
   size_t body_len;
@@ -123,34 +122,29 @@ typedef struct sqs_job {
 
 /* ---- the worker: credentials (may wait on the network) and submit ------------------------ */
 
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;     /* a job arrived, stop was asked, or busy changed */
-  pthread_mutex_t life;  /* create and destroy: the instance count and the thread's start/stop */
-  pthread_t thread;
-  bool running, stopping;
-  size_t refs;           /* live instances */
-  sqs_job_t *head, *tail;
-  size_t queued;
-  const sqs_sink_t *busy; /* the instance whose job the worker is submitting, or NULL */
-} W = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .life = PTHREAD_MUTEX_INITIALIZER};
-
 static void answer(ak_sink_done_fn done, void *ctx, ak_sink_result_t r, const char *reason) {
   ak_sink_outcome_t out = {.result = r};
   snprintf(out.reason, sizeof out.reason, "%s", reason ? reason : "");
   done(ctx, &out);
 }
 
-static void job_free(sqs_job_t *j) {
+static void job_free(ak_sink_job_t *base) {
+  sqs_job_t *j = (sqs_job_t *)base;
   free(j->body);
   free(j);
+}
+
+static void job_fail(ak_sink_job_t *base, const char *why) {
+  sqs_job_t *j = (sqs_job_t *)base;
+  answer(j->cell.done, j->cell.ctx, AK_SINK_RETRY, why);
 }
 
 static void on_response(void *ctx, const ak_httpc_resp_t *rs);
 static bool egress_allows(void *ctx, const struct sockaddr *sa, char *why, size_t whylen);
 
-static void submit(sqs_job_t *j) {
-  sqs_sink_t *s = j->s;
+static void submit(ak_sink_job_t *base) {
+  sqs_job_t *j = (sqs_job_t *)base;
+  sqs_sink_t *s = j->base.owner;
   ak_awscreds_val_t cv;
   char cerr[256];
   if (ak_awscreds_get(s->creds, &cv, cerr, sizeof cerr) != 0) {
@@ -196,52 +190,8 @@ static void submit(sqs_job_t *j) {
            rc == AK_HTTPC_BUSY ? "busy" : rc == AK_HTTPC_STOPPED ? "sink stopped" : ak_httpc_strerror(rc));
 }
 
-static void *worker_main(void *arg) {
-  (void)arg;
-  pthread_mutex_lock(&W.mu);
-  for (;;) {
-    while (!W.head && !W.stopping) pthread_cond_wait(&W.cv, &W.mu);
-    if (!W.head) break; /* stopping, and nothing left: the last instance is gone */
-    sqs_job_t *j = W.head;
-    W.head = j->next;
-    if (!W.head) W.tail = NULL;
-    W.queued--;
-    W.busy = j->s;
-    pthread_mutex_unlock(&W.mu);
-    submit(j);
-    job_free(j);
-    pthread_mutex_lock(&W.mu);
-    W.busy = NULL;
-    pthread_cond_broadcast(&W.cv);
-  }
-  pthread_mutex_unlock(&W.mu);
-  return NULL;
-}
-
-/* Queues j (taking it) or answers it at once. */
-static void enqueue(sqs_job_t *j) {
-  pthread_mutex_lock(&W.mu);
-  const char *why = NULL;
-  if (W.queued >= SQS_QUEUE_MAX) {
-    why = "busy";
-  } else if (!W.running) {
-    if (pthread_create(&W.thread, NULL, worker_main, NULL) != 0) why = "no worker thread";
-    else W.running = true;
-  }
-  if (!why) {
-    j->next = NULL;
-    if (W.tail) W.tail->next = j;
-    else W.head = j;
-    W.tail = j;
-    W.queued++;
-    pthread_cond_broadcast(&W.cv);
-  }
-  pthread_mutex_unlock(&W.mu);
-  if (why) {
-    answer(j->cell.done, j->cell.ctx, AK_SINK_RETRY, why);
-    job_free(j);
-  }
-}
+/* This file's one worker thread and its bounded queue (sinks/worker.h). */
+static ak_sink_worker_t W = AK_SINK_WORKER_INIT(submit, job_fail, job_free, NULL, SQS_QUEUE_MAX);
 
 /* ---- outcome ---------------------------------------------------------------------------- */
 
@@ -413,14 +363,14 @@ static void sqs_deliver(void *self, const ak_sink_attempt_t *att, void *ctx, ak_
     snprintf(reason, sizeof reason, "md5 unavailable in libcrypto");
     goto fail;
   }
-  j->s = s;
+  j->base.owner = s;
   j->cell.done = done;
   j->cell.ctx = ctx;
   j->body = body;
   j->body_len = blen;
   json_decref(req);
   ak_buf_free(&msg);
-  enqueue(j);
+  ak_sink_worker_enqueue(&W, &j->base);
   return;
 oom:
   snprintf(reason, sizeof reason, "out of memory");
@@ -446,44 +396,7 @@ static void sqs_free(sqs_sink_t *s) {
 static void sqs_destroy(void *self) {
   sqs_sink_t *s = self;
   if (!s) return;
-  pthread_mutex_lock(&W.life);
-  /* this instance's queued jobs leave the queue; the one being submitted finishes first */
-  sqs_job_t *mine = NULL, **tail = &mine;
-  pthread_mutex_lock(&W.mu);
-  for (sqs_job_t **pp = &W.head; *pp;) {
-    sqs_job_t *j = *pp;
-    if (j->s == s) {
-      *pp = j->next;
-      W.queued--;
-      j->next = NULL;
-      *tail = j;
-      tail = &j->next;
-    } else {
-      pp = &j->next;
-    }
-  }
-  W.tail = NULL;
-  for (sqs_job_t *j = W.head; j; j = j->next) W.tail = j;
-  while (W.busy == s) pthread_cond_wait(&W.cv, &W.mu);
-  bool stop = --W.refs == 0 && W.running;
-  if (stop) {
-    W.stopping = true;
-    pthread_cond_broadcast(&W.cv);
-  }
-  pthread_mutex_unlock(&W.mu);
-  if (stop) {
-    pthread_join(W.thread, NULL);
-    pthread_mutex_lock(&W.mu);
-    W.running = W.stopping = false;
-    pthread_mutex_unlock(&W.mu);
-  }
-  pthread_mutex_unlock(&W.life);
-  while (mine) {
-    sqs_job_t *j = mine;
-    mine = j->next;
-    answer(j->cell.done, j->cell.ctx, AK_SINK_RETRY, "sink stopped");
-    job_free(j);
-  }
+  ak_sink_worker_unref(&W, s);
   /* requests already with the client: answered "sink stopped" by their completion */
   if (!s->owned_httpc && s->httpc) ak_httpc_cancel(s->httpc, s);
   sqs_free(s);
@@ -653,11 +566,7 @@ static void *sqs_create(const json_t *opts, const ak_sink_ctx_t *sctx, char *err
     sqs_free(s);
     return NULL;
   }
-  pthread_mutex_lock(&W.life);
-  pthread_mutex_lock(&W.mu);
-  W.refs++;
-  pthread_mutex_unlock(&W.mu);
-  pthread_mutex_unlock(&W.life);
+  ak_sink_worker_ref(&W);
   return s;
 }
 

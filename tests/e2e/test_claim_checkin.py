@@ -43,7 +43,7 @@ def node_with(tmp_path, sinks, stores=None, extra=None):
         "node": {"roles": ["edge", "dispatch", "storage", "claim_check"]},
         "admin": {"principals": PRINCIPALS},
         "claim_check": cc,
-        "dispatch": {"retry": {"base_ms": 50, "max_ms": 200, "jitter": False}},
+        "dispatch": {"retry": {"base_ms": 50, "max_ms": 200, "jitter": False}, "breaker_failures": 0},
         "sources": {"big": {"tenant": "acme", "sinks": sinks}},
     }
     if extra:

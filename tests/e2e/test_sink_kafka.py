@@ -279,6 +279,9 @@ def test_fatal_producer_error_replaces_the_producer(ankusa, kmock):
     assert dlq(node)["total"] == 0
 
 
+# kill -9 and outages prove durability in the normal run; the sanitizer run covers the
+# same code paths in the other tests (a SIGKILL exercises no teardown)
+@pytest.mark.slow
 def test_all_brokers_down_then_back_loses_nothing(ankusa, kmock):
     node = ankusa(config=fast(), sources={"s": {"sinks": [ksink(kmock, produce_timeout_ms=1500)]}})
     warm = post_ok(node, "s", b"warm")
@@ -389,6 +392,9 @@ def consumer_lines(km, topic):
     return [json.loads(x) for x in p.stdout.splitlines()], p.stderr
 
 
+# kill -9 and outages prove durability in the normal run; the sanitizer run covers the
+# same code paths in the other tests (a SIGKILL exercises no teardown)
+@pytest.mark.slow
 def test_kill9_while_publishing_every_acked_hook_is_consumed(ankusa, kmock):
     node = ankusa(config=fast(), sources={"s": {"tenant": "t", "sinks": [ksink(kmock)]}})
     acked = set()

@@ -214,6 +214,9 @@ def test_replay_is_stored_again_under_its_replay_id(ankusa, nats):
     assert [msg_id(m) for m in nats.messages("HOOKS")].count(sid) == 1
 
 
+# kill -9 and outages prove durability in the normal run; the sanitizer run covers the
+# same code paths in the other tests (a SIGKILL exercises no teardown)
+@pytest.mark.slow
 def test_kill9_while_publishing_every_acked_hook_stored_once(ankusa, nats, tmp_path):
     """5 rounds of kill -9 while hooks are posted and published (restart on the same data
     dir): every 201 is in the stream, no Nats-Msg-Id twice (the duplicate window collapses

@@ -376,6 +376,9 @@ def _kill_rounds(ankusa, broker, tmp_path, rounds):
     return acked
 
 
+# kill -9 and outages prove durability in the normal run; the sanitizer run covers the
+# same code paths in the other tests (a SIGKILL exercises no teardown)
+@pytest.mark.slow
 def test_kill9_while_publishing_loses_no_acked_hook(ankusa, broker, tmp_path):
     acked = _kill_rounds(ankusa, broker, tmp_path, rounds=5)
     assert len(acked) >= 50

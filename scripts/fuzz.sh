@@ -20,7 +20,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
 fi
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("${@#fuzz_}")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment redis_url)
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment redis_url claim)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -51,13 +51,15 @@ declare -A SRCS=(
   [segment]="src/archive/segment.c src/core/envelope.c src/store/crc32c.c"
   # the fleet store's URL (fleet.store.url): config and environment input
   [redis_url]="src/net/redis.c"
+  # the claim check's ids, refs, keys and pack reads (the claim gateway's input)
+  [claim]="$CONFIG_SRCS"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=
 CFLAGS=(-std=gnu11 -D_GNU_SOURCE '-DAK_VERSION="fuzz"' -Isrc -I/usr/include/hiredis -g -O1 -fno-omit-frame-pointer
         -Werror=incompatible-pointer-types -Werror=implicit-function-declaration
         -fsanitize=fuzzer,address,undefined)
-read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libssl libcrypto libcurl rocksdb libuv hiredis) -lhttp_parser -lm -pthread"
+read -r -a LIBS <<<"$(pkg-config --libs jansson yaml-0.1 libssl libcrypto libcurl rocksdb libuv hiredis rdkafka librabbitmq libnats) -lhttp_parser -lm -pthread"
 
 OUT=build-fuzz
 mkdir -p "$OUT/artifacts" || exit 2
@@ -70,7 +72,7 @@ for t in "${TARGETS[@]}"; do
 done
 
 # the library, when a target links it
-if printf '%s\n' "${TARGETS[@]}" | grep -qx -e route -e config; then
+if printf '%s\n' "${TARGETS[@]}" | grep -qx -e route -e config -e claim; then
   rm -rf "$OUT/lib" "$OUT/libak.a" && mkdir -p "$OUT/lib" || exit 2
   LIBFLAGS=("${CFLAGS[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}")
   # shellcheck disable=SC2086

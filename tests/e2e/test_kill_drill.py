@@ -469,12 +469,14 @@ def test_kill_drill(ankusa):
         assert node.stop() == 0, node.log_tail()
         hooks = node.inspect()
         # the counters a node keeps in the store beside what they count (written in the
-        # same batches, read back at the last start) agree with what is there
+        # same batches, read back at the last start) agree with what is there; the hooks
+        # the compactor archived and reclaimed are not (a long drill rolls a segment), their
+        # dedupe keys are (the dedupe window keeps them)
         gauges = {g: m.value(g, instance="default") for g in (
             "ankusa_store_hooks", "ankusa_dedupe_keys", "ankusa_quarantine_entries", "ankusa_quarantine_bytes",
             "ankusa_queue_dead")}
         assert gauges == {
-            "ankusa_store_hooks": len(hooks),
+            "ankusa_store_hooks": sum(1 for h in hooks if h.get("from") != "archive"),
             "ankusa_dedupe_keys": sum(1 for h in hooks if h.get("dedupe_key")),
             "ankusa_quarantine_entries": len(held),
             "ankusa_quarantine_bytes": sum(e["size"] for e in held),

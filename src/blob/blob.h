@@ -1,6 +1,7 @@
 /* Blob stores (DESIGN.md §5, issue 21): where archive segments, claim packs and backups
  * go. One interface (put, get, get_range, head, list with pagination, delete) behind one
- * vtable per type, chosen by a store mapping's type in blob/registry.c (LocalFS, S3, GCS).
+ * vtable per type, chosen by a store mapping's type in blob/registry.c (LocalFS, S3, GCS);
+ * a put from a file and a streamed read for objects too large for memory (backups).
  * Calls are synchronous: their callers (the compactor, backups) run on threads of
  * their own. Owns key checking and the scope prefix (segments, claims, backup: a scope is
  * a key prefix the adapters never see); never knows what the bytes mean.
@@ -34,6 +35,12 @@ typedef struct ak_blob_vtable {
   /* Writes the whole object, replacing one of the same key; it is durable when put
    * answers OK (a crash leaves the old object or the new one, never a part). */
   int (*put)(void *self, const char *key, const void *data, size_t len, char *err, size_t errlen);
+  /* The same for the bytes [0, size) of the file fd (borrowed, read with pread, so its
+   * offset is left alone), streamed: never the whole file in memory. sha256_hex (64
+   * lowercase hex, checked by blob.c) is the caller's hash of those bytes (S3 sends it as
+   * the payload hash). A file shorter than size is an error and no object. */
+  int (*put_file)(void *self, const char *key, int fd, uint64_t size, const char *sha256_hex, char *err,
+                  size_t errlen);
   /* The len bytes from off (fewer at the end of the object; 0 past it). *data is malloc'd. */
   int (*get_range)(void *self, const char *key, uint64_t off, size_t len, uint8_t **data, size_t *got, char *err,
                    size_t errlen);
@@ -88,10 +95,23 @@ bool ak_blob_key_ok(const char *key);
 
 /* The operations, keys relative to the handle's scope. */
 int ak_blob_put(ak_blob_t *b, const char *key, const void *data, size_t len, char *err, size_t errlen);
+/* A put of the bytes [0, size) of the regular file fd, streamed from disk (backups: files
+ * of GBs). sha256_hex: their SHA-256 as 64 lowercase hex digits, computed by the caller
+ * beforehand. The caller keeps fd open, and the file unchanged, until it returns. */
+int ak_blob_put_file(ak_blob_t *b, const char *key, int fd, uint64_t size, const char *sha256_hex, char *err,
+                     size_t errlen);
 int ak_blob_get(ak_blob_t *b, const char *key, uint8_t **data, size_t *len, char *err, size_t errlen);
 int ak_blob_get_range(ak_blob_t *b, const char *key, uint64_t off, size_t len, uint8_t **data, size_t *got,
                       char *err, size_t errlen);
 int ak_blob_head(ak_blob_t *b, const char *key, uint64_t *size, char *err, size_t errlen);
+#define AK_BLOB_STREAM_CHUNK (4u << 20) /* bytes ak_blob_stream reads per get_range */
+/* Reads the whole object in AK_BLOB_STREAM_CHUNK ranges, handing each to cb in order,
+ * until one comes back short: memory is one chunk, whatever the object's size. A cb
+ * answering non-zero stops it (AK_BLOB_ERROR, err "stopped"). *total (may be NULL): the
+ * bytes read. AK_BLOB_NOT_FOUND when there is no such object (before any cb). Not a
+ * snapshot: an object replaced meanwhile may mix its versions (backups never replace). */
+int ak_blob_stream(ak_blob_t *b, const char *key, int (*cb)(void *ctx, const uint8_t *p, size_t n), void *ctx,
+                   uint64_t *total, char *err, size_t errlen);
 /* Keys come back relative to the scope; next too. */
 int ak_blob_list(ak_blob_t *b, const char *prefix, const char *after, size_t max, ak_blob_list_t *out, char *err,
                  size_t errlen);

@@ -117,9 +117,9 @@ static int bearer(gcs_t *g, char *line, size_t cap, char *err, size_t errlen);
  * message). -1: no response (err says why: the client's secret-free reason, never a URL).
  * op names the operation for err ("put KEY"). with_auth adds the store's bearer header,
  * re-obtained for each attempt so a token expiring between attempts is renewed. */
-static int exchange(gcs_t *g, const char *op, const char *method, const char *url, const char *const *hdrs,
-                    size_t nh, const void *body, size_t blen, size_t max_resp, bool with_auth, resp_t *out,
-                    char *err, size_t errlen) {
+static int exchange_fd(gcs_t *g, const char *op, const char *method, const char *url, const char *const *hdrs,
+                       size_t nh, const void *body, size_t blen, int body_fd, long timeout_ms, size_t max_resp,
+                       bool with_auth, resp_t *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   const char *lines[8];
   if (nh > sizeof lines / sizeof lines[0] - 1) {
@@ -149,9 +149,11 @@ static int exchange(gcs_t *g, const char *op, const char *method, const char *ur
       .url = url,
       .headers = lines,
       .nheaders = n,
-      .body = body,
+      .body = body_fd >= 0 ? NULL : body,
       .body_len = blen,
-      .timeout_ms = g->timeout_ms,
+      .body_from_fd = body_fd >= 0, /* every attempt reads the file from its first byte */
+      .body_fd = body_fd,
+      .timeout_ms = timeout_ms,
       .max_response_bytes = max_resp,
       .keep_body = true,
     };
@@ -191,6 +193,14 @@ static int exchange(gcs_t *g, const char *op, const char *method, const char *ur
   }
   snprintf(err, errlen, "gcs %s: %s", op, why);
   return -1;
+}
+
+/* exchange_fd with the body (if any) in memory and the store's timeout. */
+static int exchange(gcs_t *g, const char *op, const char *method, const char *url, const char *const *hdrs,
+                    size_t nh, const void *body, size_t blen, size_t max_resp, bool with_auth, resp_t *out,
+                    char *err, size_t errlen) {
+  return exchange_fd(g, op, method, url, hdrs, nh, body, blen, -1, g->timeout_ms, max_resp, with_auth, out, err,
+                     errlen);
 }
 
 /* Google's error body is {"error": {"code", "message", "errors": [{"reason"}]}}: its
@@ -329,8 +339,8 @@ static int oom(const char *op, char *err, size_t errlen) {
 
 /* ---- the operations ---------------------------------------------------------------- */
 
-static int gcs_put(void *self, const char *key, const void *data, size_t len, char *err, size_t errlen) {
-  gcs_t *g = self;
+/* A media upload of len bytes: from data, or (fd >= 0) from the file fd. */
+static int upload(gcs_t *g, const char *key, const void *data, size_t len, int fd, char *err, size_t errlen) {
   char op[AK_BLOB_KEY_MAX + 8];
   snprintf(op, sizeof op, "put %s", key);
   ak_buf_t b = AK_BUF_INIT;
@@ -341,7 +351,10 @@ static int gcs_put(void *self, const char *key, const void *data, size_t len, ch
   /* "Expect:": no 100-continue round trip before a segment's bytes go out */
   static const char *const hdrs[] = {"Content-Type: application/octet-stream", "Expect:"};
   resp_t r;
-  int rc = exchange(g, op, "POST", url, hdrs, 2, data, len, GCS_SMALL_BODY, true, &r, err, errlen);
+  /* a body from a file gets 1 ms per KiB on top of the timeout (at least ~1 MB/s): the
+   * timeout bounds the whole exchange, and a backup's file may be GBs */
+  long timeout_ms = g->timeout_ms + (fd >= 0 ? (long)(len >> 10) : 0);
+  int rc = exchange_fd(g, op, "POST", url, hdrs, 2, data, len, fd, timeout_ms, GCS_SMALL_BODY, true, &r, err, errlen);
   free(url);
   if (rc != 0) return AK_BLOB_ERROR;
   /* a media upload is atomic: 200 means the whole object is stored, and readable */
@@ -352,6 +365,22 @@ static int gcs_put(void *self, const char *key, const void *data, size_t len, ch
   }
   resp_free(&r);
   return rc;
+}
+
+static int gcs_put(void *self, const char *key, const void *data, size_t len, char *err, size_t errlen) {
+  return upload(self, key, data, len, -1, err, errlen);
+}
+
+/* The same media upload, its body streamed from the file (httpc reads it in chunks). The
+ * JSON API's media upload takes no payload hash, so sha256_hex is not sent. */
+static int gcs_put_file(void *self, const char *key, int fd, uint64_t size, const char *sha256_hex, char *err,
+                        size_t errlen) {
+  (void)sha256_hex;
+  if (size > SIZE_MAX / 2) {
+    snprintf(err, errlen, "gcs put %s: file too large", key);
+    return AK_BLOB_ERROR;
+  }
+  return upload(self, key, NULL, (size_t)size, fd, err, errlen);
 }
 
 static int gcs_head(void *self, const char *key, uint64_t *size, char *err, size_t errlen) {
@@ -574,6 +603,7 @@ static void gcs_destroy(void *self) {
 static const ak_blob_vtable_t gcs_vt = {
   .type = "gcs",
   .put = gcs_put,
+  .put_file = gcs_put_file,
   .get_range = gcs_get_range,
   .head = gcs_head,
   .list = gcs_list,

@@ -2,7 +2,7 @@
  * path. A put writes a temporary file beside the object (".ak-tmp-" in its name, never a
  * key), fsyncs it, renames it over the object and fsyncs the directory, after creating
  * (and fsyncing into their parents) the directories the key needs: a crash leaves the old
- * object or the new one. A list walks the tree under the root (sorted, so pages follow
+ * object or the new one. A put from a file fills that temporary file by copy_file_range. A list walks the tree under the root (sorted, so pages follow
  * byte order); it costs the objects under the prefix's directory, which suits the few
  * thousand segments a node keeps per day, not a bucket's millions. */
 #include <dirent.h>
@@ -68,8 +68,92 @@ static int make_parents(const local_t *l, char *path) {
   return 0;
 }
 
-static int local_put(void *self, const char *key, const void *data, size_t len, char *err, size_t errlen) {
-  local_t *l = self;
+/* What goes into the temporary file: 0, or -1 with err filled. */
+typedef int (*fill_fn)(int fd, void *ctx, char *err, size_t errlen);
+
+typedef struct {
+  const uint8_t *data;
+  size_t len;
+} mem_src_t;
+
+static int fill_mem(int fd, void *ctx, char *err, size_t errlen) {
+  const mem_src_t *m = ctx;
+  for (size_t done = 0; done < m->len;) {
+    ssize_t w = write(fd, m->data + done, m->len - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return fail(err, errlen, "writing", w < 0 ? errno : EIO);
+    done += (size_t)w;
+  }
+  return 0;
+}
+
+#define COPY_BUF (1u << 20) /* bytes per copy; the read/write fallback's buffer (all of a file
+                               that is ever in memory) */
+
+typedef struct {
+  int fd;
+  uint64_t size;
+} file_src_t;
+
+/* [0, size) of the source into fd: copy_file_range (the kernel copies, or reflinks, with
+ * no byte in our memory), else 1 MiB at a time through pread/write (another filesystem on
+ * an old kernel, a filesystem without it). The source's offset is never moved. A source
+ * that ends early is an error: a short object must never be put. */
+static int fill_file(int fd, void *ctx, char *err, size_t errlen) {
+  const file_src_t *f = ctx;
+  uint64_t done = 0;
+  bool kernel = true;
+  uint8_t *buf = NULL;
+  while (done < f->size) {
+    uint64_t left = f->size - done;
+    size_t want = left > COPY_BUF ? COPY_BUF : (size_t)left;
+    ssize_t n;
+    if (kernel) {
+      loff_t in = (loff_t)done;
+      n = copy_file_range(f->fd, &in, fd, NULL, want, 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP) && done == 0) {
+        kernel = false;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        free(buf);
+        return fail(err, errlen, "copying the file", errno);
+      }
+    } else {
+      if (!buf && !(buf = malloc(COPY_BUF))) return fail(err, errlen, "copying the file", ENOMEM);
+      n = pread(f->fd, buf, want, (off_t)done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        free(buf);
+        return fail(err, errlen, "reading the file", errno);
+      }
+      for (ssize_t put = 0; put < n;) {
+        ssize_t w = write(fd, buf + put, (size_t)(n - put));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          free(buf);
+          return fail(err, errlen, "writing", w < 0 ? errno : EIO);
+        }
+        put += w;
+      }
+    }
+    if (n == 0) {
+      free(buf);
+      snprintf(err, errlen, "localfs: the file ended after %llu of %llu bytes", (unsigned long long)done,
+               (unsigned long long)f->size);
+      return -1;
+    }
+    done += (uint64_t)n;
+  }
+  free(buf);
+  return 0;
+}
+
+/* The durable write of one object: a temporary file beside it filled by fill, fsynced,
+ * renamed over the key, the directory fsynced. On failure the temporary file is gone and
+ * an old object of the key is untouched. */
+static int local_write(local_t *l, const char *key, fill_fn fill, void *ctx, char *err, size_t errlen) {
   char *path = path_of(l, key), *tmp = NULL;
   int fd = -1, rc = AK_BLOB_ERROR;
   uint8_t rnd[8];
@@ -92,15 +176,7 @@ static int local_put(void *self, const char *key, const void *data, size_t len, 
     rc = fail(err, errlen, "creating the temporary file", errno);
     goto out;
   }
-  for (size_t done = 0; done < len;) {
-    ssize_t w = write(fd, (const uint8_t *)data + done, len - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      rc = fail(err, errlen, "writing", w < 0 ? errno : EIO);
-      goto out;
-    }
-    done += (size_t)w;
-  }
+  if (fill(fd, ctx, err, errlen) != 0) goto out;
   if (fsync(fd) != 0) {
     rc = fail(err, errlen, "fsync", errno);
     goto out;
@@ -130,6 +206,18 @@ out:
   }
   free(path);
   return rc;
+}
+
+static int local_put(void *self, const char *key, const void *data, size_t len, char *err, size_t errlen) {
+  mem_src_t m = {.data = data, .len = len};
+  return local_write(self, key, fill_mem, &m, err, errlen);
+}
+
+static int local_put_file(void *self, const char *key, int fd, uint64_t size, const char *sha256_hex, char *err,
+                          size_t errlen) {
+  (void)sha256_hex; /* the bytes are copied as they are; nothing on the way to check them against */
+  file_src_t f = {.fd = fd, .size = size};
+  return local_write(self, key, fill_file, &f, err, errlen);
 }
 
 static int local_get_range(void *self, const char *key, uint64_t off, size_t len, uint8_t **data, size_t *got,
@@ -284,6 +372,7 @@ static void local_destroy(void *self) {
 static const ak_blob_vtable_t local_vt = {
   .type = "local",
   .put = local_put,
+  .put_file = local_put_file,
   .get_range = local_get_range,
   .head = local_head,
   .list = local_list,

@@ -107,6 +107,11 @@ struct req {
   int kind;
   const uint8_t *body;
   size_t body_len;
+  int body_fd;        /* >= 0: the body is body_len bytes of this file from body_off (the
+                         caller's, open until the completion); body is NULL then */
+  uint64_t body_off;
+  uint64_t body_pos;  /* bytes of the file region handed to curl so far (on_read, on_seek) */
+  int body_errno;     /* reading the file failed (-1: it ended before body_len): why says so */
   const char *lines;  /* nlines header lines, NUL-terminated, back to back */
   size_t nlines;
   long timeout_ms;
@@ -375,6 +380,39 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
   return n;
 }
 
+/* A body from a file: the next piece of the region, read where curl's upload buffer
+ * wants it (so at most that buffer of it is in memory, 64 KiB by default). A file that
+ * ends early or fails to read aborts the transfer; req_complete names it. */
+static size_t on_read(char *buf, size_t size, size_t nitems, void *ud) {
+  req_t *r = ((easy_t *)ud)->r;
+  if (r->body_fd < 0) return 0; /* a body from memory never comes here (POSTFIELDS) */
+  uint64_t left = (uint64_t)r->body_len - r->body_pos;
+  size_t want = size * nitems;
+  if (want > left) want = (size_t)left;
+  if (want == 0) return 0;
+  ssize_t n;
+  do {
+    n = pread(r->body_fd, buf, want, (off_t)(r->body_off + r->body_pos));
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) {
+    r->body_errno = n < 0 ? (errno ? errno : EIO) : -1;
+    return CURL_READFUNC_ABORT;
+  }
+  r->body_pos += (uint64_t)n;
+  return (size_t)n;
+}
+
+/* curl rewinds a body it must send again (a kept connection that turned out dead after
+ * the request went out is retried on a new one): a file region starts over from its
+ * first byte, which pread makes free. */
+static int on_seek(void *ud, curl_off_t offset, int origin) {
+  req_t *r = ((easy_t *)ud)->r;
+  if (r->body_fd < 0 || origin != SEEK_SET || offset < 0 || (uint64_t)offset > (uint64_t)r->body_len)
+    return CURL_SEEKFUNC_CANTSEEK;
+  r->body_pos = (uint64_t)offset;
+  return CURL_SEEKFUNC_OK;
+}
+
 /* One address judged for r: the first refusal's reason is the one reported. */
 static bool addr_allowed(req_t *r, const struct sockaddr *sa) {
   char why[sizeof r->why];
@@ -537,6 +575,12 @@ static easy_t *easy_new(worker_t *w, CURLcode *rcp) {
   SET(CURLOPT_WRITEDATA, (void *)x);
   SET(CURLOPT_HEADERFUNCTION, on_header);
   SET(CURLOPT_HEADERDATA, (void *)x);
+  /* a body from a file only (one from memory is POSTFIELDS, which curl never reads
+   * through these) */
+  SET(CURLOPT_READFUNCTION, on_read);
+  SET(CURLOPT_READDATA, (void *)x);
+  SET(CURLOPT_SEEKFUNCTION, on_seek);
+  SET(CURLOPT_SEEKDATA, (void *)x);
   SET(CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
   SET(CURLOPT_OPENSOCKETDATA, (void *)x);
   SET(CURLOPT_PREREQFUNCTION, on_prereq);
@@ -593,7 +637,12 @@ static bool req_start(worker_t *w, req_t *r, const char **why) {
     snprintf(x->custom, sizeof x->custom, "%s", rc == CURLE_OK && strlen(custom) < sizeof x->custom ? custom : "?");
   }
   static const char empty[1] = "";
-  if (r->kind == K_POST) {
+  if (r->kind == K_POST && r->body_fd >= 0) {
+    if (x->kind != K_POST) SET(CURLOPT_POST, 1L);
+    /* no POSTFIELDS: curl reads the body through on_read, body_len of it (Content-Length) */
+    SET(CURLOPT_POSTFIELDS, NULL);
+    SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+  } else if (r->kind == K_POST) {
     if (x->kind != K_POST) SET(CURLOPT_POST, 1L); /* also clears a HEAD's "no body" */
     SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
     SET(CURLOPT_POSTFIELDS, r->body_len ? (const char *)r->body : empty);
@@ -650,6 +699,11 @@ static void req_complete(worker_t *w, req_t *r, CURLcode rc) {
   } else if (r->nomem) {
     r->result = AK_HTTPC_FAILED;
     snprintf(r->why, sizeof r->why, "out of memory");
+  } else if (r->body_errno && rc != CURLE_OK) {
+    /* the body's file, not the transport: no part of a short body is a request */
+    r->result = AK_HTTPC_FAILED;
+    snprintf(r->why, sizeof r->why, "body file: %s",
+             r->body_errno < 0 ? "shorter than the body" : strerror(r->body_errno));
   } else if (status > 0 && (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && r->truncated))) {
     r->result = AK_HTTPC_OK;
     r->status = status;
@@ -1090,7 +1144,10 @@ static bool reserve_outstanding(ak_httpc_t *c) {
 
 int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn done, void *ctx) {
   if (!c || !req || !req->url || !done || req->nwant > AK_HTTPC_MAX_WANT || (req->nwant && !req->want_headers) ||
-      (req->nheaders && !req->headers) || (req->body_len && !req->body) || req->timeout_ms < 0 ||
+      (req->nheaders && !req->headers) || (req->body_len && !req->body && !req->body_from_fd) ||
+      (req->body_from_fd && (req->body_fd < 0 || (uint64_t)req->body_len > INT64_MAX ||
+                             req->body_off > INT64_MAX - (uint64_t)req->body_len)) ||
+      req->timeout_ms < 0 ||
       req->user_len > AK_HTTPC_USER_MAX || (req->user_len && !req->user))
     return AK_HTTPC_EINVAL;
   int kind = K_POST;
@@ -1106,6 +1163,8 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
   if (!atomic_load_explicit(&c->started, memory_order_acquire) && start(c) != 0) return AK_HTTPC_ESTART;
 
   size_t body_len = kind == K_POST ? req->body_len : 0;
+  /* a body from a file is read while it is sent, never copied in */
+  size_t copy_len = req->body_from_fd ? 0 : body_len;
   size_t url_len = strlen(req->url) + 1, custom_len = custom ? strlen(custom) + 1 : 0, lines_len = 0;
   size_t sigv4_len = req->aws_sigv4 ? strlen(req->aws_sigv4) + 1 : 0;
   size_t userpwd_len = req->aws_sigv4 && req->userpwd ? strlen(req->userpwd) + 1 : 0;
@@ -1118,7 +1177,7 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
   size_t want_len = 0;
   for (size_t i = 0; i < req->nwant; i++) want_len += strlen(req->want_headers[i]) + 1 + AK_HTTPC_VALUE_MAX;
   size_t nodes_len = req->nheaders * sizeof(struct curl_slist);
-  size_t need = nodes_len + body_len + url_len + custom_len + lines_len + want_len + sigv4_len + userpwd_len;
+  size_t need = nodes_len + copy_len + url_len + custom_len + lines_len + want_len + sigv4_len + userpwd_len;
   worker_t *w = pick_worker(c);
   req_t *r = NULL;
   pthread_mutex_lock(&w->free_mu);
@@ -1153,10 +1212,16 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
   char *p = r->mem;
   struct curl_slist *nodes = (struct curl_slist *)(void *)p;
   p += nodes_len;
-  r->body = (const uint8_t *)p;
   r->body_len = body_len;
-  if (body_len) memcpy(p, req->body, body_len);
-  p += body_len;
+  r->body_fd = -1;
+  if (req->body_from_fd && kind == K_POST) {
+    r->body_fd = req->body_fd;
+    r->body_off = req->body_off;
+  } else {
+    r->body = (const uint8_t *)p;
+    if (body_len) memcpy(p, req->body, body_len);
+    p += body_len;
+  }
   r->url = memcpy(p, req->url, url_len);
   p += url_len;
   if (custom) {

@@ -6,8 +6,9 @@
  * connection a request uses. Never follows a redirect, never retries (its callers own
  * retries), never goes through a proxy (the address check would judge the proxy), never
  * reads more than a request's max_response_bytes, never puts a URL, a header value or a
- * body byte into a completion's `why`, and never knows who calls it (net/ sits below
- * every caller: a caller's policy comes in as a callback).
+ * body byte into a completion's `why`, never holds more than a chunk of a body sent from a
+ * file, and never knows who calls it (net/ sits below every caller: a caller's policy
+ * comes in as a callback).
  *
  * How it runs is private to net/httpc.c and may change without touching a caller. */
 #ifndef AK_NET_HTTPC_H
@@ -55,7 +56,16 @@ typedef struct ak_httpc_req {
   size_t nheaders;
   const void *body;                /* sent as is with a Content-Length, empty too; GET and HEAD
                                       send none */
-  size_t body_len;
+  size_t body_len;                 /* bytes of body, or of the file region below */
+  bool body_from_fd;               /* the body is body_len bytes of body_fd from body_off instead,
+                                      read with pread in chunks while it is sent (and again from
+                                      the start if libcurl rewinds): memory stays bounded however
+                                      large the file. body_fd is borrowed: the caller keeps it open
+                                      and the region unchanged until the completion. A file shorter
+                                      than the region fails the request (AK_HTTPC_FAILED, why
+                                      "body file: ...") */
+  int body_fd;
+  uint64_t body_off;
   long timeout_ms;                 /* connect and whole exchange, once started; 0 = none */
   size_t max_response_bytes;       /* body bytes read at most; beyond them the exchange stops */
   bool keep_body;                  /* hand the bytes read to the completion */
@@ -104,7 +114,8 @@ enum {
   AK_HTTPC_STOPPED = -2, /* the client is being freed */
   AK_HTTPC_NOMEM = -3,
   AK_HTTPC_EINVAL = -4,  /* no URL or callback, a method that is not a token, more than
-                            AK_HTTPC_MAX_WANT wanted headers or AK_HTTPC_USER_MAX user bytes */
+                            AK_HTTPC_MAX_WANT wanted headers or AK_HTTPC_USER_MAX user bytes,
+                            body_from_fd with a negative body_fd or a region past 2^63 */
   AK_HTTPC_ESTART = -5,  /* the client's threads could not be started */
 };
 

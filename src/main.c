@@ -16,6 +16,7 @@
 #include "archive/catalogue.h"
 #include "archive/compactor.h"
 #include "archive/segment.h"
+#include "backup/module.h"
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/config.h"
@@ -45,6 +46,8 @@ static void usage(FILE *f) {
           "       ankusa inspect segments [--config FILE] [--data-dir DIR]   (the archive catalogue)\n"
           "       ankusa inspect hook ID [--config FILE] [--data-dir DIR]   (from the store or the archive)\n"
           "       ankusa rotate-secrets [--config FILE]   (node stopped: re-seal stored secrets)\n"
+          "       ankusa backup list|verify [--id ID]|now [--config FILE]   (the backups; now: node stopped)\n"
+          "       ankusa restore --to DIR [--id ID] [--config FILE]   (a backup into DIR, checked)\n"
           "       ankusa options --markdown | --secrets\n"
           "       ankusa version\n");
 }
@@ -534,6 +537,27 @@ static int cmd_serve(const char *path) {
   return 0;
 }
 
+/* backup ... / restore ...: --config taken out, the rest to backup/module.c. */
+static int cmd_backup(const char *cmd, int argc, char **argv) {
+  const char *path = NULL;
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  int n = 0;
+  if (!rest) return 1;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) path = argv[++i];
+    else if (strncmp(argv[i], "--config=", 9) == 0) path = argv[i] + 9;
+    else rest[n++] = argv[i];
+  }
+  ak_config_t *cfg;
+  int rc = load_config(path, &cfg);
+  if (rc == 0) {
+    rc = strcmp(cmd, "backup") == 0 ? ak_backup_cmd(cfg, n, rest) : ak_restore_cmd(cfg, n, rest);
+    ak_config_free(cfg);
+  }
+  free(rest);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *cmd = "serve";
   int i = 1;
@@ -552,6 +576,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - i, argv + i);
   if (strcmp(cmd, "options") == 0) return cmd_options(argc - i, argv + i);
+  if (strcmp(cmd, "backup") == 0 || strcmp(cmd, "restore") == 0) return cmd_backup(cmd, argc - i, argv + i);
   const char *config = NULL;
   for (; i < argc; i++) {
     if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];

@@ -3,13 +3,18 @@
  * print-config and the options reference in this order too. Adding a capability is its
  * file or folder plus one row here (a plug-in: one row in its kind's registry instead).
  * The order is the design:
- *   - the store first, the sources next (the config file's, then the stored ones), so that
+ *   - a restore from backup (backup.enabled, an empty store directory) before the store
+ *     opens; the store first, the sources next (the config file's, then the stored ones), so that
  *     every module that attaches per-source state or reads hooks sees them all;
  *   - fleet admission after the quota and the dedupe index whose scopes it reads, and
  *     before the ingest listener, so it stops after the last request that may call it;
  *   - the gauge sampler before the modules that add samplers to it;
  *   - the HTTP client before every module whose plug-ins speak HTTP (the dispatcher's
  *     sinks), so it is closed after them;
+ *   - the backup uploader after the HTTP client (its S3/GCS stores speak HTTP) and before
+ *     every module that writes to the store, so it stops after all of them: its last
+ *     checkpoint, on a clean stop, holds every hook the writer acked and every outcome the
+ *     dispatcher wrote;
  *   - the claim check after the HTTP client (its S3/GCS claim stores speak HTTP) and just
  *     before the dispatcher, which reads inst->claims (the claim stores its check-in
  *     writes packs to) when it opens: the stores are open before the dispatcher's first
@@ -33,6 +38,7 @@
 #include "admin/sources_api.h"
 #include "archive/compactor.h"
 #include "archive/replay_reader.h"
+#include "backup/module.h"
 #include "core/gauges.h"
 #include "core/later.h"
 #include "core/log.h"
@@ -59,6 +65,7 @@
 static const ak_module_t *const modules[] = {
   &ak_mod_node,
   &ak_mod_log,
+  &ak_mod_restore,
   &ak_mod_store,
   &ak_mod_gauges,
   &ak_mod_sources,
@@ -74,6 +81,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_fleet,
   &ak_mod_egress,
   &ak_mod_httpc,
+  &ak_mod_backup,
   &ak_mod_claim_check,
   &ak_mod_dispatch,
   &ak_mod_replay,
@@ -85,7 +93,6 @@ static const ak_module_t *const modules[] = {
   &ak_mod_edge,
   &ak_mod_batcher,
   &ak_mod_wal,
-  &ak_mod_backup,
   &ak_mod_lifecycle,
 };
 

@@ -1,15 +1,15 @@
-/* The config sections of Ankusa features this build does not implement yet: routes,
- * backup and lifecycle. Each has the
+/* The config sections of Ankusa features this build does not implement yet: routes
+ * and lifecycle. Each has the
  * original's keys, defaults and ANKUSA_* overrides as real option rows, validated like
  * any other section, so a file that restates a default or turns a feature off loads
  * unchanged; only what asks for the feature itself is refused, naming the key:
- * routes.enabled and backup.enabled true (by their rows' enum_unsupported), a lifecycle section with sinks (by its check hook). These modules
+ * routes.enabled true (by its row's enum_unsupported), a lifecycle section with sinks (by its check hook). These modules
  * have no typed struct and no lifecycle: when a feature is built, its module takes over
- * its section's rows and this file loses a part (the claim check's went to admin/claims.c). */
+ * its section's rows and this file loses a part (the claim check's went to admin/claims.c,
+ * backup's to backup/module.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "core/config.h"
-#include "core/blobcfg.h"
 #include "core/later.h"
 
 #define ANKUSA_PORT(k, d, e, what) \
@@ -20,7 +20,7 @@ static bool has_text(const json_t *obj, const char *key) { return json_is_string
 
 /* -------------------------------------------------------------------- routes ---- */
 
-static const ak_opt_t routes_ak_blobcfg_store_rows[] = {
+static const ak_opt_t routes_store_rows[] = {
   {.key = "type", .type = AK_OPT_ENUM, .enum_vals = "ets|redis", .flags = AK_OPTF_NULLABLE,
    .doc = "where routes live: ets (this node) or redis (shared); a url without a type means redis. Default ets"},
   {.key = "url", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET | AK_OPTF_HAS_MIN,
@@ -87,7 +87,7 @@ static const ak_opt_t routes_rows[] = {
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, .doc = "status of an IP denial: 403 or 404"},
   {.key = "trusted_proxies", .type = AK_OPT_STRLIST, .def = "[]",
    .doc = "CIDRs whose X-Forwarded-For is believed"},
-  {.key = "store", .type = AK_OPT_MAP, .children = routes_ak_blobcfg_store_rows, .doc = "where routes live"},
+  {.key = "store", .type = AK_OPT_MAP, .children = routes_store_rows, .doc = "where routes live"},
   {.key = "cache", .type = AK_OPT_MAP, .children = routes_cache_rows, .doc = "route lookup cache"},
   {.key = "ip_rules", .type = AK_OPT_MAP, .children = ip_rules_rows, .doc = "node-wide IP rules"},
   {.key = "admin", .type = AK_OPT_MAP, .children = routes_admin_rows, .doc = "route admin listener"},
@@ -122,33 +122,6 @@ const ak_module_t ak_mod_routes = {
   .doc = "route guard: not built yet; the keys are checked, enabled: true is refused",
   .options = routes_rows,
   .check = routes_check,
-};
-
-/* -------------------------------------------------------------------- backup ---- */
-
-static const ak_opt_t backup_rows[] = {
-  {.key = "enabled", .type = AK_OPT_BOOL, .def = "false", .enum_unsupported = "true", .env = "ANKUSA_BACKUP_ENABLED",
-   .doc = "continuous store backup and restore at boot"},
-  {.key = "interval_ms", .type = AK_OPT_INT, .def = "60000", .min = 1, .flags = AK_OPTF_HAS_MIN,
-   .doc = "how often a checkpoint is uploaded"},
-  {.key = "keep", .type = AK_OPT_INT, .def = "3", .min = 1, .flags = AK_OPTF_HAS_MIN, .doc = "backups kept"},
-  {.key = "store", .type = AK_OPT_MAP, .flags = AK_OPTF_NULLABLE, .children = ak_blobcfg_store_rows,
-   .doc = "where backups live (unset: the storage bucket)"},
-  {0},
-};
-
-static void backup_check(ak_check_t *c, json_t *b, json_t *root) {
-  (void)root;
-  json_t *store = json_object_get(b, "store");
-  if (json_is_object(store)) ak_blobcfg_check(c, "backup.store", store);
-}
-
-const ak_module_t ak_mod_backup = {
-  .name = "backup",
-  .section = "backup",
-  .doc = "store backup: not built yet; the keys are checked, enabled: true is refused",
-  .options = backup_rows,
-  .check = backup_check,
 };
 
 /* ----------------------------------------------------------------- lifecycle ---- */

@@ -608,6 +608,22 @@ int ak_store_compact(ak_store_t *st, int cf, char **err) {
   return 0;
 }
 
+int ak_store_checkpoint(ak_store_t *st, const char *dir, uint64_t log_size_for_flush, char **err) {
+  if (ak_store_pin(st) != 0) {
+    *err = strdup("the store is not open");
+    return -1;
+  }
+  char *e = NULL;
+  rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(st->db, &e);
+  if (cp && !e) rocksdb_checkpoint_create(cp, dir, log_size_for_flush, &e);
+  if (cp) rocksdb_checkpoint_object_destroy(cp);
+  ak_store_unpin(st);
+  if (!e) return 0;
+  if (asprintf(err, "checkpoint into %s: %s", dir, e) < 0) *err = NULL;
+  free(e);
+  return -1;
+}
+
 static int refuse_closed(ak_wf_class_t *cls, char **err) {
   if (cls) *cls = AK_WF_OTHER;
   if (err) *err = strdup("store is closed");
@@ -838,10 +854,12 @@ static int store_open(ak_instance_t *inst, char **err) {
   ak_log(AK_LOG_INFO, "store", "store opened", "path=%s next_seq=%llu hooks=%llu wal_replay_seconds=%.3f", sp,
          (unsigned long long)ak_store_next_seq(inst->store), (unsigned long long)ak_store_hook_count(inst->store),
          ak_store_last_open_seconds(inst->store));
-  ak_log(AK_LOG_INFO, "durability",
-         "wal.type=disk: a 201 means the hook is fsynced in this host's store; it survives a process crash "
-         "and power loss on this host, not the loss of this host (no backup configured)",
-         "store=%s", sp);
+  /* with backup.enabled the backup module says what a 201 survives (backup/module.c) */
+  if (!json_is_true(json_object_get(json_object_get(inst->cfg->effective, "backup"), "enabled")))
+    ak_log(AK_LOG_INFO, "durability",
+           "wal.type=disk: a 201 means the hook is fsynced in this host's store; it survives a process crash "
+           "and power loss on this host, not the loss of this host (no backup configured)",
+           "store=%s", sp);
   free(sp);
   return 0;
 }

@@ -83,6 +83,12 @@ int ak_store_write(ak_store_t *st, ak_batch_t *b, bool sync, ak_wf_class_t *cls,
  * with *err (malloc'd). */
 int ak_store_compact(ak_store_t *st, int cf, char **err);
 
+/* A RocksDB checkpoint of the open store in dir (which must not exist yet): immutable
+ * files (.sst, .blob) hard-linked, the rest (MANIFEST, OPTIONS, CURRENT, the live WAL up to
+ * log_size_for_flush bytes, else the memtables are flushed first) copied. Writes go on
+ * meanwhile. For backups (backup/backup.c). 0, or -1 with *err (malloc'd, names dir). */
+int ak_store_checkpoint(ak_store_t *st, const char *dir, uint64_t log_size_for_flush, char **err);
+
 /* Point read: 0 found (*val malloc'd), 1 not found, -1 unavailable or error. */
 int ak_store_get(ak_store_t *st, int cf, const void *key, size_t klen, char **val, size_t *vlen);
 /* The same for a caller that holds a pin (no second lock taken). */

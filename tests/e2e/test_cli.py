@@ -305,8 +305,6 @@ def test_later_section_restating_defaults_loads(tmp_path, section):
 LATER_REFUSED = [
     pytest.param("routes: {enabled: true}\n", {},
                  "  routes.enabled: true is not supported yet; set it to false or remove it", id="routes-enabled"),
-    pytest.param("backup: {enabled: true}\n", {},
-                 "  backup.enabled: true is not supported yet; set it to false or remove it", id="backup-enabled"),
     pytest.param("lifecycle:\n  sinks: [{type: log}]\n", {},
                  "  lifecycle: not supported yet (lifecycle events); remove the section", id="lifecycle-sinks"),
     pytest.param("lifecycle: {}\n", {}, '  lifecycle: missing required key "sinks"', id="lifecycle-without-sinks"),
@@ -314,9 +312,6 @@ LATER_REFUSED = [
     pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true"},
                  "  routes.enabled (from ANKUSA_ROUTES_ENABLED): true is not supported yet; set it to false or "
                  "remove it", id="routes-enabled-env"),
-    pytest.param("", {"ANKUSA_BACKUP_ENABLED": "TRUE"},
-                 "  backup.enabled (from ANKUSA_BACKUP_ENABLED): true is not supported yet; set it to false or "
-                 "remove it", id="backup-enabled-env"),
 ]
 
 

@@ -61,7 +61,8 @@ static void backup_check(ak_check_t *c, json_t *b, json_t *root) {
     snprintf(path, sizeof path, "backup.%s", names[i]);
     if (json_is_object(st)) ak_blobcfg_check(c, path, st);
   }
-  if (json_is_true(json_object_get(b, "enabled")) && !json_is_string(json_object_get(b, "signing_key")))
+  if (json_is_true(json_object_get(b, "enabled")) && !json_is_string(json_object_get(b, "signing_key")) &&
+      !ak_check_reported_under(c, "backup.signing_key"))
     ak_check_error(c, "backup.signing_key: required when backup.enabled is true (the manifests are signed; "
                       "32 random bytes or more, e.g. `openssl rand -base64 32`)");
 }

@@ -215,8 +215,10 @@ def test_drill_kill9_wipe_restore_then_clean_stop(ankusa, proxy):
         assert stored_sha(node, h) == late[h][0], h
     # delivery state resumes: every restored hook is delivered once the receiver is back
     up.set()
-    wait_until(lambda: all(before[h] in delivered_ok(rx).get(h, ()) for h in before), timeout=60,
-               what="restored hooks delivered")
+    def all_delivered():
+        got = delivered_ok(rx)
+        return all(sha in got.get(h, ()) for h, sha in before.items())
+    wait_until(all_delivered, timeout=60, what="restored hooks delivered")
 
     # a clean stop takes a last backup: nothing acked is lost with the host
     more = post_acked(node, 60, "final")

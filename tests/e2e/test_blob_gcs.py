@@ -170,6 +170,45 @@ def test_keys_needing_encoding(standins, blobtool):
     assert any("name=a%2Bb" in r[1] for r in gcs.seen("POST"))
 
 
+# --------------------------------------------------------------------------- files
+
+def test_put_file_streams_a_large_file_and_stream_reads_it_back(standins, blobtool, tmp_path):
+    import hashlib
+    gcs = standins(GcsStandin)
+    cfg = cfg_for(gcs)
+    data = os.urandom(9 * 1024 * 1024 + 4321)
+    sha = hashlib.sha256(data).hexdigest()
+    path = tmp_path / "000042.sst"
+    path.write_bytes(data)
+    ok(blobtool(cfg, "put-file", "bk/ckpt-1/000042.sst", path))
+    assert gcs.objects["bk/ckpt-1/000042.sst"] == data
+    post = gcs.seen("POST")[-1]
+    assert post[2]["content-length"] == str(len(data)) and "uploadType=media" in post[1]
+    assert ok(blobtool(cfg, "stream", "bk/ckpt-1/000042.sst")).decode() == f"{len(data)} {sha}\n"
+    # the size (metadata), then 4 MiB ranges up to it
+    c = 4 << 20
+    assert [r[2]["range"] for r in gcs.seen("GET", "alt=media")] == \
+        [f"bytes=0-{c - 1}", f"bytes={c}-{2 * c - 1}", f"bytes={2 * c}-{len(data) - 1}"]
+    assert ok(blobtool(cfg, "get", "bk/ckpt-1/000042.sst")) == data
+    # a retried upload sends the file again from its first byte
+    gcs.faults = [503]
+    ok(blobtool(cfg, "put-file", "bk/ckpt-1/again.sst", path))
+    assert gcs.objects["bk/ckpt-1/again.sst"] == data
+    # an empty file
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    ok(blobtool(cfg, "put-file", "bk/empty", empty))
+    assert gcs.objects["bk/empty"] == b""
+    assert ok(blobtool(cfg, "stream", "bk/empty")).decode() == f"0 {hashlib.sha256(b'').hexdigest()}\n"
+    # not there: not found; a file shorter than the size asked for: no request, no object
+    r = blobtool(cfg, "stream", "bk/none")
+    assert r.returncode == 2 and b"not found" in r.stderr
+    n = len(gcs.requests)
+    r = blobtool(cfg, "put-file", "bk/short", path, f"--size={len(data) + 1}")
+    assert r.returncode == 1 and b"fewer than" in r.stderr
+    assert len(gcs.requests) == n and "bk/short" not in gcs.objects
+
+
 # --------------------------------------------------------------------------- auth
 
 def test_token_auth_and_wrong_token(standins, blobtool):

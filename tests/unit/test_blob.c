@@ -376,6 +376,39 @@ Test(blob, put_file_adapter_refuses_a_file_that_ends_early) {
   ak_blob_free(b);
 }
 
+typedef struct {
+  sink_t s;
+  const char *path;
+} shrink_t;
+
+static int shrink_cb(void *ctx, const uint8_t *p, size_t n) {
+  shrink_t *x = ctx;
+  if (x->s.calls == 0) cr_assert_eq(truncate(x->path, AK_BLOB_STREAM_CHUNK + 10), 0);
+  return sink_cb(&x->s, p, n);
+}
+
+/* an object that shrinks while it is streamed: a short range is an error, not the end */
+Test(blob, stream_of_an_object_that_shrinks_fails) {
+  ak_blob_t *b = store();
+  uint8_t *bytes;
+  size_t n = 3 * AK_BLOB_STREAM_CHUNK;
+  int fd = data_file("shrink-src", n, &bytes);
+  char hex[65], path[400];
+  sha256_hex(bytes, n, hex);
+  cr_assert_eq(ak_blob_put_file(b, "bk/shrinks.sst", fd, n, hex, err, sizeof err), AK_BLOB_OK, "%s", err);
+  snprintf(path, sizeof path, "%s/node/segments/bk/shrinks.sst", dir);
+  shrink_t x = {.s = {.md = EVP_MD_CTX_new()}, .path = path};
+  EVP_DigestInit_ex(x.s.md, EVP_sha256(), NULL);
+  uint64_t total = 0;
+  cr_assert_eq(ak_blob_stream(b, "bk/shrinks.sst", shrink_cb, &x, &total, err, sizeof err), AK_BLOB_ERROR);
+  cr_assert(strstr(err, "changed while it was read"), "%s", err);
+  cr_assert_eq(x.s.calls, 1);
+  EVP_MD_CTX_free(x.s.md);
+  close(fd);
+  free(bytes);
+  ak_blob_free(b);
+}
+
 Test(blob, stream_missing_key_is_not_found) {
   ak_blob_t *b = store();
   sink_t s = {.md = EVP_MD_CTX_new()};

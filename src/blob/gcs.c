@@ -1,5 +1,5 @@
-/* The GCS blob store (blob/blob.h) over Google's JSON API: media uploads, ranged media
- * reads, object metadata for head, deletes, and listings continued by key (startOffset).
+/* The GCS blob store (blob/blob.h) over Google's JSON API: media uploads (the body from
+ * memory, or streamed from a file by the HTTP client), ranged media reads, object metadata for head, deletes, and listings continued by key (startOffset).
  * Owns the URLs (percent-encoding of bucket and names), the bearer token (configured, or
  * fetched from the instance metadata server and cached until 60 s before it expires),
  * the retries (2, after 200 ms then 1 s, on transport failures, timeouts and

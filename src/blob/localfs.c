@@ -2,9 +2,11 @@
  * path. A put writes a temporary file beside the object (".ak-tmp-" in its name, never a
  * key), fsyncs it, renames it over the object and fsyncs the directory, after creating
  * (and fsyncing into their parents) the directories the key needs: a crash leaves the old
- * object or the new one. A put from a file fills that temporary file by copy_file_range. A list walks the tree under the root (sorted, so pages follow
- * byte order); it costs the objects under the prefix's directory, which suits the few
- * thousand segments a node keeps per day, not a bucket's millions. */
+ * object or the new one. A put from a file fills that temporary file by copy_file_range
+ * (or 1 MiB reads and writes), never the whole file in memory. A list walks the tree
+ * under the root (sorted, so pages follow byte order); it costs the objects under the
+ * prefix's directory, which suits the few thousand segments a node keeps per day, not a
+ * bucket's millions. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

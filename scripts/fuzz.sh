@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config
-#                                              uuid verify token dedupe http marker segment;
+#                                              uuid verify token dedupe http marker segment
+#                                              redis_url claim backup_manifest;
 #                                              "fuzz_verify" = "verify")
 # Each harness stops at SECONDS or FUZZ_RUNS executions (10,000,000), whichever comes
 # first; FUZZ_JOBS harnesses run at once (1). The campaign: FUZZ_SECONDS=1800 make fuzz.
@@ -20,7 +21,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
 fi
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("${@#fuzz_}")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment redis_url claim)
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment redis_url claim backup_manifest)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -53,6 +54,8 @@ declare -A SRCS=(
   [redis_url]="src/net/redis.c"
   # the claim check's ids, refs, keys and pack reads (the claim gateway's input)
   [claim]="$CONFIG_SRCS"
+  # the backup manifest and LATEST formats (read back from a blob store)
+  [backup_manifest]="src/backup/manifest.c src/core/buf.c"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=

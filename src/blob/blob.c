@@ -172,14 +172,24 @@ int ak_blob_get(ak_blob_t *b, const char *key, uint8_t **data, size_t *len, char
 
 int ak_blob_stream(ak_blob_t *b, const char *key, int (*cb)(void *ctx, const uint8_t *p, size_t n), void *ctx,
                    uint64_t *total, char *err, size_t errlen) {
-  uint64_t off = 0;
   if (total) *total = 0;
-  for (;;) {
+  /* The size first: no range is ever asked past the end (an empty object needs none,
+   * which some servers answer wrongly: s3rver sends a 206 promising a byte it never
+   * sends), and an object that shrinks while it is read is noticed. */
+  uint64_t size = 0;
+  int rc = ak_blob_head(b, key, &size, err, errlen);
+  if (rc != AK_BLOB_OK) return rc;
+  for (uint64_t off = 0; off < size;) {
+    size_t want = size - off < AK_BLOB_STREAM_CHUNK ? (size_t)(size - off) : AK_BLOB_STREAM_CHUNK;
     uint8_t *data = NULL;
     size_t got = 0;
-    int rc = ak_blob_get_range(b, key, off, AK_BLOB_STREAM_CHUNK, &data, &got, err, errlen);
-    if (rc == AK_BLOB_NOT_FOUND && off > 0) {
-      /* deleted between two chunks: what was handed out is not the object */
+    rc = ak_blob_get_range(b, key, off, want, &data, &got, err, errlen);
+    if (rc == AK_BLOB_OK && got < want) {
+      snprintf(err, errlen, "stream: the object changed while it was read (%llu of %llu bytes)",
+               (unsigned long long)(off + got), (unsigned long long)size);
+      rc = AK_BLOB_ERROR;
+    } else if (rc == AK_BLOB_NOT_FOUND) {
+      /* deleted between two requests: what was handed out is not the object */
       snprintf(err, errlen, "stream: the object went away after %llu bytes", (unsigned long long)off);
       rc = AK_BLOB_ERROR;
     }
@@ -189,14 +199,14 @@ int ak_blob_stream(ak_blob_t *b, const char *key, int (*cb)(void *ctx, const uin
     }
     off += got;
     if (total) *total = off;
-    int stop = got ? cb(ctx, data, got) : 0;
+    int stop = cb(ctx, data, got);
     free(data);
     if (stop) {
       snprintf(err, errlen, "stopped");
       return AK_BLOB_ERROR;
     }
-    if (got < AK_BLOB_STREAM_CHUNK) return AK_BLOB_OK;
   }
+  return AK_BLOB_OK;
 }
 
 int ak_blob_list(ak_blob_t *b, const char *prefix, const char *after, size_t max, ak_blob_list_t *out, char *err,

@@ -105,11 +105,12 @@ int ak_blob_get_range(ak_blob_t *b, const char *key, uint64_t off, size_t len, u
                       char *err, size_t errlen);
 int ak_blob_head(ak_blob_t *b, const char *key, uint64_t *size, char *err, size_t errlen);
 #define AK_BLOB_STREAM_CHUNK (4u << 20) /* bytes ak_blob_stream reads per get_range */
-/* Reads the whole object in AK_BLOB_STREAM_CHUNK ranges, handing each to cb in order,
- * until one comes back short: memory is one chunk, whatever the object's size. A cb
- * answering non-zero stops it (AK_BLOB_ERROR, err "stopped"). *total (may be NULL): the
- * bytes read. AK_BLOB_NOT_FOUND when there is no such object (before any cb). Not a
- * snapshot: an object replaced meanwhile may mix its versions (backups never replace). */
+/* Reads the whole object: its size (head), then AK_BLOB_STREAM_CHUNK ranges up to it,
+ * each handed to cb in order: memory is one chunk, whatever the object's size. A range
+ * that comes back short (the object shrank) is an error. A cb answering non-zero stops it
+ * (AK_BLOB_ERROR, err "stopped"). *total (may be NULL): the bytes read. AK_BLOB_NOT_FOUND
+ * when there is no such object (before any cb). Not a snapshot: an object replaced
+ * meanwhile may mix its versions (backups never replace one). */
 int ak_blob_stream(ak_blob_t *b, const char *key, int (*cb)(void *ctx, const uint8_t *p, size_t n), void *ctx,
                    uint64_t *total, char *err, size_t errlen);
 /* Keys come back relative to the scope; next too. */

@@ -1,7 +1,8 @@
-/* The GCS blob store (blob/blob.h) over Google's JSON API: media uploads, ranged media
- * reads, object metadata for head, deletes, and listings continued by key (startOffset).
- * Owns the URLs (percent-encoding of bucket and names), the bearer token (configured, or
- * fetched from the instance metadata server and cached until 60 s before it expires),
+/* The GCS blob store (blob/blob.h) over Google's JSON API: media uploads (the body from
+ * memory, or streamed from a file by the HTTP client), ranged media reads, object
+ * metadata for head, deletes, and listings continued by key (startOffset). Owns the URLs
+ * (percent-encoding of bucket and names), the bearer token (configured, or fetched from
+ * the instance metadata server and cached until 60 s before it expires),
  * the retries (2, after 200 ms then 1 s, on transport failures, timeouts and
  * 408/429/500/502/503/504; a fresh token each attempt) and the mapping of statuses to
  * blob results. Every call is synchronous for its caller: it submits to the node's shared

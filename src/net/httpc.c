@@ -6,13 +6,13 @@
  * first worker up to spread_at before the next gets any (pick_worker; 1 by default: an
  * idle worker first, else the least loaded, see DEFAULT_SPREAD). A request is
  * built once, by submit, in one block (body, header lines and the curl_slist nodes that
- * point at them); the worker is woken through an eventfd only when it sleeps, once per
- * sleep, and answers the completions of one turn back to back. Also owns the
- * outstanding bound, cancellation by owner, and the address check of every connection a
- * request uses. Never blocks a caller on I/O (submit queues, the threads do the rest),
- * never calls back while holding a lock, never follows a redirect or uses a proxy, never
- * reads past a request's max_response_bytes, and never puts a URL or a header value into
- * a `why`.
+ * point at them; a body from a file stays there, read in chunks as it is sent); the
+ * worker is woken through an eventfd only when it sleeps, once per sleep, and answers the
+ * completions of one turn back to back. Also owns the outstanding bound, cancellation by
+ * owner, and the address check of every connection a request uses. Never blocks a caller
+ * on I/O (submit queues, the threads do the rest), never calls back while holding a lock,
+ * never follows a redirect or uses a proxy, never reads past a request's
+ * max_response_bytes, and never puts a URL or a header value into a `why`.
  *
  * Address checks: libcurl resolves the name (its threaded resolver, off the worker), and
  * CURLOPT_OPENSOCKETFUNCTION judges each sockaddr right before the socket for it is
@@ -1147,8 +1147,7 @@ int ak_httpc_submit(ak_httpc_t *c, const ak_httpc_req_t *req, ak_httpc_done_fn d
       (req->nheaders && !req->headers) || (req->body_len && !req->body && !req->body_from_fd) ||
       (req->body_from_fd && (req->body_fd < 0 || (uint64_t)req->body_len > INT64_MAX ||
                              req->body_off > INT64_MAX - (uint64_t)req->body_len)) ||
-      req->timeout_ms < 0 ||
-      req->user_len > AK_HTTPC_USER_MAX || (req->user_len && !req->user))
+      req->timeout_ms < 0 || req->user_len > AK_HTTPC_USER_MAX || (req->user_len && !req->user))
     return AK_HTTPC_EINVAL;
   int kind = K_POST;
   const char *custom = NULL;

@@ -47,7 +47,8 @@ typedef struct ak_httpc_opts {
  * depend on ctx and the address only: the client may reuse a "yes" for the same pair. */
 typedef bool (*ak_httpc_addr_fn)(void *ctx, const struct sockaddr *sa, char *why, size_t whylen);
 
-/* One request. Everything it points to is copied by submit, except addr_ctx and owner. */
+/* One request. Everything it points to is copied by submit, except addr_ctx and owner
+ * (and body_fd's file, read while the body is sent). */
 typedef struct ak_httpc_req {
   const char *method;              /* "POST" (also NULL), "PUT", "PATCH", "GET", "HEAD", "DELETE"... */
   const char *url;                 /* http:// or https:// (anything else fails the request) */

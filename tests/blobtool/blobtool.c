@@ -2,6 +2,11 @@
  * hold each adapter against a real or stand-in server (tests/e2e/test_blob_*.py).
  *
  *   blobtool STORE.json put KEY FILE        (FILE "-" reads stdin)
+ *   blobtool STORE.json put-file KEY PATH [--sha256=HEX] [--size=N]
+ *                                           (ak_blob_put_file: PATH streamed; its SHA-256
+ *                                            computed first unless given, size the file's
+ *                                            unless given: a test's wrong hash or short file)
+ *   blobtool STORE.json stream KEY          (ak_blob_stream: "SIZE SHA256" of what it read)
  *   blobtool STORE.json get KEY             (the bytes on stdout)
  *   blobtool STORE.json range KEY OFF LEN
  *   blobtool STORE.json head KEY            (the size)
@@ -14,11 +19,15 @@
  *
  * STORE.json is a store mapping as the config holds it ({type, root, s3: {...}, gcs: {...}}).
  * Exit 0 on success, 2 for not found, 1 for an error (on stderr). Test builds only. */
+#include <fcntl.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "blob/blob.h"
 #include "core/clock.h"
 #include "net/httpc.h"
@@ -111,9 +120,54 @@ out:
   return rc;
 }
 
+static void hex_of(const unsigned char *d, unsigned n, char *out) {
+  for (unsigned i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+/* put-file: the file's hash the way a backup computes it (one pass, 1 MiB at a time),
+ * then the streamed put. */
+static int put_file(ak_blob_t *b, const char *key, int nargs, char **args, char *err, size_t errlen) {
+  const char *sha = NULL, *size_arg = NULL;
+  for (int i = 1; i < nargs; i++) {
+    if (!strncmp(args[i], "--sha256=", 9)) sha = args[i] + 9;
+    else if (!strncmp(args[i], "--size=", 7)) size_arg = args[i] + 7;
+  }
+  int fd = open(args[0], O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    snprintf(err, errlen, "%s: cannot open", args[0]);
+    if (fd >= 0) close(fd);
+    return AK_BLOB_ERROR;
+  }
+  uint64_t size = size_arg ? strtoull(size_arg, NULL, 10) : (uint64_t)st.st_size;
+  char hex[65];
+  if (!sha) {
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    uint8_t *buf = malloc(1 << 20);
+    EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+    ssize_t n;
+    while (buf && (n = read(fd, buf, 1 << 20)) > 0) EVP_DigestUpdate(c, buf, (size_t)n);
+    unsigned char d[32];
+    unsigned dl = 0;
+    EVP_DigestFinal_ex(c, d, &dl);
+    EVP_MD_CTX_free(c);
+    free(buf);
+    hex_of(d, 32, hex);
+    sha = hex;
+    /* the put reads with pread: where read left the offset does not matter */
+  }
+  int rc = ak_blob_put_file(b, key, fd, size, sha, err, errlen);
+  close(fd);
+  return rc;
+}
+
+static int stream_cb(void *ctx, const uint8_t *p, size_t n) {
+  return EVP_DigestUpdate(ctx, p, n) == 1 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: blobtool STORE.json put|get|range|head|list|del|claimpack KEY [ARGS]\n");
+    fprintf(stderr, "usage: blobtool STORE.json put|put-file|get|stream|range|head|list|del|claimpack KEY [ARGS]\n");
     return 1;
   }
   json_error_t je;
@@ -137,6 +191,20 @@ int main(int argc, char **argv) {
     if (!data) return fail(argv[4], "cannot read");
     rc = ak_blob_put(b, key, data, len, err, sizeof err);
     free(data);
+  } else if (!strcmp(op, "put-file") && argc >= 5) {
+    rc = put_file(b, key, argc - 4, argv + 4, err, sizeof err);
+  } else if (!strcmp(op, "stream")) {
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+    uint64_t total = 0;
+    rc = ak_blob_stream(b, key, stream_cb, c, &total, err, sizeof err);
+    unsigned char d[32];
+    unsigned dl = 0;
+    EVP_DigestFinal_ex(c, d, &dl);
+    EVP_MD_CTX_free(c);
+    char hex[65];
+    hex_of(d, 32, hex);
+    if (rc == AK_BLOB_OK) printf("%llu %s\n", (unsigned long long)total, hex);
   } else if (!strcmp(op, "get") || (!strcmp(op, "range") && argc >= 6)) {
     uint8_t *data = NULL;
     size_t got = 0;

@@ -357,6 +357,76 @@ def test_list_pages_over_1000_keys(tmp_path, proxy, s3rver):
     assert set(verdicts(proxy)) == {"ok"}
 
 
+# --------------------------------------------------------------------------- files
+
+CHUNK = 4 << 20  # ak_blob_stream's ranges (AK_BLOB_STREAM_CHUNK)
+
+
+def data_file(tmp_path, n):
+    data = os.urandom(n)
+    path = tmp_path / f"file-{uuid.uuid4().hex[:8]}.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+def test_put_file_streams_a_large_file_and_stream_reads_it_back(tmp_path, proxy):
+    cfg = store(tmp_path, f"http://127.0.0.1:{proxy.port}")
+    path, data = data_file(tmp_path, 9 * 1024 * 1024 + 4321)
+    sha = hashlib.sha256(data).hexdigest()
+    key = f"backup-{uuid.uuid4().hex}/ckpt-1/000042.sst"
+    r = blobtool(cfg, "put-file", key, path)
+    assert r.returncode == 0, r.stderr
+    # one PUT, whose signed payload hash (the file's, computed by the caller) the proxy
+    # checked against the bytes that arrived
+    assert verdicts(proxy) == ["ok"] and proxy.requests[0][0] == "PUT"
+    n = len(proxy.requests)
+    r = blobtool(cfg, "stream", key)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == f"{len(data)} {sha}\n"
+    # the size, then three ranged GETs of at most 4 MiB
+    assert [m for m, _, _ in proxy.requests[n:]] == ["HEAD"] + ["GET"] * 3
+    assert get(cfg, key) == data
+    assert set(verdicts(proxy)) == {"ok"}
+    # a retried PUT sends the file again from its first byte
+    proxy.fail_next = [503]
+    r = blobtool(cfg, "put-file", key + ".2", path)
+    assert r.returncode == 0, r.stderr
+    assert verdicts(proxy)[-2:] == ["forced 503", "ok"]
+    assert blobtool(cfg, "stream", key + ".2").stdout.decode() == f"{len(data)} {sha}\n"
+    # an empty file (no range asked at all), and a file of exactly two chunks
+    for size in (0, 2 * CHUNK):
+        p, d = data_file(tmp_path, size)
+        assert blobtool(cfg, "put-file", f"{key}.{size}", p).returncode == 0
+        r = blobtool(cfg, "stream", f"{key}.{size}")
+        assert r.returncode == 0 and r.stdout.decode() == f"{size} {hashlib.sha256(d).hexdigest()}\n", r.stderr
+    # not there: not found
+    r = blobtool(cfg, "stream", f"never-{uuid.uuid4().hex}")
+    assert r.returncode == 2 and b"not found" in r.stderr
+
+
+def test_put_file_with_a_wrong_sha256_is_refused_and_stores_nothing(tmp_path, proxy):
+    cfg = store(tmp_path, f"http://127.0.0.1:{proxy.port}")
+    path, data = data_file(tmp_path, 5 * 1024 * 1024 + 1)
+    key = f"backup-{uuid.uuid4().hex}/wrong.sst"
+    wrong = hashlib.sha256(data[:-1]).hexdigest()
+    r = blobtool(cfg, "put-file", key, path, f"--sha256={wrong}")
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "s3 put: HTTP 403 (SignatureDoesNotMatch)" in err, err
+    assert verdicts(proxy) == ["x-amz-content-sha256 is not the body's hash"]  # one attempt
+    r = blobtool(cfg, "head", key)
+    assert r.returncode == 2, r.stderr
+    # not a hash at all: refused before any request
+    n = len(proxy.requests)
+    for bad in ("nothex", wrong.upper(), wrong[:-1]):
+        r = blobtool(cfg, "put-file", key, path, f"--sha256={bad}")
+        assert r.returncode == 1 and "64 lowercase hex" in r.stderr.decode()
+    # a file shorter than the size asked for: refused, no request, no object
+    r = blobtool(cfg, "put-file", key, path, f"--size={len(data) + 1}")
+    assert r.returncode == 1 and "fewer than" in r.stderr.decode(), r.stderr
+    assert len(proxy.requests) == n
+    assert blobtool(cfg, "head", key).returncode == 2
+
+
 # --------------------------------------------------------------------------- signing
 
 def test_wrong_secret_fails_with_403(tmp_path, proxy):

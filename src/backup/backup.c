@@ -673,7 +673,10 @@ static int to_sink(void *ctx, const uint8_t *p, size_t n) {
   return 0;
 }
 
-/* Stream a file's object through its checks (and into fd when >= 0). 0, or -1 with why. */
+#define DAMAGED (-2) /* read whole, and not the bytes the manifest signed */
+
+/* Stream a file's object through its checks (and into fd when >= 0). 0, DAMAGED, or -1
+ * (unreadable) with why. */
 static int fetch_checked(target_t *t, const ak_backup_file_t *f, int fd, char *why, size_t whylen) {
   sink_t s = {.md = EVP_MD_CTX_new(), .fd = fd};
   if (!s.md || EVP_DigestInit_ex(s.md, EVP_sha256(), NULL) != 1) {
@@ -693,17 +696,20 @@ static int fetch_checked(target_t *t, const ak_backup_file_t *f, int fd, char *w
   else if (rc != AK_BLOB_OK && s.err)
     snprintf(why, whylen, "writing %s failed: %s", f->name, strerror(s.err));
   else if (rc != AK_BLOB_OK) snprintf(why, whylen, "reading backup/%s (%s) failed: %s", f->key, f->name, e);
-  else if (total != f->size)
+  else if (total != f->size) {
     snprintf(why, whylen, "backup/%s (%s) is %llu bytes, the manifest says %llu", f->key, f->name,
              (unsigned long long)total, (unsigned long long)f->size);
-  else if (strcmp(sha, f->sha256))
+    return DAMAGED;
+  } else if (strcmp(sha, f->sha256)) {
     snprintf(why, whylen, "backup/%s (%s): checksum_mismatch (sha256 %s, the manifest says %s)", f->key, f->name, sha,
              f->sha256);
-  else return 0;
+    return DAMAGED;
+  } else return 0;
   return -1;
 }
 
-int ak_backup_verify(ak_backup_t *b, size_t i, const char *id, ak_backup_manifest_t *mout, char *why, size_t whylen) {
+int ak_backup_verify(ak_backup_t *b, size_t i, const char *id, bool repair, ak_backup_manifest_t *mout, char *why,
+                     size_t whylen) {
   target_t *t = &b->t[i];
   ak_backup_latest_t l;
   if (!id) {
@@ -715,8 +721,14 @@ int ak_backup_verify(ak_backup_t *b, size_t i, const char *id, ak_backup_manifes
   if (read_manifest(b, t, id, &m, why, whylen) != 0) return -1;
   for (size_t k = 0; k < m.nfiles; k++) {
     char w[512];
-    if (fetch_checked(t, &m.files[k], -1, w, sizeof w) != 0) {
-      snprintf(why, whylen, "%s store (%s): %s", t->name, t->where, w);
+    int rc = fetch_checked(t, &m.files[k], -1, w, sizeof w);
+    if (rc != 0) {
+      char e[256] = "";
+      bool fixed = repair && rc == DAMAGED && m.files[k].shared &&
+                   ak_blob_delete(t->scope, m.files[k].key, e, sizeof e) == AK_BLOB_OK;
+      if (fixed) verified_del(t, m.files[k].key);
+      snprintf(why, whylen, "%s store (%s): %s%s", t->name, t->where, w,
+               fixed ? " (the damaged object was deleted: the next backup uploads it again)" : "");
       ak_backup_manifest_clear(&m);
       return -1;
     }

@@ -81,9 +81,12 @@ int ak_backup_run(ak_backup_t *b, struct ak_store *st, const char *store_id, con
 
 /* Read back backup id (NULL: the one LATEST names) on target i: the manifest's signature,
  * then every file's size and sha256. 0 (m filled when not NULL), AK_BACKUP_NOT_THERE when
- * the target has no LATEST, or -1 with why naming the key. */
+ * the target has no LATEST, or -1 with why naming the key. With repair, a shared object
+ * whose bytes differ from the signed manifest is deleted (it is damaged for every backup
+ * that lists it), so the next run uploads it again while the store still has the file. */
 #define AK_BACKUP_NOT_THERE 2
-int ak_backup_verify(ak_backup_t *b, size_t i, const char *id, ak_backup_manifest_t *m, char *why, size_t whylen);
+int ak_backup_verify(ak_backup_t *b, size_t i, const char *id, bool repair, ak_backup_manifest_t *m, char *why,
+                     size_t whylen);
 
 /* The backups on target i, newest first: ids with a manifest (complete) or without one. */
 typedef struct ak_backup_entry {
@@ -102,7 +105,7 @@ enum { AK_RESTORE_DONE = 0, AK_RESTORE_EMPTY = 1, AK_RESTORE_FAILED = -1 };
 int ak_backup_restore(ak_backup_t *b, const char *dir, const char *id, const char **from, ak_backup_manifest_t *m,
                       char *why, size_t whylen);
 
-/* The files RocksDB keeps data in (MANIFEST-*, *.sst, *.blob, *.log), the marker apart. */
+/* The files RocksDB keeps data in (CURRENT, MANIFEST-*, *.sst, *.blob, *.log), the marker apart. */
 bool ak_backup_is_store_file(const char *name);
 
 #endif

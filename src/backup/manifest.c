@@ -99,26 +99,32 @@ void ak_backup_manifest_clear(ak_backup_manifest_t *m) {
   memset(m, 0, sizeof *m);
 }
 
-static void hmac_hex(const uint8_t *key, size_t keylen, const char *a, size_t alen, char out[65]) {
+/* HMAC-SHA256 under key over a then "}" (the signed bytes: the text before the signature
+ * member, then the closing brace), as hex. 0, or -1 when it cannot be computed (then
+ * nothing is signed and nothing verifies). */
+static int hmac_hex(const uint8_t *key, size_t keylen, const char *a, size_t alen, char out[65]) {
   static const char hexd[] = "0123456789abcdef";
   unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int mdl = 0;
-  /* over two pieces: the text before the signature, then "}" */
+  static const uint8_t empty[1] = {0};
   EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
   EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
   OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", (char *)"SHA256", 0), OSSL_PARAM_construct_end()};
   size_t outl = 0;
-  if (ctx && EVP_MAC_init(ctx, key, keylen, params) == 1 && EVP_MAC_update(ctx, (const uint8_t *)a, alen) == 1 &&
-      EVP_MAC_update(ctx, (const uint8_t *)"}", 1) == 1 && EVP_MAC_final(ctx, md, &outl, sizeof md) == 1)
-    mdl = (unsigned int)outl;
+  int rc = ctx && EVP_MAC_init(ctx, key ? key : empty, keylen, params) == 1 &&
+                   EVP_MAC_update(ctx, (const uint8_t *)a, alen) == 1 &&
+                   EVP_MAC_update(ctx, (const uint8_t *)"}", 1) == 1 && EVP_MAC_final(ctx, md, &outl, sizeof md) == 1 &&
+                   outl == 32
+             ? 0
+             : -1;
   EVP_MAC_CTX_free(ctx);
   EVP_MAC_free(mac);
-  if (mdl != 32) memset(md, 0, 32); /* never matches a real signature's check below */
+  if (rc != 0) return -1;
   for (int i = 0; i < 32; i++) {
     out[2 * i] = hexd[md[i] >> 4];
     out[2 * i + 1] = hexd[md[i] & 15];
   }
   out[64] = '\0';
+  return 0;
 }
 
 char *ak_backup_manifest_encode(const ak_backup_manifest_t *m, const uint8_t *key, size_t keylen, size_t *len) {
@@ -137,7 +143,10 @@ char *ak_backup_manifest_encode(const ak_backup_manifest_t *m, const uint8_t *ke
   if (!body) return NULL;
   size_t bl = strlen(body); /* ends with '}' */
   char sig[65];
-  hmac_hex(key, keylen, body, bl - 1, sig);
+  if (hmac_hex(key, keylen, body, bl - 1, sig) != 0) {
+    free(body);
+    return NULL;
+  }
   char *out = NULL;
   int n = asprintf(&out, "%.*s%s%s\"}", (int)(bl - 1), body, SIG_PREFIX, sig);
   free(body);
@@ -162,7 +171,10 @@ int ak_backup_manifest_decode(const char *text, size_t len, const uint8_t *key, 
   char got[65], want[65];
   memcpy(got, text + len - 66, 64);
   got[64] = '\0';
-  hmac_hex(key, keylen, text, len - tail, want);
+  if (hmac_hex(key, keylen, text, len - tail, want) != 0) {
+    why_set(why, whylen, "cannot compute the signature (HMAC-SHA256 unavailable)");
+    return -1;
+  }
   if (CRYPTO_memcmp(got, want, 64) != 0) {
     why_set(why, whylen, "signature does not match (another backup.signing_key, or the manifest was changed)");
     return -1;

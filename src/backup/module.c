@@ -322,7 +322,7 @@ static void verify_once(backup_mod_t *bm) {
     char why[768] = "";
     int64_t t0 = ak_mono_ns();
     ak_backup_manifest_t m = {0};
-    int rc = ak_backup_verify(bm->b, i, NULL, &m, why, sizeof why);
+    int rc = ak_backup_verify(bm->b, i, NULL, true, &m, why, sizeof why);
     const char *tn = ak_backup_target_name(bm->b, i);
     if (rc == 0) {
       ak_log(AK_LOG_INFO, "backup", "backup verified", "target=%s backup_id=%s files=%zu seconds=%.3f", tn, m.id,
@@ -336,8 +336,10 @@ static void verify_once(backup_mod_t *bm) {
   }
 }
 
-/* The newest backup of this store already on a target: the age starts from it. */
+/* The newest backup already on a target: the age counts from it, not from this start (a
+ * restart must not hide a stale backup); none anywhere: from this start. */
 static void initial_age(backup_mod_t *bm) {
+  int64_t newest = 0;
   for (size_t i = 0; i < ak_backup_ntargets(bm->b); i++) {
     ak_backup_entry_t *e = NULL;
     size_t n = 0;
@@ -349,12 +351,15 @@ static void initial_age(backup_mod_t *bm) {
         int64_t ms = 0;
         static const char cf[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
         for (int c = 0; c < 10; c++) ms = ms * 32 + (int64_t)(strchr(cf, e[k].id[c]) - cf);
-        pthread_mutex_lock(&bm->mu);
-        if (ms > bm->last_ok_ms) bm->last_ok_ms = ms;
-        pthread_mutex_unlock(&bm->mu);
+        if (ms > newest) newest = ms;
       }
     }
     free(e);
+  }
+  if (newest > 0) {
+    pthread_mutex_lock(&bm->mu);
+    bm->last_ok_ms = newest;
+    pthread_mutex_unlock(&bm->mu);
   }
 }
 
@@ -551,7 +556,7 @@ static int cmd_verify(ak_backup_t *b, const char *id) {
   for (size_t i = 0; i < ak_backup_ntargets(b); i++) {
     char why[768] = "";
     ak_backup_manifest_t m = {0};
-    int r = ak_backup_verify(b, i, id, &m, why, sizeof why);
+    int r = ak_backup_verify(b, i, id, false, &m, why, sizeof why);
     const char *tn = ak_backup_target_name(b, i);
     if (r == 0) {
       uint64_t bytes = 0;

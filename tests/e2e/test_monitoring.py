@@ -141,6 +141,9 @@ def served(tmp_path_factory):
         "admin": {"gauge_interval_ms": 200},
         "dedupe": {"scope": "fleet"},
         "fleet": {"store": {"url": redis.url()}},
+        # backup's series are served only with backup on: a local store beside the data dir
+        "backup": {"enabled": True, "signing_key": "monitoring-test-signing-key-0123456789",
+                   "store": {"type": "local", "root": str(tmp_path_factory.mktemp("monitoring-backup"))}},
     }, sources={
         "demo": {"sinks": [{"type": "http", "url": rx.url}]},
         "signed": {"tenant": "acme", "verify": {"type": "hmac", "secret": "s3cr3t-value",

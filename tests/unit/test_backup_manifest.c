@@ -446,12 +446,11 @@ Test(backup_manifest, empty_key_works_only_with_itself) {
   ak_backup_manifest_clear(&m);
 }
 
-/* When the HMAC cannot be computed (here: a NULL key, which EVP_MAC_init refuses; in a
- * run: EVP_MAC_fetch or EVP_MAC_CTX_new failing), manifest.c's hmac_hex falls back to 32
- * zero bytes, so decode accepts any text whose signature is 64 '0's, and encode signs with
- * them. Disabled until manifest.c refuses instead (a fail-closed check): enable it then.
- * (backup.c copies the key into a malloc'd buffer, so a NULL key does not reach it today.) */
-Test(backup_manifest, no_signature_when_the_hmac_cannot_be_computed, .disabled = true) {
+/* An all-zero signature never passes: with a NULL key (an empty one) the HMAC is still
+ * computed and refuses it, and where it cannot be computed at all (EVP_MAC_fetch or
+ * EVP_MAC_CTX_new failing) hmac_hex answers an error and decode refuses ("cannot compute
+ * the signature") instead of comparing with zeros. */
+Test(backup_manifest, no_signature_when_the_hmac_cannot_be_computed) {
   ak_backup_manifest_t m;
   api_manifest(&m, ID);
   size_t len = 0;

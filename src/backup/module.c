@@ -365,6 +365,7 @@ static void initial_age(backup_mod_t *bm) {
 
 static void *backup_main(void *arg) {
   backup_mod_t *bm = arg;
+  pthread_setname_np(pthread_self(), "ak-backup");
   ak_store_thread_init();
   initial_age(bm);
   int64_t next_run = ak_mono_ns() / 1000000 + bm->interval_ms;

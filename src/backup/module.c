@@ -598,8 +598,9 @@ static int cmd_now(const ak_config_t *cfg, ak_backup_t *b) {
   if (rc < 0) fprintf(stderr, "ankusa: backup now: %s\n", why);
   for (size_t i = 0; rc >= 0 && i < ak_backup_ntargets(b); i++) {
     if (res[i].rc == AK_BACKUP_OK)
-      printf("%s: backup %s taken: %zu files uploaded, %zu already there, %llu bytes\n", ak_backup_target_name(b, i),
-             id, res[i].uploaded, res[i].skipped, (unsigned long long)res[i].bytes);
+      printf("%s: backup %s taken: %zu files uploaded, %zu already there, %llu bytes%s%s\n",
+             ak_backup_target_name(b, i), id, res[i].uploaded, res[i].skipped, (unsigned long long)res[i].bytes,
+             res[i].purge_skipped ? "; old backups not purged: " : "", res[i].purge_skipped ? res[i].why : "");
     else
       printf("%s: %s at %s: %s\n", ak_backup_target_name(b, i), ak_backup_result_names[res[i].rc], res[i].stage,
              res[i].why);

@@ -14,7 +14,7 @@ import pytest
 from helpers import LOOPBACK, SLOW, http_request, post_many, run_cli, sha256_hex, wait_until
 from receiver import Receiver
 from test_cursor_kills import delivered_ok
-from test_blob_s3 import BUCKET, KEY, REGION, SECRET, proxy, s3rver  # noqa: F401 - fixtures
+from test_blob_s3 import BUCKET, KEY, REGION, SECRET, proxy, s3rver, verdicts  # noqa: F401 - fixtures
 
 SIGNING_KEY = "backup-signing-key-of-the-tests-0123456789"
 OTHER_KEY = "another-signing-key-0123456789abcdefghij"
@@ -190,6 +190,8 @@ def test_drill_kill9_wipe_restore_then_clean_stop(ankusa, proxy):
     poller.stop()
     node.kill9()
     assert poller.n > 20 and not poller.bad, f"/ready failed during backups: {poller.bad[:5]}"
+    bad_sig = [v for v in verdicts(proxy) if v != "ok"]
+    assert not bad_sig, f"S3 requests the signature check refused: {bad_sig[:5]}"
     lt = latest(primary)
     cut = lt["created_at_ms"]
     before = {h: sha for h, (sha, ms) in acked.items() if ms < cut}
@@ -470,3 +472,43 @@ def test_backup_now_offline_and_refused_beside_a_running_node(ankusa, tmp_path):
     assert r.returncode == 0 and "primary: backup" in r.stdout and "taken" in r.stdout, r.stdout + r.stderr
     assert latest(p)["id"] in r.stdout
     assert os.path.exists(p / "backup" / latest(p)["id"] / "manifest.json")
+
+
+def test_purge_keeps_the_newest_and_skips_when_a_kept_manifest_is_unreadable(ankusa, tmp_path):
+    """keep: 2. Backups by hand (`ankusa backup now`, node stopped): the older ones go with
+    the shared files only they list; a kept manifest that cannot be read stops the purge
+    (nothing deleted, said so) until it is no longer among the kept."""
+    p = tmp_path / "p"
+    node = ankusa(config={"backup": backup_cfg(local(p), interval_ms=600000)})
+    post_acked(node, 20, "r")
+    assert node.stop() == 0
+
+    def now():
+        r = run_cli("backup", "now", "--config", node.config_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    def complete():
+        return sorted(d.name for d in (p / "backup").iterdir() if (d / "manifest.json").exists())
+
+    first = latest(p)["id"]
+    now()
+    second = latest(p)["id"]
+    now()
+    third = latest(p)["id"]
+    assert complete() == [second, third], "the oldest backup was not purged"
+    # the newest but one is kept by the next run: unreadable, it stops that run's purge
+    mp = p / "backup" / third / "manifest.json"
+    mp.write_bytes(mp.read_bytes()[:-10])
+    out = now()
+    fourth = latest(p)["id"]
+    assert "old backups not purged" in out and third in out, out
+    assert complete() == [second, third, fourth]
+    now()
+    fifth = latest(p)["id"]
+    assert complete() == [fourth, fifth]
+    assert not (p / "backup" / first).exists() or not any((p / "backup" / first).iterdir())
+    listed = {f["key"] for i in (fourth, fifth) for f in manifest(p, i)["files"] if f["kind"] == "shared"}
+    sst = p / "backup" / "sst"
+    have = {f"sst/{x.name}" for x in sst.iterdir()} if sst.exists() else set()
+    assert have == listed

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "store/batch.h"
 #include "store/keys.h"
@@ -771,14 +772,6 @@ int ak_backup_list(ak_backup_t *b, size_t i, ak_backup_entry_t **out, size_t *n,
 
 /* ------------------------------------------------------------------- restore ---- */
 
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
-}
-
 /* One file: into "<name>.ak-restore", checked, synced, renamed. */
 static int restore_file(target_t *t, const char *dir, const ak_backup_file_t *f, char *why, size_t whylen) {
   char tmp[4096], path[4096];
@@ -826,7 +819,7 @@ static int restore_from(ak_backup_t *b, target_t *t, const char *dir, const char
     if (restore_file(t, dir, &m->files[i], why, whylen) != 0) goto undo;
   }
   /* every other file is durable before CURRENT names them */
-  if (fsync_dir(dir) != 0 || restore_file(t, dir, current, why, whylen) != 0 || fsync_dir(dir) != 0) {
+  if (ak_fsync_dir(dir) != 0 || restore_file(t, dir, current, why, whylen) != 0 || ak_fsync_dir(dir) != 0) {
     if (!why[0]) snprintf(why, whylen, "fsync %s: %s", dir, strerror(errno));
     goto undo;
   }

@@ -14,6 +14,7 @@
 #include "backup/backup.h"
 #include "core/blobcfg.h"
 #include "core/clock.h"
+#include "core/fsutil.h"
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -104,30 +105,10 @@ static char *store_dir(const ak_config_t *cfg, const char *instance) {
 
 /* ------------------------------------------------------------------- restore ---- */
 
-static int mkdirs(const char *path) {
-  char p[4096];
-  snprintf(p, sizeof p, "%s", path);
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-    *s = '/';
-  }
-  return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static bool exists(const char *dir, const char *name) {
   char p[4096];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   return access(p, F_OK) == 0;
-}
-
-static int sync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
 }
 
 /* The store files in dir (MANIFEST-*, *.sst, *.blob, *.log), comma-joined into out. */
@@ -170,13 +151,13 @@ static int write_marker(const char *dir) {
   if (fd < 0) return -1;
   int rc = fsync(fd);
   close(fd);
-  return rc == 0 ? sync_dir(dir) : -1;
+  return rc == 0 ? ak_fsync_dir(dir) : -1;
 }
 
 static void drop_marker(const char *dir) {
   char p[4096];
   snprintf(p, sizeof p, "%s/%s", dir, AK_BACKUP_MARKER);
-  if (unlink(p) == 0) sync_dir(dir);
+  if (unlink(p) == 0) ak_fsync_dir(dir);
 }
 
 /* Restore at boot (the restore module's open, before the store): 0 when the store can open
@@ -211,7 +192,7 @@ static int restore_at_boot(ak_instance_t *inst, char **err) {
   char why[2048] = "";
   ak_httpc_t *hc = ak_httpc_new(&(ak_httpc_opts_t){.name = "ak-restore", .workers = 1}, why, sizeof why);
   ak_backup_t *b = hc ? open_targets(inst->cfg, inst->name, hc, why, sizeof why) : NULL;
-  if (!b || mkdirs(dir) != 0 || write_marker(dir) != 0) {
+  if (!b || ak_mkdirs_durable(dir, 0750) != 0 || write_marker(dir) != 0) {
     if (!why[0]) snprintf(why, sizeof why, "cannot write %s/%s: %s", dir, AK_BACKUP_MARKER, strerror(errno));
     rc = -1;
   } else {
@@ -665,7 +646,7 @@ int ak_restore_cmd(const ak_config_t *cfg, int argc, char **argv) {
       fprintf(stderr, "ankusa: restore: %s is not empty\n", to);
       return 1;
     }
-  } else if (mkdirs(to) != 0) {
+  } else if (ak_mkdirs_durable(to, 0750) != 0) {
     fprintf(stderr, "ankusa: restore: cannot make %s: %s\n", to, strerror(errno));
     return 1;
   }

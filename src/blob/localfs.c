@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <openssl/rand.h>
 #include "core/buf.h"
+#include "core/fsutil.h"
 #include "blob/blob.h"
 
 typedef struct {
@@ -35,14 +36,6 @@ static char *path_of(const local_t *l, const char *key) {
   return p;
 }
 
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
-}
-
 /* mkdir -p of path's parent directories below the root, each new one fsynced into its
  * parent. */
 static int make_parents(const local_t *l, char *path) {
@@ -54,7 +47,7 @@ static int make_parents(const local_t *l, char *path) {
     if (rc == 0) {
       char *slash = strrchr(path, '/');
       *slash = 0;
-      int frc = fsync_dir(path);
+      int frc = ak_fsync_dir(path);
       *slash = '/';
       if (frc != 0) {
         *p = '/';
@@ -197,7 +190,7 @@ static int local_write(local_t *l, const char *key, fill_fn fill, void *ctx, cha
   tmp = NULL;
   char *slash = strrchr(path, '/');
   *slash = 0;
-  int frc = fsync_dir(path);
+  int frc = ak_fsync_dir(path);
   *slash = '/';
   if (frc != 0) {
     rc = fail(err, errlen, "fsync of the directory", errno);
@@ -359,7 +352,7 @@ static int local_del(void *self, const char *key, char *err, size_t errlen) {
   if (rc == 0) {
     char *slash = strrchr(path, '/');
     *slash = 0;
-    rc = fsync_dir(path);
+    rc = ak_fsync_dir(path);
     e = errno;
   } else if (e == ENOENT || e == ENOTDIR) {
     rc = 0;
@@ -410,7 +403,7 @@ ak_blob_t *ak_blob_local_new(const char *root, char *err, size_t errlen) {
     char *up = strrchr(r, '/');
     if ((made || !p) && up && up != r) {
       *up = 0;
-      int frc = fsync_dir(r);
+      int frc = ak_fsync_dir(r);
       int e = errno;
       *up = '/';
       if (frc != 0) {

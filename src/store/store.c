@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "core/clock.h"
 #include "core/envelope.h"
+#include "core/fsutil.h"
 #include "core/ids.h"
 #include "core/instance.h"
 #include "core/log.h"
@@ -103,49 +104,6 @@ void ak_store_free(ak_store_t *st) {
   pthread_rwlock_destroy(&st->lock);
   free(st->path);
   free(st);
-}
-
-/* A new directory's entry is durable only once its parent is fsynced: RocksDB syncs the
- * store directory it writes into, never the ones above it. Without this, a power cut
- * after the first acks of a fresh node took data/, default/ or store/ away with every
- * hook in them (tests/e2e/test_powerloss.py found it), and the node started empty. */
-static int sync_parent_of(char *dir) {
-  char *slash = strrchr(dir, '/');
-  const char *parent = ".";
-  if (slash == dir) {
-    parent = "/";
-  } else if (slash) {
-    *slash = 0;
-    parent = dir;
-  }
-  int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
-  int e = errno;
-  if (fd >= 0) close(fd);
-  if (slash && slash != dir) *slash = '/';
-  errno = e;
-  return rc;
-}
-
-/* Creates what is missing of path, each new directory made durable before the next; a
- * directory that exists was made durable by whoever created it (this code, or the operator). */
-static int mkdirs(const char *path) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1;; p++) {
-    if (*p == '/' || *p == 0) {
-      char c = *p;
-      *p = 0;
-      if (mkdir(tmp, 0750) == 0) {
-        if (sync_parent_of(tmp) != 0) return -1;
-      } else if (errno != EEXIST) {
-        return -1;
-      }
-      *p = c;
-      if (!c) break;
-    }
-  }
-  return 0;
 }
 
 static char *fmt_err(const char *fmt, const char *a, const char *b) {
@@ -442,7 +400,7 @@ int ak_store_open(ak_store_t *st, char **err) {
   pthread_rwlock_wrlock(&st->lock);
   close_locked(st);
   int64_t t0 = ak_mono_ns();
-  if (!st->read_only && mkdirs(st->path) != 0) {
+  if (!st->read_only && ak_mkdirs_durable(st->path, 0750) != 0) {
     *err = fmt_err("cannot create store directory %s: %s", st->path, strerror(errno));
     pthread_rwlock_unlock(&st->lock);
     return -1;

@@ -147,6 +147,8 @@ def value_for(where, path, typ, label):
             return f"amqp://leakuser:{canary(label).raw}@{host}:5672/"
         if key == "url":
             return f"redis://leakuser:{canary(label).raw}@{host}:1/0"
+        if key == "signing_key":  # backup.signing_key: at least 32 characters
+            return canary(label, f"Lk{pysecrets.token_hex(20)}").raw
         if key == "nkey_seed":  # a real seed (the sink derives its public key), still a canary
             return canary(label, user_nkey()[0]).raw
         return canary(label).raw

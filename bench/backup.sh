@@ -12,7 +12,7 @@
 #        store: {type: local, root: <the side's dir>/backup, beside its data dir},
 #        verify_interval_ms: 0}
 # Why ingest only: the backup is then the only difference between the sides, and ingest
-# alone is the strictest denominator (~20-35 us of CPU per hook, against ~70-80 with
+# alone is the strictest denominator (~20-45 us of CPU per hook, against ~70-80 with
 # delivery, whose own cost and its ±20 % spread here would hide the backup's). The first
 # run is an interval after the node's start, each next one an interval after the end of
 # the previous, so a DURATION of 15 s holds 2 backups (at ~5 and ~10 s; a third when the
@@ -32,7 +32,7 @@
 #              writer threads (ak-writer), the ingest loops (ak-ingest), RocksDB's
 #              background threads (rocksdb:*: flushes and compactions, among them the
 #              checkpoint's flush when the WAL is over 16 MiB) and the rest (the admin
-#              listener, the backup's HTTP client threads, ...; bench/lib.sh thread_ticks)
+#              listener, the backup's HTTP client threads, ...), all read in one pass over /proc
 #   backups    the `msg="backup taken" target=primary` lines of the node's log (level info
 #              on both sides: it logs nothing per hook) stamped within wrk's run, with
 #              the MiB uploaded (ankusa_backup_uploaded_bytes_total) and the last run's
@@ -41,8 +41,11 @@
 #   /ready     the probes' count, those not answered 200 (any > 0 fails the run: the
 #              issue asks that it never fails during a checkpoint) and the slowest answer
 #
+# BODY=random: bodies the store cannot compress (see below) instead of post1k.lua's fixed
+# one, which RocksDB shrinks ~10x, so that every backup copies and hashes ~10x less.
+#
 # Environment: ROUNDS (5), DURATION (15), CONNECTIONS (64), THREADS (2), INTERVAL_MS
-# (5000), PROBE_MS (50), STRICT=1 (exit 1 when on/off misses 1.10), BIN (build/ankusa),
+# (5000), BODY (fixed), PROBE_MS (50), STRICT=1 (exit 1 when on/off misses 1.10), BIN (build/ankusa),
 # KEEP_TMP=1, BENCH_TMP (bench/out; not a tmpfs). Exit status 1 when a check failed: a
 # node died or did not start, wrk saw errors, the node logged errors, /ready answered
 # other than 200, a backup run did not end ok, or "on" took no backup in the window.
@@ -56,6 +59,7 @@ DURATION=${DURATION:-15}
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 INTERVAL_MS=${INTERVAL_MS:-5000}
+BODY=${BODY:-fixed}
 PROBE_MS=${PROBE_MS:-50}
 STRICT=${STRICT:-0}
 TARGET=1.10
@@ -75,6 +79,38 @@ TICK_US=$((1000000 / $(getconf CLK_TCK)))
 SIGNING_KEY=bench-backup-signing-key-0123456789abcdef
 
 bench_setup backup
+
+# the load's script: bench/post1k.lua (one fixed body, which the store's compression
+# shrinks ~10x: every backup copies and hashes that much less), or BODY=random: 1,024
+# distinct bodies of the same size per wrk thread, random printable characters (~6.5 bits
+# a byte), cycled: 1 MiB between two equal bodies, beyond any block's compression window
+case $BODY in
+  fixed) LUA=$REPO/bench/post1k.lua ;;
+  random) LUA=$TMP/random1k.lua
+    cat >"$LUA" <<'LUAEOF'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local pool, n, i = {}, 1024, 0
+function init(args)
+  math.randomseed(os.time() + math.floor(os.clock() * 1e6) + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 100000)
+  local chars = {}
+  for c = 0x21, 0x7e do
+    if c ~= 0x22 and c ~= 0x5c then chars[#chars + 1] = string.char(c) end
+  end
+  for k = 1, n do
+    local t = {}
+    for j = 1, 1024 - 11 do t[j] = chars[math.random(#chars)] end
+    pool[k] = '{"pad":"' .. table.concat(t) .. '"}'
+  end
+end
+function request()
+  i = i % n + 1
+  return wrk.format(nil, nil, nil, pool[i])
+end
+LUAEOF
+    ;;
+  *) die "BODY must be fixed or random (got '$BODY')" ;;
+esac
 
 config() { # DIR SIDE: the node's config (JSON is YAML)
   local backup=""
@@ -128,17 +164,19 @@ probe_ready() {
   done
 }
 
-THREAD_NAMES=(ak-backup ak-writer ak-ingest rocksdb)
-
-sys_ticks() { # PID PREFIX: system-time ticks of PID's threads whose name starts with PREFIX
-  local f t=0 u
-  for f in /proc/"$1"/task/*; do
-    case "$(cat "$f/comm" 2>/dev/null)" in
-    "$2"*) u=$(awk '{ sub(/^.*\) /, ""); print $13 }' "$f/stat" 2>/dev/null || echo 0)
-      t=$((t + u)) ;;
-    esac
-  done
-  echo "$t"
+# snap PID: one pass over /proc (so the figures are of one instant): the process's
+# user+system ticks, then those of its threads named ak-backup*, ak-writer*, ak-ingest*,
+# rocksdb*, then ak-backup*'s system ticks alone
+snap() {
+  awk -v proc="/proc/$1/stat" '{
+    i = index($0, "("); j = match($0, /\) [A-Za-z] /); name = substr($0, i + 1, j - i - 1)
+    split(substr($0, j + 2), f, " "); t = f[12] + f[13]
+    if (FILENAME == proc) { tot = t; next }
+    if (name ~ /^ak-backup/) { b += t; bs += f[13] }
+    else if (name ~ /^ak-writer/) w += t
+    else if (name ~ /^ak-ingest/) g += t
+    else if (name ~ /^rocksdb/) r += t
+  } END { printf "%d %d %d %d %d %d\n", tot, b, w, g, r, bs }' /proc/"$1"/stat /proc/"$1"/task/*/stat 2>/dev/null
 }
 
 # backups_in LOG FROM TO: "backup taken" lines of the primary store whose ts is within
@@ -161,30 +199,26 @@ PYEOF
 # ingest/s us/hook backup writer ingest rocksdb rest backups probes ready_bad ready_max_ms
 # uploaded_MiB last_run_s backup_sys
 side() {
-  local s=$1 dir t0 t1 wpid ppid wrc=0 m c201 runs=0 bad nprobe maxms i rest mb=0 secs=0 ws we bs0 bs1
+  local s=$1 dir wpid ppid wrc=0 m c201 runs=0 bad nprobe maxms i rest mb=0 secs=0 ws we
   local -a th0 th1 d
   dir=$(mktemp -d "$TMP/$s.XXXXXX")
   config "$dir" "$s"
   sync # the previous side's files out of writeback before this side's fsyncs
   start_node "$dir"
   m=$dir/m.txt
-  for i in "${!THREAD_NAMES[@]}"; do th0[i]=$(thread_ticks "$NODE_PID" "${THREAD_NAMES[i]}"); done
   probe_ready "$dir/ready.txt" "$dir/probe.stop" &
   ppid=$!
   PIDS+=("$ppid")
-  bs0=$(sys_ticks "$NODE_PID" ak-backup)
   ws=$EPOCHREALTIME
-  t0=$(cpu_ticks "$NODE_PID")
-  "$WRK" -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" -s "$REPO/bench/post1k.lua" \
+  read -r -a th0 < <(snap "$NODE_PID")
+  "$WRK" -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" -s "$LUA" \
     "http://127.0.0.1:$HTTP_PORT/webhooks/bench" >"$dir/wrk.txt" 2>&1 &
   wpid=$!
   PIDS+=("$wpid")
   wait "$wpid" || wrc=$?
   forget_pid "$wpid"
-  t1=$(cpu_ticks "$NODE_PID")
+  read -r -a th1 < <(snap "$NODE_PID")
   we=$EPOCHREALTIME
-  bs1=$(sys_ticks "$NODE_PID" ak-backup)
-  for i in "${!THREAD_NAMES[@]}"; do th1[i]=$(thread_ticks "$NODE_PID" "${THREAD_NAMES[i]}"); done
   touch "$dir/probe.stop"
   wait "$ppid" || true
   forget_pid "$ppid"
@@ -214,14 +248,11 @@ side() {
     ((runs > 0)) || { echo "  !! on: no backup taken during the ${DURATION}s run" >&2; ERRORS=1; }
   fi
   [ "${KEEP_TMP:-0}" = 1 ] || rm -rf "$dir/data" "$dir/backup"
-  rest=$((t1 - t0))
-  for i in "${!THREAD_NAMES[@]}"; do
-    d[i]=$((th1[i] - th0[i]))
-    rest=$((rest - d[i]))
-  done
-  echo "$(div "$c201" "$DURATION" %.0f) $(per_hook $((t1 - t0)) "$c201")" \
-    "$(per_hook "${d[0]}" "$c201") $(per_hook "${d[1]}" "$c201") $(per_hook "${d[2]}" "$c201") $(per_hook "${d[3]}" "$c201") $(per_hook "$rest" "$c201")" \
-    "$runs $nprobe $bad $maxms $mb $secs $(per_hook $((bs1 - bs0)) "$c201")"
+  for i in 0 1 2 3 4 5; do d[i]=$((th1[i] - th0[i])); done
+  rest=$((d[0] - d[1] - d[2] - d[3] - d[4]))
+  echo "$(div "$c201" "$DURATION" %.0f) $(per_hook "${d[0]}" "$c201")" \
+    "$(per_hook "${d[1]}" "$c201") $(per_hook "${d[2]}" "$c201") $(per_hook "${d[3]}" "$c201") $(per_hook "${d[4]}" "$c201") $(per_hook "$rest" "$c201")" \
+    "$runs $nprobe $bad $maxms $mb $secs $(per_hook "${d[5]}" "$c201")"
 }
 
 # ---------------------------------------------------------------- the rounds
@@ -233,7 +264,7 @@ REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$REPO" diff --quiet HEAD -- src meson.build 2>/dev/null || REV="$REV + uncommitted changes in src"
 echo "backup.sh: $BIN ($REV)"
 echo "  off = roles [edge], no backup; on = the same with backup every ${INTERVAL_MS} ms to a local store beside the data dir (keep 3, no read-back)"
-echo "  $ROUNDS rounds alternating; wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s 1 KiB POST; /ready every ${PROBE_MS} ms; data under $TMP ($(df -T "$TMP" | awk 'NR == 2 { print $2 }')); load average $LOAD_BEFORE"
+echo "  $ROUNDS rounds alternating; wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s 1 KiB POST (BODY=$BODY); /ready every ${PROBE_MS} ms; data under $TMP ($(df -T "$TMP" | awk 'NR == 2 { print $2 }')); load average $LOAD_BEFORE"
 for ((rd = 1; rd <= ROUNDS; rd++)); do
   order="off on"
   ((rd % 2 == 0)) && order="on off"

@@ -15,9 +15,10 @@
 # alone is the strictest denominator (~20-45 us of CPU per hook, against ~70-80 with
 # delivery, whose own cost and its ±20 % spread here would hide the backup's). The first
 # run is an interval after the node's start, each next one an interval after the end of
-# the previous, so a DURATION of 15 s holds 2 backups (at ~5 and ~10 s; a third when the
-# runs are short enough to start before 15 s). The last backup on the clean stop is after
-# the measured window, not in it. The local store is on the same filesystem as the data
+# the previous, so the default DURATION of 15 s holds 2-3 backups: 2 here (ending ~5.3 and
+# ~10.5 s after the start), the third (~15.7 s) just after wrk's end when the runs take
+# ~0.2 s; with slower runs or a later wrk start it falls inside. The last backup on the
+# clean stop is after the measured window, not in it. The local store is on the same filesystem as the data
 # dir (bench/out: the repo's disk, real fsync), so the copy is real I/O, not a network.
 #
 # Per side: wrk POSTs 1 KiB bodies (bench/post1k.lua) for DURATION s, while a background

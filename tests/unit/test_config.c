@@ -149,6 +149,8 @@ Test(config, defaults_from_empty_document) {
               "\"breaker_failure_rate\":0.5,\"breaker_min_calls\":20,\"breaker_window_ms\":10000,"
               "\"breaker_open_ms\":5000,\"pending_ttl_ms\":30000},"
               "\"egress\":{\"allow_cidrs\":[],\"allow_http\":false,\"guard_static_sources\":false},"
+              "\"backup\":{\"enabled\":false,\"interval_ms\":60000,\"keep\":3,\"signing_key\":null,"
+              "\"verify_interval_ms\":3600000},"
               "\"claim_check\":{\"port\":4001,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,"
               "\"retention_days\":null,\"sweep_interval_ms\":3600000,\"stores\":[]},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
@@ -166,8 +168,7 @@ Test(config, defaults_from_empty_document) {
               "\"write_timeout_ms\":30000},"
               "\"http\":{\"ip\":null,\"port\":4000,\"max_body_bytes\":8000000,\"routing\":\"path\",\"prefix\":\"/webhooks\"},"
               "\"batcher\":{\"partitions\":1,\"max_batch\":256,\"max_delay_ms\":0,\"max_queue\":10000,\"max_queue_bytes\":268435456,\"tenant_max_queue\":2500,\"tenant_max_queue_bytes\":67108864},"
-              "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000},"
-              "\"backup\":{\"enabled\":false,\"interval_ms\":60000,\"keep\":3}}");
+              "\"wal\":{\"type\":\"disk\",\"publish_timeout_ms\":8000}}");
   cr_expect_not(ak_source_store_persistent(cfg));
   ak_config_free(cfg);
 }
@@ -493,7 +494,11 @@ Test(config, later_sections_refuse_the_feature) {
   expect_err("routes:\n  enabled: true\n", "routes.enabled: true is not supported yet; set it to false or remove it");
   expect_err("routes: {enabled: \"TRUE\"}\n",
              "routes.enabled: true is not supported yet; set it to false or remove it");
-  expect_err("backup:\n  enabled: true\n", "backup.enabled: true is not supported yet; set it to false or remove it");
+  /* backup is built: enabled needs its signing key (the manifests are signed) */
+  expect_err("backup:\n  enabled: true\n",
+             "backup.signing_key: required when backup.enabled is true (the manifests are signed; 32 random bytes or "
+             "more, e.g. `openssl rand -base64 32`)");
+  ak_config_free(load_ok("backup: {enabled: true, signing_key: 0123456789abcdef0123456789abcdef}\n"));
   /* the archive's blob stores are built: an s3 or gcs store loads, and names what it lacks */
   ak_config_free(load_ok("storage:\n  type: s3\n  s3: {bucket: b, region: r}\n"));
   ak_config_free(load_ok("storage:\n  type: gcs\n  gcs: {bucket: b, auth: none}\n"));
@@ -1271,8 +1276,8 @@ Test(config, root_options_table) {
   cr_assert_eq(ak_config_load_string(ak_modules(), "", 0, env, &cfg, &err), 0, "%s", err);
   const ak_opt_t *rows = ak_config_root_options(cfg);
   const char *want[] = {"node", "log", "metrics", "sources", "source_store", "audit", "store_headers", "routes",
-                        "rate_limits", "admission", "quarantine", "dedupe", "fleet", "egress", "claim_check", "dispatch", "storage",
-                        "archive", "admin", "listener", "http", "batcher", "wal", "backup", "lifecycle"};
+                        "rate_limits", "admission", "quarantine", "dedupe", "fleet", "egress", "backup", "claim_check", "dispatch",
+                        "storage", "archive", "admin", "listener", "http", "batcher", "wal", "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {
     cr_assert_lt(n, sizeof want / sizeof want[0]);

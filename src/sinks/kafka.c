@@ -46,6 +46,7 @@
 #include "core/config.h"
 #include "core/envelope.h"
 #include "core/log.h"
+#include "net/kafka.h"
 #include "sinks/egress.h"
 #include "sinks/message.h"
 #include "sinks/sink.h"
@@ -111,8 +112,6 @@ static const ak_opt_t kafka_rows[] = {
   AK_SINK_IDLE_TIMEOUT_ROW(kafka_opts_t, idle_timeout_ms),
   {0},
 };
-
-static const char *const sasl_mechanisms[] = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"};
 
 /* ---- shared producers ------------------------------------------------------------- */
 
@@ -192,52 +191,10 @@ static void cell_unlink(kcell_t *c) {
 
 static void outcome_for(rd_kafka_resp_err_t err, ak_sink_outcome_t *out) {
   out->retry_after_ms = 0;
-  out->result = AK_SINK_RETRY;
-  const char *r;
-  switch ((int)err) {
-  case RD_KAFKA_RESP_ERR_NO_ERROR:
-    out->result = AK_SINK_OK;
-    out->reason[0] = '\0';
-    return;
-  case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-  case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    out->result = AK_SINK_PERMANENT;
-    r = "message_too_large";
-    break;
-  case RD_KAFKA_RESP_ERR_INVALID_MSG: /* CORRUPT_MESSAGE */
-    out->result = AK_SINK_PERMANENT;
-    r = "invalid_message";
-    break;
-  case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    out->result = AK_SINK_PERMANENT;
-    r = "invalid_record";
-    break;
-  case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-  case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-  case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-    r = "unknown_topic_or_partition";
-    break;
-  case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
-  case RD_KAFKA_RESP_ERR__TIMED_OUT:
-  case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
-    r = "timeout";
-    break;
-  case RD_KAFKA_RESP_ERR__TRANSPORT:
-  case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
-    r = "unreachable";
-    break;
-  case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-    r = "busy";
-    break;
-  case RD_KAFKA_RESP_ERR__PURGE_QUEUE: /* the producer was replaced (fatal error) */
-  case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
-    r = "producer reset";
-    break;
-  default:
-    snprintf(out->reason, sizeof out->reason, "kafka %s", rd_kafka_err2name(err));
-    return;
-  }
-  snprintf(out->reason, sizeof out->reason, "%s", r);
+  out->result = err == RD_KAFKA_RESP_ERR_NO_ERROR ? AK_SINK_OK
+                : ak_kafka_err_permanent(err)     ? AK_SINK_PERMANENT
+                                                  : AK_SINK_RETRY;
+  ak_kafka_reason(err, out->reason, sizeof out->reason);
 }
 
 /* ---- librdkafka callbacks (its threads, or our poll thread for dr/error) ------------ */
@@ -296,16 +253,9 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
   }
 }
 
-/* librdkafka's own log lines: warnings and worse, at our warning level. They name brokers
- * and states, never the SASL password. */
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
   (void)rk;
-  if (level > 4) return; /* syslog levels: 4 = warning */
-  char q[160];
-  size_t n = 0;
-  for (const char *p = buf; *p && n < sizeof q - 1; p++) q[n++] = (*p == '"' || *p == '\n') ? '\'' : *p;
-  q[n] = '\0';
-  ak_log(AK_LOG_WARNING, "sink.kafka", "librdkafka", "facility=%s detail=\"%s\"", fac, q);
+  ak_kafka_log("sink.kafka", level, fac, buf);
 }
 
 /* Guarded producers only: the address librdkafka resolved and is about to connect to. */
@@ -328,57 +278,19 @@ static int on_connect(int fd, const struct sockaddr *sa, int salen, const char *
 
 /* ---- producer lifecycle ------------------------------------------------------------ */
 
-static int conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, char *err, size_t errlen) {
-  char why[256];
-  if (rd_kafka_conf_set(conf, k, v, why, sizeof why) == RD_KAFKA_CONF_OK) return 0;
-  snprintf(err, errlen, "librdkafka refused %s", k); /* why may echo the value: not copied */
-  return -1;
-}
-
 /* A new producer for c (c->mu held). Does not touch the network: librdkafka connects in
  * its own threads. */
 static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
-  char num[32];
-  int rc = 0;
-  rc |= conf_set(conf, "bootstrap.servers", c->brokers, err, errlen);
-  rc |= conf_set(conf, "client.id", c->client, err, errlen);
-  rc |= conf_set(conf, "enable.idempotence", "true", err, errlen);
-  rc |= conf_set(conf, "acks", "all", err, errlen);
-  /* no linger: a record goes out at once; records that queue while a request is in flight
-   * still travel together in the next one */
-  rc |= conf_set(conf, "linger.ms", "0", err, errlen);
-  rc |= conf_set(conf, "partitioner", "murmur2_random", err, errlen);
-  rc |= conf_set(conf, "allow.auto.create.topics", "false", err, errlen);
-  snprintf(num, sizeof num, "%lld", (long long)c->produce_timeout_ms);
-  rc |= conf_set(conf, "message.timeout.ms", num, err, errlen);
-  /* A request whose answer is lost times out (socket.timeout.ms caps librdkafka's wait
-   * for one request; request.timeout.ms is the brokers' own wait for acks=all) well inside
-   * the record's time, so that the producer's own retry, same producer id and sequence,
-   * which a broker drops as a duplicate, can still confirm it. */
-  int64_t req = c->produce_timeout_ms / 2;
-  snprintf(num, sizeof num, "%lld", (long long)(req < 100 ? 100 : req));
-  rc |= conf_set(conf, "socket.timeout.ms", num, err, errlen);
-  rc |= conf_set(conf, "request.timeout.ms", num, err, errlen);
-  snprintf(num, sizeof num, "%lld", (long long)(c->produce_timeout_ms < 1000 ? c->produce_timeout_ms : 1000));
-  rc |= conf_set(conf, "topic.metadata.propagation.max.ms", num, err, errlen);
-  snprintf(num, sizeof num, "%lld", (long long)(c->max_record_bytes + 65536 > 1000000 ? c->max_record_bytes + 65536
-                                                                                        : 1000000));
-  rc |= conf_set(conf, "message.max.bytes", num, err, errlen);
-  snprintf(num, sizeof num, "%d", KAFKA_MAX_INFLIGHT + 1000);
-  rc |= conf_set(conf, "queue.buffering.max.messages", num, err, errlen);
-  snprintf(num, sizeof num, "%d", KAFKA_QUEUE_KBYTES);
-  rc |= conf_set(conf, "queue.buffering.max.kbytes", num, err, errlen);
-  rc |= conf_set(conf, "reconnect.backoff.ms", "100", err, errlen);
-  rc |= conf_set(conf, "reconnect.backoff.max.ms", "5000", err, errlen);
-  const char *proto = c->sasl >= 0 ? (c->ssl ? "sasl_ssl" : "sasl_plaintext") : (c->ssl ? "ssl" : "plaintext");
-  rc |= conf_set(conf, "security.protocol", proto, err, errlen);
-  if (c->sasl >= 0) {
-    rc |= conf_set(conf, "sasl.mechanisms", sasl_mechanisms[c->sasl], err, errlen);
-    rc |= conf_set(conf, "sasl.username", c->sasl_user, err, errlen);
-    rc |= conf_set(conf, "sasl.password", c->sasl_pass, err, errlen);
-  }
-  if (rc != 0) {
+  ak_kafka_producer_cfg_t pc = {
+    .client = {.brokers = c->brokers, .client_id = c->client, .ssl = c->ssl, .sasl = c->sasl,
+               .sasl_user = c->sasl_user, .sasl_pass = c->sasl_pass},
+    .produce_timeout_ms = c->produce_timeout_ms,
+    .max_record_bytes = c->max_record_bytes,
+    .queue_messages = KAFKA_MAX_INFLIGHT + 1000,
+    .queue_kbytes = KAFKA_QUEUE_KBYTES,
+  };
+  if (ak_kafka_producer_conf(conf, &pc, err, errlen) != 0) {
     rd_kafka_conf_destroy(conf);
     return NULL;
   }
@@ -494,35 +406,9 @@ static void conn_release(kconn_t *c) {
   if (last) conn_free(c);
 }
 
-/* The brokers as one comma list: every item split on commas (a list item may itself be
- * "host:port,host:port", read from one environment variable), parts trimmed, empty ones
- * dropped. NULL when nothing is left. */
-static char *join_brokers(const ak_strlist_t *l) {
-  ak_buf_t b = AK_BUF_INIT;
-  size_t n = 0;
-  for (size_t i = 0; i < l->n; i++) {
-    for (const char *s = l->v[i]; *s;) {
-      const char *e = strchr(s, ',');
-      size_t len = e ? (size_t)(e - s) : strlen(s);
-      const char *p = s;
-      s += len + (e ? 1 : 0);
-      while (len && (*p == ' ' || *p == '\t')) p++, len--;
-      while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
-      if (!len) continue;
-      if (n++) ak_buf_append(&b, ",", 1);
-      ak_buf_append(&b, p, len);
-    }
-  }
-  if (!n) {
-    ak_buf_free(&b);
-    return NULL;
-  }
-  return ak_buf_take(&b, NULL);
-}
-
 /* The shared producer state of this destination: found, or made and registered. */
 static kconn_t *conn_attach(const kafka_opts_t *o, const ak_egress_t *egress, char *err, size_t errlen) {
-  char *brokers = join_brokers(&o->brokers);
+  char *brokers = ak_kafka_join_brokers(o->brokers.v, o->brokers.n);
   if (!brokers) {
     snprintf(err, errlen, "brokers: must not be empty");
     return NULL;

@@ -1,0 +1,60 @@
+/* What every librdkafka client of ours sets the same way: the connection settings (brokers,
+ * client id, TLS, SASL), the idempotent acks=all producer settings, the broker error ->
+ * short reason mapping and librdkafka's own log lines. Used by the kafka sink
+ * (sinks/kafka.c) and the intake log of wal.type: dual (intake/log.c). Owns no client and
+ * no thread; never copies librdkafka's explanation of a refused setting (it may echo the
+ * value, a password among them) and never logs a secret. */
+#ifndef AK_NET_KAFKA_H
+#define AK_NET_KAFKA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <librdkafka/rdkafka.h>
+
+/* Where a client connects and how it authenticates. */
+typedef struct ak_kafka_client_cfg {
+  const char *brokers;   /* comma list, "host:port,host:port" */
+  const char *client_id; /* never NULL */
+  bool ssl;
+  int sasl;              /* -1 none, else an index of ak_kafka_sasl_index() */
+  const char *sasl_user, *sasl_pass;
+} ak_kafka_client_cfg_t;
+
+/* An idempotent producer (acks=all, max.in.flight 5, no linger, never creating a topic). */
+typedef struct ak_kafka_producer_cfg {
+  ak_kafka_client_cfg_t client;
+  int64_t produce_timeout_ms; /* message.timeout.ms */
+  int64_t max_record_bytes;   /* one record's key + value at most (message.max.bytes above it) */
+  int64_t queue_messages;     /* librdkafka's local queue: queue.buffering.max.messages */
+  int64_t queue_kbytes;       /* and queue.buffering.max.kbytes */
+} ak_kafka_producer_cfg_t;
+
+/* "plain" | "scram_sha_256" | "scram_sha_512" (our config's spelling) -> index; -1 otherwise. */
+int ak_kafka_sasl_index(const char *name);
+
+/* rd_kafka_conf_set; on a refusal err names the key, never the value. */
+int ak_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *val, char *err, size_t errlen);
+
+/* The connection settings (bootstrap.servers, client.id, security.protocol, sasl.*,
+ * reconnect backoff) into conf. 0, or -1 + err. */
+int ak_kafka_client_conf(rd_kafka_conf_t *conf, const ak_kafka_client_cfg_t *c, char *err, size_t errlen);
+
+/* The client settings and the producer's into conf. 0, or -1 + err. */
+int ak_kafka_producer_conf(rd_kafka_conf_t *conf, const ak_kafka_producer_cfg_t *p, char *err, size_t errlen);
+
+/* The items of v, each split on commas (one item may hold "host:port,host:port" read from
+ * one environment variable), trimmed, empty parts dropped, as one comma list (malloc'd).
+ * NULL when nothing is left (or out of memory). */
+char *ak_kafka_join_brokers(const char *const *v, size_t n);
+
+/* A short reason for a delivery or produce error, free of secrets and of broker text:
+ * "timeout", "unreachable", "busy", "message_too_large", ..., else "kafka <ERR_NAME>". */
+void ak_kafka_reason(rd_kafka_resp_err_t err, char *out, size_t outlen);
+/* The record itself is refused (retrying it cannot help). */
+bool ak_kafka_err_permanent(rd_kafka_resp_err_t err);
+
+/* One librdkafka log line (warnings and worse) as our log event under component. */
+void ak_kafka_log(const char *component, int level, const char *fac, const char *buf);
+
+#endif

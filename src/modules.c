@@ -51,6 +51,7 @@
 #include "edge/headers.h"
 #include "edge/quota.h"
 #include "fleet/fleet.h"
+#include "intake/module.h"
 #include "net/httpc.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
@@ -85,6 +86,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_claim_check,
   &ak_mod_dispatch,
   &ak_mod_replay,
+  &ak_mod_intake,
   &ak_mod_storage,
   &ak_mod_archive,
   &ak_mod_archive_replay,

@@ -20,6 +20,7 @@
 #include "core/metrics.h"
 #include "core/node.h"
 #include "net/httpc.h"
+#include "queue/writer.h"
 #include "store/store.h"
 
 /* ------------------------------------------------------------------ the section ---- */
@@ -449,10 +450,12 @@ static int backup_open(ak_instance_t *inst, char **err) {
   int off = snprintf(where, sizeof where, "%s", ak_backup_target_where(bm->b, 0));
   if (ak_backup_ntargets(bm->b) > 1 && off > 0 && (size_t)off < sizeof where)
     snprintf(where + off, sizeof where - (size_t)off, " and %s", ak_backup_target_where(bm->b, 1));
-  ak_log(AK_LOG_INFO, "durability",
-         "wal.type=disk with backup: a 201 means the hook is fsynced in this host's store; it survives a process "
-         "crash and power loss on this host, and the loss of this host but for the hooks acked after the last backup",
-         "backup_interval_ms=%lld backup_to=\"%s\" store_id=%s", (long long)bm->interval_ms, where, bm->store_id);
+  if (ak_wal_cfg(inst->cfg)->type == AK_WAL_DISK) /* dual: the intake module says it */
+    ak_log(AK_LOG_INFO, "durability",
+           "wal.type=disk with backup: a 201 means the hook is fsynced in this host's store; it survives a process "
+           "crash and power loss on this host, and the loss of this host but for the hooks acked after the last "
+           "backup",
+           "backup_interval_ms=%lld backup_to=\"%s\" store_id=%s", (long long)bm->interval_ms, where, bm->store_id);
   inst->backup = bm;
   return 0;
 }

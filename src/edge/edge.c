@@ -37,6 +37,7 @@
 #include "edge/tls.h"
 #include "http/server.h"
 #include "http/tls.h"
+#include "intake/module.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
@@ -49,6 +50,7 @@ typedef enum {
   R_PAYLOAD_TOO_LARGE = 0, R_DEDUPE_QUOTA, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
   R_OVERLOAD, R_STORE_UNAVAILABLE, R_COMMIT_DEADLINE, R_DRAINING, R_VERIFICATION_FAILED,
   R_QUARANTINE_RATE_LIMITED, R_QUARANTINE_FULL, R_QUARANTINE_OVERLOAD, R_DEDUPE_PENDING,
+  R_INTAKE_UNAVAILABLE, R_INTAKE_PENDING,
   /* the HTTP layer's own refusals (http/server.h on_refused) */
   R_BAD_REQUEST, R_NOT_IMPLEMENTED, R_HEADERS_TOO_LARGE, R_URI_TOO_LONG, R_REQUEST_TIMEOUT, R_HTTP_VERSION,
   R_CONNECTION_LIMIT, R_COUNT
@@ -57,6 +59,7 @@ static const char *const refuse_names[R_COUNT] = {
   "payload_too_large", "dedupe_quota", "unknown_source", "not_found", "invalid_header", "body_read_failed",
   "overload", "store_unavailable", "commit_deadline", "draining", "verification_failed",
   "quarantine_rate_limited", "quarantine_full", "quarantine_overload", "dedupe_pending",
+  "intake_unavailable", "intake_pending",
   "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
   "http_version_not_supported", "connection_limit"};
 
@@ -278,6 +281,12 @@ static void respond(ak_edge_t *e, conn_t *c, const uint8_t first_id[16]) {
     case AK_WR_TENANT_OVERLOAD:
       refuse_limit(e, mc, 429, L_TENANT_OVERLOAD, 1, c->t0_ns);
       return;
+    case AK_WR_INTAKE_UNAVAILABLE:
+      refuse(e, mc, 503, R_INTAKE_UNAVAILABLE, "intake_unavailable", 1, c->t0_ns);
+      return;
+    case AK_WR_INTAKE_PENDING:
+      refuse(e, mc, 503, R_INTAKE_PENDING, "intake_pending", 1, c->t0_ns);
+      return;
     case AK_WR_STORE_UNAVAILABLE:
     default:
       refuse(e, mc, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, c->t0_ns);
@@ -292,8 +301,16 @@ static void answer(ak_edge_t *e, conn_t *c) {
   uint8_t first_id[16] = {0};
   bool dup = c->req.status == AK_WR_DUPLICATE && c->req.dedupe;
   if (dup) memcpy(first_id, c->req.dedupe->first_id, 16);
-  bool stored = c->req.status == AK_WR_COMMITTED;
-  settle(c, stored, stored ? c->req.id : dup ? first_id : NULL);
+  bool committed = c->req.status == AK_WR_COMMITTED;
+  /* wal.type dual: stored, but not confirmed in the intake log (503): it is completed by
+   * the reconciler, and its fleet claim is held pending until then */
+  bool half = !committed && c->req.stored && c->req.kind == AK_WRITE_HOOK;
+  if (half && c->ticket.fleet && e->inst->intake) {
+    ak_intake_hold_claim(e->inst->intake, c->req.id, c->ticket.fleet);
+    c->ticket.fleet = NULL;
+  }
+  bool stored = committed || half;
+  settle(c, stored, committed ? c->req.id : dup ? first_id : NULL);
   respond(e, c, first_id);
 }
 
@@ -412,6 +429,11 @@ static void submit(ak_edge_t *e, conn_t *c) {
     }
     c->req.dedupe = c->ticket.claim;
     if (ak_dedupe_seen(inst->dedupe, c->req.dedupe, first)) {
+      /* wal.type dual: the first hook is stored but not confirmed in both halves yet */
+      if (ak_writer_pending(inst->writer, first)) {
+        refuse_settled(e, c, 503, R_INTAKE_PENDING, "intake_pending", 1);
+        return;
+      }
       settle(c, false, NULL);
       c->state = ST_ANSWERED;
       answer_duplicate(e, r, first, c->t0_ns);

@@ -3,6 +3,7 @@
 #include <string.h>
 #include "core/buf.h"
 #include "core/log.h"
+#include "core/options.h"
 #include "net/kafka.h"
 
 static const char *const sasl_names[] = {"plain", "scram_sha_256", "scram_sha_512"};
@@ -162,4 +163,18 @@ void ak_kafka_log(const char *component, int level, const char *fac, const char 
   for (const char *p = buf; *p && n < sizeof q - 1; p++) q[n++] = (*p == '"' || *p == '\n') ? '\'' : *p;
   q[n] = '\0';
   ak_log(AK_LOG_WARNING, component, "librdkafka", "facility=%s detail=\"%s\"", fac, q);
+}
+
+const ak_opt_t ak_kafka_sasl_rows[] = {
+  {.key = "mechanism", .type = AK_OPT_ENUM, .enum_vals = "plain|scram_sha_256|scram_sha_512",
+   .flags = AK_OPTF_REQUIRED, .doc = "SASL mechanism", AK_AT(ak_kafka_sasl_opts_t, mechanism)},
+  {.key = "username", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
+   .doc = "SASL user name", AK_AT(ak_kafka_sasl_opts_t, username)},
+  {.key = "password", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN | AK_OPTF_SECRET,
+   .doc = "SASL password", AK_AT(ak_kafka_sasl_opts_t, password)},
+  {0},
+};
+
+const char *ak_kafka_sasl_name(int mechanism) {
+  return mechanism >= 0 && mechanism < (int)(sizeof sasl_names / sizeof *sasl_names) ? sasl_names[mechanism] : NULL;
 }

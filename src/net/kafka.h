@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <librdkafka/rdkafka.h>
+#include "core/options.h"
 
 /* Where a client connects and how it authenticates. */
 typedef struct ak_kafka_client_cfg {
@@ -56,5 +57,15 @@ bool ak_kafka_err_permanent(rd_kafka_resp_err_t err);
 
 /* One librdkafka log line (warnings and worse) as our log event under component. */
 void ak_kafka_log(const char *component, int level, const char *fac, const char *buf);
+
+/* A client's `sasl` mapping (the kafka sink's, the intake section's): its rows bind here. */
+typedef struct ak_kafka_sasl_opts {
+  int mechanism; /* index in "plain|scram_sha_256|scram_sha_512" (ak_kafka_sasl_index) */
+  const char *username;
+  const char *password;
+} ak_kafka_sasl_opts_t;
+extern const ak_opt_t ak_kafka_sasl_rows[];
+/* The mechanism's name for an index of the rows' enum. */
+const char *ak_kafka_sasl_name(int mechanism);
 
 #endif

@@ -383,7 +383,9 @@ void ak_dedupe_put(ak_dedupe_t *dx, ak_batch_t *b, const ak_write_req_t *list) {
 ak_write_req_t *ak_dedupe_settle(ak_dedupe_t *dx, ak_write_req_t *r) {
   ak_dedupe_claim_t *c = r->dedupe;
   if (!c || c->state != AK_DEDUPE_CLAIM_PENDING) return NULL;
-  bool committed = r->status == AK_WR_COMMITTED;
+  /* stored: the key is in the store with the hook, whatever the answer (wal.type dual: a
+   * hook whose intake half failed is stored, and completed by the reconciler) */
+  bool committed = r->status == AK_WR_COMMITTED || r->stored;
   uint64_t dups = 0;
   pthread_mutex_lock(&dx->mu);
   ak_dedupe_claim_t **pp = pending_slot(dx, c->digest);
@@ -400,10 +402,10 @@ ak_write_req_t *ak_dedupe_settle(ak_dedupe_t *dx, ak_write_req_t *r) {
   c->parked = NULL;
   c->state = AK_DEDUPE_CLAIM_DONE;
   for (ak_write_req_t *p = parked; p; p = p->next) {
-    p->status = committed ? AK_WR_DUPLICATE : r->status;
+    p->status = r->status == AK_WR_COMMITTED ? AK_WR_DUPLICATE : committed ? AK_WR_INTAKE_PENDING : r->status;
     memcpy(p->dedupe->first_id, r->id, 16);
     p->dedupe->state = AK_DEDUPE_CLAIM_DONE;
-    dups += committed;
+    dups += r->status == AK_WR_COMMITTED;
   }
   set_gauge(dx);
   pthread_mutex_unlock(&dx->mu);

@@ -78,6 +78,9 @@ struct ak_writer {
   uint64_t min_free_bytes;
   int64_t last_space_log_ns;
 
+  ak_writer_mirror_t mirror; /* wal.type dual: the intake half (set before start) */
+  bool has_mirror;
+
   ak_series_t *m_batch, *m_commit, *m_hooks, *m_fail[AK_WF_COUNT], *m_reopen_ok, *m_reopen_err,
       *m_unavail, *m_replay, *m_queue_records, *m_queue_bytes, *m_disk_free, *m_wal_commit, *m_wal_batch,
       *m_disk_total;
@@ -126,7 +129,10 @@ static void meta_key(char *out, size_t n, const char *base, int i) { snprintf(ou
 
 /* Seq and per-writer hook counters as the store has them (at start and after a reopen). */
 static void load_counts(ak_writer_t *w) {
-  w->next_seq = ak_store_next_seq(w->store);
+  /* never back: after a failed commit and a reopen, its seqs stay void (under wal.type dual
+   * the intake log may hold them) */
+  uint64_t ns = ak_store_next_seq(w->store);
+  if (ns > w->next_seq) w->next_seq = ns;
   for (int i = 0; i < w->nthreads; i++) {
     char k[48];
     meta_key(k, sizeof k, AK_KEY_HOOK_COUNT, i);
@@ -330,6 +336,8 @@ static ak_write_req_t *take_locked(ak_writer_t *w, size_t *n, ak_write_req_t **e
     if (r->kind == AK_WRITE_HOOK && r->dedupe && w->inst->dedupe) {
       ak_dedupe_verdict_t v = ak_dedupe_take(w->inst->dedupe, r);
       if (v == AK_DEDUPE_WAIT) continue;
+      if (v == AK_DEDUPE_DUP && w->has_mirror && w->mirror.pending(w->mirror.ctx, r->dedupe->first_id))
+        r->status = AK_WR_INTAKE_PENDING;
       if (v != AK_DEDUPE_NEW) {
         *et = r;
         et = &r->next;
@@ -476,6 +484,27 @@ out:
   return rc;
 }
 
+/* A group of hooks recovered from the intake log (ak_writer_commit_fixed): never mixed
+ * with others, so the first record says. */
+static bool keep_fixed(const ak_write_req_t *keep) { return keep && keep->fixed; }
+
+/* Takes the hooks out of *list (order kept); the pen entries stay. */
+static ak_write_req_t *split_hooks(ak_write_req_t **list) {
+  ak_write_req_t *hooks = NULL, **ht = &hooks, **lp = list;
+  while (*lp) {
+    ak_write_req_t *r = *lp;
+    if (r->kind == AK_WRITE_HOOK) {
+      *lp = r->next;
+      r->next = NULL;
+      *ht = r;
+      ht = &r->next;
+    } else {
+      lp = &r->next;
+    }
+  }
+  return hooks;
+}
+
 /* One group (seqs already assigned by take_locked): write one synced batch, answer. */
 static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk) {
   if (!keep) return;
@@ -517,8 +546,11 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     ak_envelope_set_seq(r->rec, r->seq);
     /* The id now names its seq, so no index key is needed to find it. Not for a hook
      * released from the pen: its id was given out when it was held, and stays. */
-    r->id_sealed = id_key && !r->unpen && ak_uuid7_seal(id_key, r->id, r->seq);
-    if (r->id_sealed) ak_envelope_set_id(r->rec, r->id);
+    if (r->fixed) /* its id was given out: kept as is, indexed unless this store sealed it */
+      r->id_sealed = id_key && ak_uuid7_unseal(id_key, r->id) == r->seq;
+    else
+      r->id_sealed = id_key && !r->unpen && ak_uuid7_seal(id_key, r->id, r->seq);
+    if (r->id_sealed && !r->fixed) ak_envelope_set_id(r->rec, r->id);
     else nidx++;
     uint8_t hk[AK_HOOK_KEY_LEN];
     ak_key_hook(hk, r->seq);
@@ -605,6 +637,25 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     ak_batch_put(wb, AK_CF_DEFAULT, qb_key, strlen(qb_key), qb, 8);
   }
 
+  /* wal.type dual: the intake half starts now and runs beside the store write */
+  void *mgroup = NULL;
+  bool mirrored = w->has_mirror && nh && !keep_fixed(keep);
+  if (mirrored && !(mgroup = w->mirror.begin(w->mirror.ctx, keep, wb))) {
+    free(marker);
+    ak_batch_free(wb);
+    ak_store_unpin(w->store);
+    finish_all(w, keep, AK_WR_INTAKE_UNAVAILABLE);
+    return;
+  }
+  if (nh && keep_fixed(keep)) {
+    /* recovered hooks may sit below seqs already handed out: m:next_seq never goes back */
+    char nk_key[48];
+    uint8_t ns[8];
+    meta_key(nk_key, sizeof nk_key, AK_KEY_NEXT_SEQ, wi);
+    ak_put_u64(ns, w->next_seq > seq ? w->next_seq : seq);
+    ak_batch_put(wb, AK_CF_DEFAULT, nk_key, strlen(nk_key), ns, 8);
+  }
+
 #ifdef AK_TEST_HOOKS
   if (w->test_commit_delay_ms > 0) usleep((useconds_t)(w->test_commit_delay_ms * 1000));
 #endif
@@ -627,12 +678,23 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
     w->hook_count[wi] += nh;
     w->pen_bytes[wi] += pen_delta;
     ak_gauge_set(w->m_hooks, (double)(atomic_fetch_add(&w->hooks_total, nh) + nh));
+    for (ak_write_req_t *r = keep; r; r = r->next) r->stored = r->kind == AK_WRITE_HOOK;
     if (nh && w->on_commit) w->on_commit(w->on_commit_ctx, first_seq, marker, mlen, safe_below(w, wi));
     free(marker);
+    if (mirrored) {
+      ak_write_req_t *hooks = split_hooks(&keep);
+      finish_all(w, keep, AK_WR_COMMITTED);
+      w->mirror.disk_done(w->mirror.ctx, mgroup, true, hooks);
+      return;
+    }
     finish_all(w, keep, AK_WR_COMMITTED);
     return;
   }
   free(marker);
+  if (mirrored) {
+    ak_write_req_t *hooks = split_hooks(&keep);
+    w->mirror.disk_done(w->mirror.ctx, mgroup, false, hooks);
+  }
   ak_counter_add(w->m_fail[cls], 1);
   if (atomic_load(&w->store_ok))
     ak_log(AK_LOG_ERROR, "store", "commit failed; closing store to reopen", "class=%s hooks=%zu",
@@ -767,6 +829,53 @@ static void *reaper_main(void *arg) {
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
+}
+
+void ak_writer_set_mirror(ak_writer_t *w, const ak_writer_mirror_t *m) {
+  w->mirror = *m;
+  w->has_mirror = true;
+}
+
+void ak_writer_answer(ak_writer_t *w, ak_write_req_t *list, ak_wr_status_t st) { finish_all(w, list, st); }
+
+bool ak_writer_pending(ak_writer_t *w, const uint8_t id[16]) {
+  return w && w->has_mirror && w->mirror.pending(w->mirror.ctx, id);
+}
+
+void ak_writer_commit_fixed(ak_writer_t *w, ak_write_req_t *list) {
+  while (list) {
+    ak_write_req_t *run = NULL, **rt = &run, *expired = NULL, **et = &expired;
+    size_t n = 0;
+    uint64_t prev = 0;
+    pthread_mutex_lock(&w->mu);
+    /* a run of dense seqs (a group marker names first_seq .. first_seq + count - 1) */
+    while (list && (n == 0 || list->seq == prev + 1) && (int64_t)n < w->max_batch) {
+      ak_write_req_t *r = list;
+      list = r->next;
+      r->next = NULL;
+      r->fixed = true;
+      r->status = AK_WR_QUEUED;
+      w->held_records++;
+      w->held_bytes += r->body_len;
+      if (r->dedupe && w->inst->dedupe) {
+        ak_dedupe_verdict_t v = ak_dedupe_take(w->inst->dedupe, r);
+        if (v == AK_DEDUPE_WAIT) break; /* parked on its key's first holder: answered with it */
+        if (v != AK_DEDUPE_NEW) {
+          *et = r;
+          et = &r->next;
+          break;
+        }
+      }
+      if (r->seq >= w->next_seq) w->next_seq = r->seq + 1;
+      prev = r->seq;
+      *rt = r;
+      rt = &r->next;
+      n++;
+    }
+    pthread_mutex_unlock(&w->mu);
+    finish_taken(w, expired);
+    commit_batch(w, 0, run, n);
+  }
 }
 
 int ak_writer_start(ak_writer_t *w) {
@@ -971,7 +1080,7 @@ const ak_batcher_cfg_t *ak_batcher_cfg(const ak_config_t *cfg) { return ak_confi
 
 static const ak_opt_t wal_rows[] = {
   {.key = "type", .type = AK_OPT_ENUM, .def = "disk", .enum_vals = "disk|none|dual",
-   .enum_unsupported = "none|dual", .env = "ANKUSA_WAL_TYPE",
+   .enum_unsupported = "none", .env = "ANKUSA_WAL_TYPE",
    .doc = "disk: every hook is synced to the local store before the ack", AK_AT(ak_wal_cfg_t, type)},
   {.key = "publish_timeout_ms", .type = AK_OPT_INT, .def = "8000", .min = 1,
    .flags = AK_OPTF_HAS_MIN, .doc = "publish timeout of wal.type none (accepted, unused)",

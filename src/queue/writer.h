@@ -15,6 +15,7 @@
 #include "core/instance.h"
 #include "core/module.h"
 #include "core/sources.h"
+#include "store/batch.h"
 
 typedef enum { AK_WAL_DISK = 0, AK_WAL_NONE = 1, AK_WAL_DUAL = 2 } ak_wal_type_t;
 
@@ -53,6 +54,11 @@ typedef enum {
   AK_WR_DEADLINE,             /* did not start committing within the record deadline */
   AK_WR_DRAINING,             /* node is stopping */
   AK_WR_TENANT_OVERLOAD,      /* the tenant's share of the queue is full (records or bytes) */
+  AK_WR_INTAKE_UNAVAILABLE,   /* wal.type dual: the intake log cannot take the group (its breaker
+                                 is open: nothing written) or did not confirm it (the store half
+                                 is kept: the reconciler completes it) */
+  AK_WR_INTAKE_PENDING,       /* wal.type dual: its dedupe key belongs to a hook whose halves are
+                                 not both confirmed yet; nothing stored */
 } ak_wr_status_t;
 
 typedef enum {
@@ -82,6 +88,9 @@ typedef struct ak_write_req {
   uint64_t seq;
   bool id_sealed;             /* set by the writer: id (and the record's copy) now carries seq
                                  sealed (core/ids.h), so the commit writes no 'i' index key */
+  bool fixed;                 /* ak_writer_commit_fixed: seq (and the record's id) are given */
+  bool stored;                /* set by the writer: the hook is in the store (under wal.type dual
+                                 the answer can still be a failure: the other half failed) */
   struct ak_dedupe_claim *dedupe; /* AK_WRITE_HOOK with a provider event key (queue/dedupe.h), else NULL */
   void (*done)(struct ak_write_req *req, void *ctx);
   void *ctx;
@@ -96,6 +105,35 @@ typedef struct ak_writer ak_writer_t;
 typedef void (*ak_writer_commit_fn)(void *ctx, uint64_t first_seq, const uint8_t *marker, size_t marker_len,
                                     uint64_t safe_below);
 void ak_writer_on_commit(ak_writer_t *w, ak_writer_commit_fn fn, void *ctx);
+
+/* wal.type dual: the second half of every commit, registered by the intake log (intake/)
+ * before the writer starts. A group's hooks are its records with seqs and ids stamped. */
+typedef struct ak_writer_mirror {
+  /* Before the group's store write, on its writer thread: start publishing the hooks
+   * (`next`-linked; records final) and put the mirror's own keys into the group's batch.
+   * Never waits on the network. NULL: the half cannot start (breaker open, queue full):
+   * the group is answered AK_WR_INTAKE_UNAVAILABLE and nothing is written. */
+  void *(*begin)(void *ctx, const ak_write_req_t *hooks, ak_batch_t *wb);
+  /* After the store write (stored: it returned OK; each hook's `stored` says so too), on
+   * the writer thread: the hooks now belong to the mirror, which answers each with
+   * ak_writer_answer once its other half is in. */
+  void (*disk_done)(void *ctx, void *group, bool stored, ak_write_req_t *hooks);
+  /* True while the hook id is stored but not confirmed in both halves: a repeat of its
+   * dedupe key is answered AK_WR_INTAKE_PENDING. Any thread, no I/O. */
+  bool (*pending)(void *ctx, const uint8_t id[16]);
+  void *ctx;
+} ak_writer_mirror_t;
+void ak_writer_set_mirror(ak_writer_t *w, const ak_writer_mirror_t *m);
+/* Answers each hook of list (`next`-linked) with st (the mirror's answer); parked repeats
+ * of their keys get theirs. Any thread. */
+void ak_writer_answer(ak_writer_t *w, ak_write_req_t *list, ak_wr_status_t st);
+/* True when the hook id is stored but not yet confirmed in both halves (wal.type dual). */
+bool ak_writer_pending(ak_writer_t *w, const uint8_t id[16]);
+/* Commits hooks whose seqs and ids are given (recovered from the intake log at boot),
+ * before the writer starts, on the calling thread: one synced batch per run of dense seqs,
+ * each record answered through its done() with AK_WR_COMMITTED, AK_WR_DUPLICATE (its key
+ * is live: not written) or a failure. Not published again. next_seq moves past them. */
+void ak_writer_commit_fixed(ak_writer_t *w, ak_write_req_t *list);
 
 #define AK_RECORD_DEADLINE_MS 15000
 

@@ -58,12 +58,6 @@
 #define KAFKA_QUEUE_KBYTES 131072 /* 128 MiB of queued records per producer */
 #define KAFKA_POLL_MS 100
 
-typedef struct kafka_sasl_opts {
-  int mechanism; /* index in "plain|scram_sha_256|scram_sha_512" */
-  const char *username;
-  const char *password;
-} kafka_sasl_opts_t;
-
 typedef struct kafka_opts {
   ak_strlist_t brokers;
   const char *topic;
@@ -73,19 +67,9 @@ typedef struct kafka_opts {
   int64_t produce_timeout_ms;
   const char *client;
   bool ssl;
-  kafka_sasl_opts_t sasl;
+  ak_kafka_sasl_opts_t sasl;
   int64_t idle_timeout_ms;
 } kafka_opts_t;
-
-static const ak_opt_t kafka_sasl_rows[] = {
-  {.key = "mechanism", .type = AK_OPT_ENUM, .enum_vals = "plain|scram_sha_256|scram_sha_512",
-   .flags = AK_OPTF_REQUIRED, .doc = "SASL mechanism", AK_AT(kafka_sasl_opts_t, mechanism)},
-  {.key = "username", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
-   .doc = "SASL user name", AK_AT(kafka_sasl_opts_t, username)},
-  {.key = "password", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN | AK_OPTF_SECRET,
-   .doc = "SASL password", AK_AT(kafka_sasl_opts_t, password)},
-  {0},
-};
 
 static const ak_opt_t kafka_rows[] = {
   {.key = "brokers", .type = AK_OPT_STRLIST, .min = 1, .flags = AK_OPTF_REQUIRED | AK_OPTF_HAS_MIN,
@@ -107,7 +91,7 @@ static const ak_opt_t kafka_rows[] = {
    .doc = "Kafka client id; null: ankusa", AK_AT(kafka_opts_t, client)},
   {.key = "ssl", .type = AK_OPT_BOOL, .def = "false", .doc = "TLS to the brokers (system CA store)",
    AK_AT(kafka_opts_t, ssl)},
-  {.key = "sasl", .type = AK_OPT_MAP, .children = kafka_sasl_rows, .flags = AK_OPTF_NULLABLE,
+  {.key = "sasl", .type = AK_OPT_MAP, .children = ak_kafka_sasl_rows, .flags = AK_OPTF_NULLABLE,
    .doc = "SASL authentication: mechanism, username and password, all three", AK_AT(kafka_opts_t, sasl)},
   AK_SINK_IDLE_TIMEOUT_ROW(kafka_opts_t, idle_timeout_ms),
   {0},

@@ -812,8 +812,11 @@ static int store_open(ak_instance_t *inst, char **err) {
   ak_log(AK_LOG_INFO, "store", "store opened", "path=%s next_seq=%llu hooks=%llu wal_replay_seconds=%.3f", sp,
          (unsigned long long)ak_store_next_seq(inst->store), (unsigned long long)ak_store_hook_count(inst->store),
          ak_store_last_open_seconds(inst->store));
-  /* with backup.enabled the backup module says what a 201 survives (backup/module.c) */
-  if (!json_is_true(json_object_get(json_object_get(inst->cfg->effective, "backup"), "enabled")))
+  /* with backup.enabled the backup module says what a 201 survives (backup/module.c),
+   * under another wal.type the module of that mode does */
+  const char *wal = json_string_value(json_object_get(json_object_get(inst->cfg->effective, "wal"), "type"));
+  if ((!wal || !strcmp(wal, "disk")) &&
+      !json_is_true(json_object_get(json_object_get(inst->cfg->effective, "backup"), "enabled")))
     ak_log(AK_LOG_INFO, "durability",
            "wal.type=disk: a 201 means the hook is fsynced in this host's store; it survives a process crash "
            "and power loss on this host, not the loss of this host (no backup configured)",

@@ -17,6 +17,7 @@ import yaml
 
 from helpers import (LOOPBACK, PERSISTENT_STORE, REPO, SANITIZER, SANITIZER_MARKERS, SLOW, Metrics, Server, admin_json, github_sig,
                      reserve_port)
+from kafka_mock import KafkaMock
 from receiver import Receiver
 from redis_server import RedisServer
 
@@ -42,6 +43,7 @@ REQUIRED = [
     ("low disk", "ankusa_disk_free_bytes", ""),
     ("store write failures", "ankusa_store_write_failures_total", ""),
     ("tenant overload", "ankusa_ingest_refused_total", 'reason="tenant_overload"'),
+    ("intake log failures", "ankusa_intake_breaker_state", ""),
 ]
 
 
@@ -131,16 +133,20 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """Start a node whose sources cover every component (an http sink so the dispatch
-    series carry samples, a verifying source, fleet admission against its own Redis), send
-    a hook through it, scrape /metrics."""
+    series carry samples, a verifying source, fleet admission against its own Redis,
+    wal.type dual against a mock Kafka cluster), send a hook through it, scrape /metrics."""
     rx = Receiver()
     redis = RedisServer(tmp_path_factory.mktemp("monitoring-redis"))
     redis.start()
+    km = KafkaMock(topics=["intake:1"])
     node = Server(tmp_path_factory.mktemp("monitoring"), name="monitoring", config={
         **LOOPBACK,
         "admin": {"gauge_interval_ms": 200},
         "dedupe": {"scope": "fleet"},
         "fleet": {"store": {"url": redis.url()}},
+        # the intake log's series are served only under wal.type dual
+        "wal": {"type": "dual"},
+        "intake": {"brokers": km.brokers, "topic": "intake", "node_id": "monitoring", "min_insync_replicas": 0},
         # backup's series are served only with backup on: a local store beside the data dir
         "backup": {"enabled": True, "signing_key": "monitoring-test-signing-key-0123456789",
                    "store": {"type": "local", "root": str(tmp_path_factory.mktemp("monitoring-backup"))}},
@@ -170,6 +176,7 @@ def served(tmp_path_factory):
         rc = node.stop()
         rx.close()
         redis.close()
+        km.close()
         log = node.log_text()
         assert rc in (0, None), f"exit code {rc!r} after SIGTERM\n{node.log_tail()}"
         assert not any(m in log for m in SANITIZER_MARKERS), node.log_tail(120)

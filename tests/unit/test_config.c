@@ -154,6 +154,9 @@ Test(config, defaults_from_empty_document) {
               "\"claim_check\":{\"port\":4001,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,"
               "\"retention_days\":null,\"sweep_interval_ms\":3600000,\"stores\":[]},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
+              "\"intake\":{\"brokers\":[],\"topic\":\"ankusa.intake\",\"node_id\":null,\"ssl\":false,\"client\":null,"
+              "\"produce_timeout_ms\":5000,\"max_record_bytes\":0,\"min_insync_replicas\":2,\"breaker_failures\":5,"
+              "\"breaker_open_ms\":10000,\"reconcile_interval_ms\":1000,\"recovery_timeout_ms\":60000},"
               "\"storage\":{\"type\":\"local\",\"roll_bytes\":16777216,\"roll_ms\":30000,\"interval_ms\":1000,"
               "\"key_prefix\":\"\",\"catalogue_retention_days\":null,"
               "\"s3\":{\"bucket\":null,\"region\":null,\"endpoint\":null,\"access_key_id\":null,"
@@ -681,7 +684,9 @@ Test(config, unknown_env_warned_by_name) {
 
 Test(config, not_supported_values) {
   expect_err("wal:\n  type: none\n", "wal.type: \"none\" is not supported yet");
-  expect_err("wal:\n  type: dual\n", "wal.type: \"dual\" is not supported yet");
+  expect_err("wal:\n  type: dual\n",
+             "intake.brokers: required with wal.type dual\n"
+             "intake.node_id: required with wal.type dual (a replacement node takes the lost one's)");
 }
 
 /* ------------------------------------------------------------------ dispatch ---- */
@@ -1277,7 +1282,7 @@ Test(config, root_options_table) {
   const ak_opt_t *rows = ak_config_root_options(cfg);
   const char *want[] = {"node", "log", "metrics", "sources", "source_store", "audit", "store_headers", "routes",
                         "rate_limits", "admission", "quarantine", "dedupe", "fleet", "egress", "backup", "claim_check", "dispatch",
-                        "storage", "archive", "admin", "listener", "http", "batcher", "wal", "lifecycle"};
+                        "intake", "storage", "archive", "admin", "listener", "http", "batcher", "wal", "lifecycle"};
   size_t n = 0;
   while (rows[n].key) {
     cr_assert_lt(n, sizeof want / sizeof want[0]);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "edge/httpx.h"
+#include "intake/module.h"
 #include "queue/writer.h"
 
 void ak_http_json(ak_hreq_t *r, unsigned status, json_t *j, int retry_after) {
@@ -29,8 +30,16 @@ void ak_http_ready(ak_instance_t *inst, ak_hreq_t *r, unsigned *status_out) {
     ak_http_json(r, 503, j, 1);
     return;
   }
-  const char *reason = "ok";
+  const char *reason = "ok", *ireason = NULL;
   bool ok = inst->writer && ak_writer_ready(inst->writer, &reason);
+  /* wal.type dual: a node whose intake breaker is open acks nothing */
+  if (ok && inst->intake && !ak_intake_ready(inst->intake, &ireason)) {
+    *status_out = 503;
+    json_t *j = json_pack("{s:s,s:s,s:s,s:{s:s}}", "status", "not_ready", "instance", inst->name, "store", "ok",
+                          "reasons", "intake", ireason);
+    ak_http_json(r, 503, j, 1);
+    return;
+  }
   *status_out = ok ? 200 : 503;
   if (ok) {
     json_t *j = json_pack("{s:s,s:s,s:s}", "status", "ready", "instance", inst->name, "store", "ok");

@@ -368,6 +368,16 @@ static bool mirror_pending(void *ctx, const uint8_t id[16]) {
   return p;
 }
 
+bool ak_intake_ready(struct ak_intake *ik, const char **reason) {
+  /* only while it refuses: past breaker_open_ms the next hook is its probe, and a node
+   * taken out of the balancer would never get one */
+  pthread_mutex_lock(&ik->mu);
+  bool open = ik->brk == BRK_OPEN && ak_mono_ns() < ik->brk_until_ns;
+  pthread_mutex_unlock(&ik->mu);
+  if (open) *reason = "breaker_open";
+  return !open;
+}
+
 void ak_intake_hold_claim(ak_intake_t *ik, const uint8_t id[16], ak_fleet_call_t *call) {
   pthread_mutex_lock(&ik->mu);
   held_t *h = ik->held;
@@ -906,12 +916,18 @@ static void intake_stop(ak_instance_t *inst) {
       h->claim = NULL;
     }
   pthread_mutex_unlock(&ik->mu);
+  /* every group still waiting on the log is answered before the writer can be freed (it
+   * closes after this module stops): confirmed, or "stopped" (held, republished at the
+   * next start) */
+  int32_t part = ak_intake_log_partition(ik->log);
+  ak_intake_log_free(ik->log, 10000);
+  ik->log = NULL;
   ak_store_t *st = inst->store;
   ak_batch_t *b = ak_store_pin(st) == 0 ? ak_batch_new(st) : NULL;
   if (!b) return;
   pthread_mutex_lock(&ik->mu);
   advance(ik);
-  put_offset(b, ak_intake_log_partition(ik->log), ik->offset);
+  put_offset(b, part, ik->offset);
   put_wm(b, watermark(ik, ak_writer_committed_below(inst->writer)));
   pthread_mutex_unlock(&ik->mu);
   ak_store_unpin(st);

@@ -53,6 +53,9 @@ struct ak_fleet_call;
 /* The edge, answering a half-persisted hook (stored, the log's half failed): its fleet
  * dedupe claim stays pending and is promoted when the reconciler confirms the hook (at
  * once when it already has). Takes the call. */
+/* /ready: false (reason "breaker_open") while the intake breaker refuses every hook (until
+ * its probe is due), so a load balancer sends the traffic elsewhere. */
+bool ak_intake_ready(struct ak_intake *ik, const char **reason);
 void ak_intake_hold_claim(struct ak_intake *ik, const uint8_t id[16], struct ak_fleet_call *call);
 
 #endif

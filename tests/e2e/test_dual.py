@@ -114,7 +114,7 @@ def test_each_201_is_in_the_store_and_confirmed_in_the_log(ankusa, kmock):
 
 
 def test_brokers_down_nothing_acked_then_the_reconciler_completes_the_stored_half(ankusa, kmock):
-    node = ankusa(config=dual(kmock))
+    node = ankusa(config=dual(kmock, breaker_open_ms=3000))
     assert post(node).status == 201
     kmock.down(-1)
     answers = []
@@ -130,6 +130,8 @@ def test_brokers_down_nothing_acked_then_the_reconciler_completes_the_stored_hal
     assert pending and pending >= 1, "the hooks whose store half went through are held"
     refused = m.get("ankusa_ingest_refused_total", instance="default", reason="intake_unavailable")
     assert refused == 8
+    ready = node.get("/ready")
+    assert ready.status == 503 and ready.json["reasons"] == {"intake": "breaker_open"}, ready
     kmock.up(-1)
     wait_until(lambda: metric(node, "ankusa_intake_pending_hooks") == 0, timeout=30,
                what="the reconciler to confirm the held hooks")
@@ -137,7 +139,26 @@ def test_brokers_down_nothing_acked_then_the_reconciler_completes_the_stored_hal
     in_log = log_ids(kmock)
     assert set(stored(node)) <= set(in_log), "every stored hook ends up in the log"
     wait_until(lambda: post(node).status == 201, timeout=10, what="201 again after the breaker closed")
+    assert node.get("/ready").status == 200
     assert metric(node, "ankusa_intake_breaker_state") == 0
+
+
+def test_held_hooks_survive_kill9_and_the_next_start_publishes_them(ankusa, kmock):
+    node = ankusa(config=dual(kmock, breaker_failures=0))
+    kmock.down(-1)
+    for i in range(5):
+        r = post(node, body=json.dumps({"held": i}).encode())
+        assert r.status == 503 and r.json["error"] == "intake_unavailable", r
+    assert metric(node, "ankusa_intake_pending_hooks") == 5
+    held = set(stored(node))
+    assert len(held) == 5
+    node.kill9()
+    kmock.up(-1)
+    assert not (held & set(log_ids(kmock))), "the log never confirmed them"
+    node.start()
+    assert held <= set(log_ids(kmock)), "the next start published the stored hooks the log lacked"
+    assert "republished=5" in node.log_text()
+    assert set(stored(node)) == held, "nothing lost, nothing twice"
 
 
 def test_a_repeat_of_a_half_persisted_event_is_intake_pending_then_its_duplicate(ankusa, kmock):

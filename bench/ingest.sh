@@ -11,12 +11,19 @@
 # same per-request script, which costs wrk ~1.8 us more per request on the same two
 # cores; wrk's own CPU per request is printed for every load). Each load runs on a node of
 # its own, started on an empty data dir, so no load pays for another's compaction debt.
+# The `dual` load is the plain one under wal.type dual: every commit also confirmed in an
+# intake topic of librdkafka's mock cluster (tests/kafkamock, a process of its own, 3
+# brokers: its CPU is not ankusa's and is not counted), judged on ankusa's CPU per hook
+# against the plain (disk) load: target at most 1.3x.
 #
 #   bash bench/ingest.sh                     # one nginx run, one ankusa run
 #   RUNS=3 DURATION=15 bash bench/ingest.sh  # alternate runs, report the median of each
 #
 # Environment:
 #   DURATION     seconds per wrk run (10)        CONNECTIONS  wrk connections (64)
+#   KINDS        the ankusa loads to run (plain control verified dedupe limited dual)
+#   NGINX_RUNS=0 skip the nginx baseline (when only ankusa loads are compared)
+#   KAFKAMOCK    the mock cluster binary (build/kafkamock, built on demand)
 #   THREADS      wrk threads (2)                 RUNS         runs of each server (1)
 #   STRICT=1     exit 1 when the ratio misses the target (default: print only)
 #   INSPECT=0    skip counting the stored hooks with `ankusa inspect hooks` after each run
@@ -40,6 +47,9 @@ TARGET=0.50
 ANKUSA=${ANKUSA_BIN:-$REPO/build/ankusa}
 NGINX=${NGINX:-/usr/sbin/nginx}
 WRK=${WRK:-wrk}
+KINDS=${KINDS:-plain control verified dedupe limited dual}
+NGINX_RUNS=${NGINX_RUNS:-1}
+KAFKAMOCK=${KAFKAMOCK:-$REPO/build/kafkamock}
 LUA=$REPO/bench/post1k.lua
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -56,6 +66,28 @@ command -v curl >/dev/null || die "curl not found"
 [ -f "$LUA" ] || die "$LUA missing"
 
 bench_setup ingest
+
+# ---------------------------------------------------------------- the intake log (dual)
+KM_BOOT=""
+case " $KINDS " in
+  *" dual "*)
+    if [ ! -x "$KAFKAMOCK" ]; then
+      ninja -C "$(dirname "$KAFKAMOCK")" kafkamock >/dev/null || die "cannot build $KAFKAMOCK"
+    fi
+    # it reads commands from a fifo, held open until the end (its EOF stops it)
+    mkfifo "$TMP/km.in"
+    "$KAFKAMOCK" -b 3 intake:1 <"$TMP/km.in" >"$TMP/km.out" 2>"$TMP/km.err" &
+    KM_PID=$!
+    PIDS+=("$KM_PID")
+    exec 7>"$TMP/km.in"
+    for ((j = 0; j < 100; j++)); do
+      KM_BOOT=$(head -1 "$TMP/km.out" 2>/dev/null || true)
+      [ -n "$KM_BOOT" ] && break
+      sleep 0.1
+    done
+    [ -n "$KM_BOOT" ] || die "kafkamock did not start (see $TMP/km.err)"
+    ;;
+esac
 
 # ---------------------------------------------------------------- helpers
 # to_ms VALUE: wrk's latency ("850.00us", "1.23ms", "1.02s", "1.50m") in milliseconds.
@@ -150,8 +182,8 @@ nginx_run() { # RUN_INDEX
 }
 
 # ---------------------------------------------------------------- ankusa
-ankusa_config() { # DIR: the node's config (the same for every load: four sources)
-  local dir=$1
+ankusa_config() { # DIR [dual]: the node's config (the same for every load: four sources)
+  local dir=$1 mode=${2:-disk}
   cat >"$dir/ankusa.yml" <<EOF
 # written by bench/ingest.sh
 node:
@@ -191,6 +223,18 @@ rate_limits:
   tenants:
     limited: {rate: 1000000000, burst: 1000000000, bytes: {rate: 1000000000000, burst: 1000000000000}}
 EOF
+  if [ "$mode" = dual ]; then
+    # a node_id per load: recovery reads nothing of an earlier node
+    cat >>"$dir/ankusa.yml" <<EOF
+wal:
+  type: dual
+intake:
+  brokers: ["$KM_BOOT"]
+  topic: intake
+  node_id: bench-$(basename "$dir")
+  min_insync_replicas: 0
+EOF
+  fi
 }
 
 # ankusa_load RUN_INDEX KIND: one load on a node of its own, started on an empty data dir
@@ -203,7 +247,7 @@ ankusa_load() {
   local dir=$TMP/ankusa-$1-$2 pid rc=0 m j q c201 hooks bsum bcnt csum ccnt n503 refused \
     wrk2xx diff stored dups t0 t1 url out lua
   mkdir -p "$dir/data"
-  ankusa_config "$dir"
+  ankusa_config "$dir" "$([ "$kind" = dual ] && echo dual || echo disk)"
   # the previous load's files (its store, deleted or not) may still be in writeback: a
   # load must not wait on another load's I/O in its fsyncs
   sync
@@ -222,6 +266,7 @@ ankusa_load() {
     verified) url=bench_gh lua=$GH_LUA ;;
     dedupe) url=bench_dd lua=$DD_LUA ;;
     limited) url=bench_rl lua=$LUA ;;
+    dual) url=bench lua=$LUA ;;
   esac
   out=$TMP/wrk-ankusa-$kind-$i.txt
   t0=$(cpu_ticks "$pid")
@@ -235,6 +280,7 @@ ankusa_load() {
     verified) V_RPS+=("$W_RPS") V_P50+=("$W_P50") V_P99+=("$W_P99") V_CPU+=("$cpu") V_WRK+=("$W_CLIENT") ;;
     dedupe) D_RPS+=("$W_RPS") D_P50+=("$W_P50") D_P99+=("$W_P99") D_CPU+=("$cpu") D_WRK+=("$W_CLIENT") ;;
     limited) L_RPS+=("$W_RPS") L_P50+=("$W_P50") L_P99+=("$W_P99") L_CPU+=("$cpu") L_WRK+=("$W_CLIENT") ;;
+    dual) W2_RPS+=("$W_RPS") W2_P50+=("$W_P50") W2_P99+=("$W_P99") W2_CPU+=("$cpu") W2_WRK+=("$W_CLIENT") ;;
   esac
   printf '  ankusa run %d %-8s: %10.0f req/s  p50 %7.3f ms  p99 %7.3f ms  (%s requests)  ankusa CPU %s%% of a core, %s us/request; wrk %s us/request\n' \
     "$i" "$kind" "$W_RPS" "$W_P50" "$W_P99" "$W_REQS" "$(cpu_pct "$t0" "$t1")" "$cpu" "$W_CLIENT"
@@ -335,16 +381,12 @@ ankusa_load() {
   rm -rf "$dir/data" "$dir/hooks.jsonl" # a run leaves a few hundred MB
 }
 
-ankusa_run() { # RUN_INDEX: every load once, each on its own fresh node, order rotating
-  local i=$1 order
-  case $((i % 5)) in
-    1) order="plain control verified dedupe limited" ;;
-    2) order="control verified dedupe limited plain" ;;
-    3) order="verified dedupe limited plain control" ;;
-    4) order="dedupe limited plain control verified" ;;
-    *) order="limited plain control verified dedupe" ;;
-  esac
-  for kind in $order; do ankusa_load "$i" "$kind"; done
+ankusa_run() { # RUN_INDEX: every load of KINDS once, each on its own fresh node, order rotating
+  local i=$1 k
+  local -a kinds
+  read -r -a kinds <<<"$KINDS"
+  local n=${#kinds[@]}
+  for ((k = 0; k < n; k++)); do ankusa_load "$i" "${kinds[$(((k + i - 1) % n))]}"; done
 }
 
 # ---------------------------------------------------------------- the github-verified load
@@ -392,6 +434,7 @@ N_RPS=() N_P50=() N_P99=() A_RPS=() A_P50=() A_P99=() A_BATCH=() A_COMMIT=() A_C
 V_RPS=() V_P50=() V_P99=() A_CPU=() V_CPU=() D_RPS=() D_P50=() D_P99=() D_CPU=()
 L_RPS=() L_P50=() L_P99=() L_CPU=() C_RPS=() C_P50=() C_P99=() C_CPU=()
 N_WRK=() A_WRK=() V_WRK=() C_WRK=() D_WRK=() L_WRK=()
+W2_RPS=() W2_P50=() W2_P99=() W2_CPU=() W2_WRK=()
 N_ERRORS=0 A_ERRORS=0 HONEST=1 DATA_FS=""
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -399,8 +442,11 @@ git -C "$REPO" diff --quiet HEAD -- src meson.build 2>/dev/null || REV="$REV + u
 BUILT=$(date -u -r "$ANKUSA" '+%Y-%m-%d %H:%M UTC')
 
 echo "ankusa ingest benchmark: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s -s bench/post1k.lua --latency, $RUNS run(s) each"
+for kind in $KINDS; do
+  case $kind in plain | control | verified | dedupe | limited | dual) ;; *) die "KINDS: unknown load '$kind'" ;; esac
+done
 for ((r = 1; r <= RUNS; r++)); do
-  nginx_run "$r"
+  [ "$NGINX_RUNS" = 0 ] || nginx_run "$r"
   ankusa_run "$r"
 done
 
@@ -439,6 +485,10 @@ LVERDICT=$(awk -v c="$LCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
 LCCOST=$(awk -v v="$LCPU" -v a="$ACPU" 'BEGIN { printf "%.1f", (a > 0) ? 100 * (v / a - 1) : 0 }')
 LCVERDICT=$(awk -v c="$LCCOST" 'BEGIN { print ((c < 10) ? "PASS" : "FAIL") }')
 VERDICT=$(awk -v r="$RATIO" -v t="$TARGET" 'BEGIN { print ((r >= t) ? "PASS" : "FAIL") }')
+W2R=$(median "${W2_RPS[@]}") W2P50=$(median "${W2_P50[@]}") W2P99=$(median "${W2_P99[@]}") W2CPU=$(median "${W2_CPU[@]}")
+W2W=$(median "${W2_WRK[@]}")
+W2X=$(awk -v v="$W2CPU" -v a="$ACPU" 'BEGIN { printf "%.3f", (a > 0) ? v / a : 0 }')
+W2VERDICT=$(awk -v x="$W2X" 'BEGIN { print ((x > 0 && x <= 1.3) ? "PASS" : "FAIL") }')
 [ "$RUNS" -gt 1 ] && WHAT="median of $RUNS runs" || WHAT="1 run"
 
 CPU=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
@@ -460,6 +510,7 @@ printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, github HMAC verified' "$VR" "$V
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, unique id, no dedupe' "$CR" "$CP50" "$CP99"
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, dedupe key (new)' "$DR" "$DP50" "$DP99"
 printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, rate-limited tenant' "$LR" "$LP50" "$LP99"
+printf '  %-30s %12.0f %10.3f %10.3f\n' 'ankusa, wal.type dual' "$W2R" "$W2P50" "$W2P99"
 if [ "$RUNS" -gt 1 ]; then
   echo "  runs, nginx req/s:  ${N_RPS[*]}"
   echo "  runs, ankusa req/s: ${A_RPS[*]}"
@@ -467,6 +518,7 @@ if [ "$RUNS" -gt 1 ]; then
   echo "  runs, control req/s: ${C_RPS[*]}"
   echo "  runs, dedupe req/s: ${D_RPS[*]}"
   echo "  runs, limited req/s: ${L_RPS[*]}"
+  echo "  runs, dual req/s: ${W2_RPS[*]}; dual CPU us/request: ${W2_CPU[*]}"
   echo "  runs, CPU us/request plain: ${A_CPU[*]}; verified: ${V_CPU[*]}; control: ${C_CPU[*]}; dedupe: ${D_CPU[*]}; limited: ${L_CPU[*]}"
 fi
 echo "  ankusa commits: mean batch $AB hooks, mean commit duration $AC ms"
@@ -479,6 +531,8 @@ echo "  dedupe against the static plain load (the client's extra work included):
 echo "  wrk CPU per request (client, same cores): nginx $NW us; ankusa plain $AW, verified $VW, control $CW, dedupe $DW, limited $LW us"
 echo "  rate-limit cost (tenant quota on hooks and bytes): $LCOST% of the plain durable rate   target < 10%: $LVERDICT"
 echo "  server CPU per request: plain $ACPU us, limited $LCPU us ($LCCOST%)   target < 10%: $LCVERDICT"
+echo "  wal.type dual (intake log on the mock cluster, its CPU not counted): $W2R req/s against plain $AR; ack p99 $W2P99 ms against $AP99 ms;"
+echo "    ankusa CPU per hook dual $W2CPU us / disk $ACPU us = ${W2X}x   target <= 1.3x: $W2VERDICT   (wrk $W2W us/request)"
 [ "$N_ERRORS" = 0 ] || echo "  !! nginx runs had non-2xx answers or socket errors (see above)"
 [ "$A_ERRORS" = 0 ] || echo "  !! ankusa runs had non-2xx answers or socket errors (see above)"
 if [ "$HONEST" = 1 ]; then

@@ -860,11 +860,12 @@ void ak_writer_commit_fixed(ak_writer_t *w, ak_write_req_t *list) {
       if (r->dedupe && w->inst->dedupe) {
         ak_dedupe_verdict_t v = ak_dedupe_take(w->inst->dedupe, r);
         if (v == AK_DEDUPE_WAIT) break; /* parked on its key's first holder: answered with it */
-        if (v != AK_DEDUPE_NEW) {
+        if (v == AK_DEDUPE_DUP) {
           *et = r;
           et = &r->next;
           break;
         }
+        /* AK_DEDUPE_QUOTA: an acked hook is stored all the same, without its key */
       }
       if (r->seq >= w->next_seq) w->next_seq = r->seq + 1;
       prev = r->seq;

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <librdkafka/rdkafka.h>
 #include <openssl/crypto.h>
+#include "core/clock.h"
+#include "core/list.h"
 #include "core/log.h"
 #include "intake/log.h"
 #include "net/kafka.h"
@@ -31,7 +33,7 @@
 #define INTAKE_PURGE_WAIT_MS 2000
 
 typedef struct ibatch {
-  struct ibatch *prev, *next;
+  ak_list_t node;   /* in the log's batches until its last report */
   ak_intake_done_fn done;
   void *ctx;
   size_t left;      /* records without a delivery report */
@@ -57,21 +59,19 @@ struct ak_intake_log {
   int32_t leader;          /* the partition's leader at open */
   pthread_t thread;
   bool thread_started, closing, stopping, fatal;
-  ibatch_t batches;        /* list head: every batch not yet answered */
+  int users;               /* opens using rk outside mu: a replacement waits for them */
+  ak_list_t batches;       /* every batch with a record not yet reported */
   size_t nbatches;
   int64_t records, bytes;  /* in flight */
 };
 
 static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return ak_mono_ns() / 1000000;
 }
 
-static void batch_unlink(ibatch_t *b) {
-  b->prev->next = b->next;
-  b->next->prev = b->prev;
-  b->prev = b->next = b;
+/* a wait in ms as librdkafka takes it: 1 .. INT_MAX */
+static int ms_int(int64_t ms) {
+  return ms < 1 ? 1 : ms > 2147483647 ? 2147483647 : (int)ms;
 }
 
 /* ---- librdkafka callbacks (our thread: rd_kafka_poll and flush run there) ------------ */
@@ -95,7 +95,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
   bool answer = last && !b->answered;
   if (last) {
     l->bytes -= b->bytes;
-    batch_unlink(b);
+    ak_list_remove(&b->node);
     l->nbatches--;
   }
   pthread_mutex_unlock(&l->mu);
@@ -134,29 +134,18 @@ static ak_kafka_client_cfg_t client_cfg(const ak_intake_log_t *l) {
 }
 
 static rd_kafka_t *producer_new(ak_intake_log_t *l, char *err, size_t errlen) {
-  rd_kafka_conf_t *conf = rd_kafka_conf_new();
   ak_kafka_producer_cfg_t pc = {
     .client = client_cfg(l),
     .produce_timeout_ms = l->produce_timeout_ms,
     .max_record_bytes = l->max_record_bytes,
     .queue_messages = INTAKE_MAX_RECORDS + 1000,
     .queue_kbytes = (INTAKE_MAX_BYTES + l->max_record_bytes) / 1024 + 65536,
+    .opaque = l,
+    .dr_msg_cb = on_delivery,
+    .error_cb = on_error,
+    .log_cb = on_log,
   };
-  if (ak_kafka_producer_conf(conf, &pc, err, errlen) != 0) {
-    rd_kafka_conf_destroy(conf);
-    return NULL;
-  }
-  rd_kafka_conf_set_opaque(conf, l);
-  rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-  rd_kafka_conf_set_error_cb(conf, on_error);
-  rd_kafka_conf_set_log_cb(conf, on_log);
-  char why[256];
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
-  if (!rk) {
-    rd_kafka_conf_destroy(conf);
-    snprintf(err, errlen, "cannot create the kafka producer");
-  }
-  return rk;
+  return ak_kafka_producer_new(&pc, err, errlen);
 }
 
 /* rk with its topic handle: both or neither. */
@@ -186,7 +175,7 @@ static void *poll_main(void *arg) {
   ak_intake_log_t *l = arg;
   pthread_mutex_lock(&l->mu);
   while (!l->stopping) {
-    if (l->fatal) {
+    if (l->fatal && l->users == 0) {
       l->fatal = false;
       rd_kafka_t *old = l->rk;
       rd_kafka_topic_t *oldt = l->rkt;
@@ -203,8 +192,17 @@ static void *poll_main(void *arg) {
       continue;
     }
     rd_kafka_t *rk = l->rk;
-    if (!rk) {
-      pthread_cond_wait(&l->cv, &l->mu);
+    if (!rk || l->fatal) { /* no producer (tried again each second), or one in use by open */
+      l->fatal = true;
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_sec += 1;
+      pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+      if (rk) {
+        pthread_mutex_unlock(&l->mu);
+        rd_kafka_poll(rk, 0);
+        pthread_mutex_lock(&l->mu);
+      }
       continue;
     }
     pthread_mutex_unlock(&l->mu);
@@ -230,11 +228,13 @@ static void *poll_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&l->mu);
     ibatch_t *b = NULL;
-    for (ibatch_t *x = l->batches.next; x != &l->batches; x = x->next)
+    ak_list_foreach(n, &l->batches) {
+      ibatch_t *x = ak_list_entry(n, ibatch_t, node);
       if (!x->answered) {
         b = x;
         break;
       }
+    }
     if (b) b->answered = true;
     pthread_mutex_unlock(&l->mu);
     if (!b) break;
@@ -244,13 +244,6 @@ static void *poll_main(void *arg) {
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
-
-static char *dup_or_null(const char *s, bool *oom) {
-  if (!s) return NULL;
-  char *d = strdup(s);
-  if (!d) *oom = true;
-  return d;
-}
 
 static void cleanse_free(char *s) {
   if (s) OPENSSL_cleanse(s, strlen(s));
@@ -308,23 +301,22 @@ ak_intake_log_t *ak_intake_log_new(const ak_intake_log_cfg_t *cfg, char *err, si
   }
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
-  l->batches.prev = l->batches.next = &l->batches;
+  ak_list_init(&l->batches);
   l->partition = l->leader = -1;
   l->sasl = sasl;
   l->ssl = cfg->ssl;
   l->produce_timeout_ms = cfg->produce_timeout_ms;
   l->max_record_bytes = cfg->max_record_bytes;
   l->min_isr = cfg->min_insync_replicas;
-  bool oom = false;
-  l->topic = dup_or_null(cfg->topic, &oom);
-  l->node_id = dup_or_null(cfg->node_id, &oom);
+  l->topic = strdup(cfg->topic);
+  l->node_id = strdup(cfg->node_id);
   l->node_len = strlen(cfg->node_id);
-  l->client_id = dup_or_null(cfg->client_id ? cfg->client_id : "ankusa", &oom);
+  l->client_id = strdup(cfg->client_id ? cfg->client_id : "ankusa");
   if (sasl >= 0) {
-    l->sasl_user = dup_or_null(cfg->sasl_username, &oom);
-    l->sasl_pass = dup_or_null(cfg->sasl_password, &oom);
+    l->sasl_user = strdup(cfg->sasl_username);
+    l->sasl_pass = strdup(cfg->sasl_password);
   }
-  if (oom) {
+  if (!l->topic || !l->node_id || !l->client_id || (sasl >= 0 && (!l->sasl_user || !l->sasl_pass))) {
     log_release(l);
     snprintf(err, errlen, "out of memory");
     return NULL;
@@ -376,10 +368,9 @@ void ak_intake_log_free(ak_intake_log_t *l, int64_t timeout_ms) {
     rd_kafka_topic_destroy(l->rkt);
     rd_kafka_destroy(l->rk);
   }
-  while (l->batches.next != &l->batches) { /* answered at stop, never reported */
-    ibatch_t *b = l->batches.next;
-    batch_unlink(b);
-    free(b);
+  ak_list_foreach_safe(n, nx, &l->batches) { /* answered at stop, never reported */
+    ak_list_remove(n);
+    free(ak_list_entry(n, ibatch_t, node));
   }
   log_release(l);
 }
@@ -412,12 +403,12 @@ static int check_isr(ak_intake_log_t *l, rd_kafka_t *rk, int32_t broker, int64_t
     snprintf(why, whylen, "out of memory");
     goto out;
   }
-  rd_kafka_AdminOptions_set_request_timeout(o, (int)timeout_ms, ebuf, sizeof ebuf);
+  rd_kafka_AdminOptions_set_request_timeout(o, ms_int(timeout_ms), ebuf, sizeof ebuf);
   /* a topic's configs are served by any broker; the controller need not be known (the
    * mock cluster names none) */
   if (broker >= 0) rd_kafka_AdminOptions_set_broker(o, broker, ebuf, sizeof ebuf);
   rd_kafka_DescribeConfigs(rk, &res, 1, o, q);
-  ev = rd_kafka_queue_poll(q, (int)timeout_ms + 1000);
+  ev = rd_kafka_queue_poll(q, ms_int(timeout_ms + 1000));
   if (!ev) {
     snprintf(why, whylen, "timeout");
     goto out;
@@ -454,27 +445,19 @@ out:
   return rc;
 }
 
-int ak_intake_log_open(ak_intake_log_t *l, int64_t timeout_ms, bool *checked, char *err, size_t errlen) {
+/* open on rk, which the caller keeps from being replaced meanwhile */
+static int open_with(ak_intake_log_t *l, rd_kafka_t *rk, rd_kafka_topic_t *rkt, int64_t deadline, int64_t timeout_ms,
+                     bool *checked, char *err, size_t errlen) {
   bool chk = false;
-  if (checked) *checked = false;
-  int64_t deadline = now_ms() + timeout_ms;
-  pthread_mutex_lock(&l->mu);
-  rd_kafka_t *rk = l->rk;
-  rd_kafka_topic_t *rkt = l->rkt;
-  pthread_mutex_unlock(&l->mu);
-  if (!rk) {
-    snprintf(err, errlen, "intake log topic %s: the producer is being replaced", l->topic);
-    return -1;
-  }
   const struct rd_kafka_metadata *md = NULL;
-  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, (int)(timeout_ms > 0 ? timeout_ms : 1));
+  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, ms_int(timeout_ms));
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     snprintf(err, errlen, "intake log topic %s: no metadata from the brokers within %lld ms (%s)", l->topic,
              (long long)timeout_ms, rd_kafka_err2name(e));
     return -1;
   }
   const struct rd_kafka_metadata_topic *t = md->topic_cnt == 1 ? &md->topics[0] : NULL;
-  if (!t || t->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || (t && !t->err && t->partition_cnt < 1)) {
+  if (!t || t->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || (!t->err && t->partition_cnt < 1)) {
     snprintf(err, errlen, "intake log topic %s does not exist (it is never created: create it with its replication)",
              l->topic);
     rd_kafka_metadata_destroy(md);
@@ -507,10 +490,32 @@ int ak_intake_log_open(ak_intake_log_t *l, int64_t timeout_ms, bool *checked, ch
   l->partition = part;
   l->leader = leader;
   pthread_mutex_unlock(&l->mu);
-  if (checked) *checked = chk;
+  *checked = chk;
   ak_log(AK_LOG_INFO, LOG_COMPONENT, "intake log open", "topic=%s partitions=%d partition=%d min_isr_checked=%s",
          l->topic, partitions, (int)part, chk ? "true" : "false");
   return 0;
+}
+
+int ak_intake_log_open(ak_intake_log_t *l, int64_t timeout_ms, bool *checked, char *err, size_t errlen) {
+  bool chk = false;
+  if (checked) *checked = false;
+  int64_t deadline = now_ms() + timeout_ms;
+  pthread_mutex_lock(&l->mu);
+  rd_kafka_t *rk = l->rk;
+  rd_kafka_topic_t *rkt = l->rkt;
+  if (rk) l->users++;
+  pthread_mutex_unlock(&l->mu);
+  if (!rk) {
+    snprintf(err, errlen, "intake log topic %s: the producer is being replaced", l->topic);
+    return -1;
+  }
+  int rc = open_with(l, rk, rkt, deadline, timeout_ms, &chk, err, errlen);
+  pthread_mutex_lock(&l->mu);
+  l->users--;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+  if (rc == 0 && checked) *checked = chk;
+  return rc;
 }
 
 int32_t ak_intake_log_partition(const ak_intake_log_t *l) {
@@ -564,10 +569,7 @@ int ak_intake_log_publish(ak_intake_log_t *l, const ak_intake_val_t *vals, size_
     b->failed = true;
     ak_kafka_reason(rc, b->why, sizeof b->why);
   }
-  b->next = l->batches.next;
-  b->prev = &l->batches;
-  l->batches.next->prev = b;
-  l->batches.next = b;
+  ak_list_insert_tail(&l->batches, &b->node);
   l->nbatches++;
   l->records += (int64_t)queued;
   l->bytes += bytes;
@@ -602,13 +604,7 @@ static rd_kafka_t *consumer_new(ak_intake_log_t *l, char *err, size_t errlen) {
     return NULL;
   }
   rd_kafka_conf_set_log_cb(conf, on_log);
-  char why[256];
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
-  if (!rk) {
-    rd_kafka_conf_destroy(conf);
-    snprintf(err, errlen, "cannot create the kafka consumer");
-  }
-  return rk;
+  return ak_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
 }
 
 int ak_intake_log_replay(ak_intake_log_t *l, int64_t from, int64_t timeout_ms, ak_intake_record_fn fn, void *ctx,
@@ -618,7 +614,7 @@ int ak_intake_log_replay(ak_intake_log_t *l, int64_t from, int64_t timeout_ms, a
     snprintf(err, errlen, "intake log topic %s: replay before open", l->topic);
     return -1;
   }
-  int tmo = (int)(timeout_ms > 0 ? (timeout_ms < 2147483647 ? timeout_ms : 2147483647) : 1);
+  int tmo = ms_int(timeout_ms);
   rd_kafka_t *ck = consumer_new(l, err, errlen);
   if (!ck) return -1;
   int ret = -1;

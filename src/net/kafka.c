@@ -42,7 +42,8 @@ int ak_kafka_client_conf(rd_kafka_conf_t *conf, const ak_kafka_client_cfg_t *c, 
   return rc ? -1 : 0;
 }
 
-int ak_kafka_producer_conf(rd_kafka_conf_t *conf, const ak_kafka_producer_cfg_t *p, char *err, size_t errlen) {
+rd_kafka_t *ak_kafka_producer_new(const ak_kafka_producer_cfg_t *p, char *err, size_t errlen) {
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
   char num[32];
   int rc = ak_kafka_client_conf(conf, &p->client, err, errlen);
   rc |= ak_kafka_conf_set(conf, "enable.idempotence", "true", err, errlen);
@@ -72,21 +73,51 @@ int ak_kafka_producer_conf(rd_kafka_conf_t *conf, const ak_kafka_producer_cfg_t 
   rc |= ak_kafka_conf_set(conf, "queue.buffering.max.messages", num, err, errlen);
   snprintf(num, sizeof num, "%lld", (long long)p->queue_kbytes);
   rc |= ak_kafka_conf_set(conf, "queue.buffering.max.kbytes", num, err, errlen);
-  return rc ? -1 : 0;
+  if (rc != 0) {
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+  }
+  rd_kafka_conf_set_opaque(conf, p->opaque);
+  if (p->dr_msg_cb) rd_kafka_conf_set_dr_msg_cb(conf, p->dr_msg_cb);
+  if (p->error_cb) rd_kafka_conf_set_error_cb(conf, p->error_cb);
+  if (p->log_cb) rd_kafka_conf_set_log_cb(conf, p->log_cb);
+  if (p->connect_cb) rd_kafka_conf_set_connect_cb(conf, p->connect_cb);
+  return ak_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+}
+
+rd_kafka_t *ak_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *err, size_t errlen) {
+  char why[256];
+  rd_kafka_t *rk = rd_kafka_new(type, conf, why, sizeof why);
+  if (!rk) {
+    rd_kafka_conf_destroy(conf);
+    snprintf(err, errlen, "cannot create the kafka %s", type == RD_KAFKA_PRODUCER ? "producer" : "consumer");
+  }
+  return rk;
+}
+
+bool ak_kafka_broker_next(const char **s, const char **p, size_t *len) {
+  while (*s && **s) {
+    const char *e = strchr(*s, ',');
+    size_t n = e ? (size_t)(e - *s) : strlen(*s);
+    const char *q = *s;
+    *s += n + (e ? 1 : 0);
+    while (n && (*q == ' ' || *q == '\t')) q++, n--;
+    while (n && (q[n - 1] == ' ' || q[n - 1] == '\t')) n--;
+    if (!n) continue;
+    *p = q;
+    *len = n;
+    return true;
+  }
+  return false;
 }
 
 char *ak_kafka_join_brokers(const char *const *v, size_t n) {
   ak_buf_t b = AK_BUF_INIT;
   size_t parts = 0;
   for (size_t i = 0; i < n; i++) {
-    for (const char *s = v[i]; s && *s;) {
-      const char *e = strchr(s, ',');
-      size_t len = e ? (size_t)(e - s) : strlen(s);
-      const char *p = s;
-      s += len + (e ? 1 : 0);
-      while (len && (*p == ' ' || *p == '\t')) p++, len--;
-      while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
-      if (!len) continue;
+    const char *s = v[i], *p;
+    size_t len;
+    while (ak_kafka_broker_next(&s, &p, &len)) {
       if (parts++) ak_buf_append(&b, ",", 1);
       ak_buf_append(&b, p, len);
     }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <librdkafka/rdkafka.h>
 #include "core/options.h"
 
@@ -29,6 +30,12 @@ typedef struct ak_kafka_producer_cfg {
   int64_t max_record_bytes;   /* one record's key + value at most (message.max.bytes above it) */
   int64_t queue_messages;     /* librdkafka's local queue: queue.buffering.max.messages */
   int64_t queue_kbytes;       /* and queue.buffering.max.kbytes */
+  /* the callbacks and their opaque; NULL: none (connect: librdkafka's own) */
+  void *opaque;
+  void (*dr_msg_cb)(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+  void (*error_cb)(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+  void (*log_cb)(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+  int (*connect_cb)(int fd, const struct sockaddr *sa, int salen, const char *id, void *opaque);
 } ak_kafka_producer_cfg_t;
 
 /* "plain" | "scram_sha_256" | "scram_sha_512" (our config's spelling) -> index; -1 otherwise. */
@@ -41,8 +48,17 @@ int ak_kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *val, c
  * reconnect backoff) into conf. 0, or -1 + err. */
 int ak_kafka_client_conf(rd_kafka_conf_t *conf, const ak_kafka_client_cfg_t *c, char *err, size_t errlen);
 
-/* The client settings and the producer's into conf. 0, or -1 + err. */
-int ak_kafka_producer_conf(rd_kafka_conf_t *conf, const ak_kafka_producer_cfg_t *p, char *err, size_t errlen);
+/* A producer with the client settings, the producer's and p's callbacks. Our call waits on
+ * no network (librdkafka connects in its own threads). NULL + err. */
+rd_kafka_t *ak_kafka_producer_new(const ak_kafka_producer_cfg_t *p, char *err, size_t errlen);
+
+/* rd_kafka_new with conf (taken on success, destroyed on failure); NULL + err naming what
+ * could not be created (never librdkafka's text). */
+rd_kafka_t *ak_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *err, size_t errlen);
+
+/* The next broker of the comma list at *s: *p and *len, trimmed of blanks, empty parts
+ * skipped; *s moves past it. false at the end. */
+bool ak_kafka_broker_next(const char **s, const char **p, size_t *len);
 
 /* The items of v, each split on commas (one item may hold "host:port,host:port" read from
  * one environment variable), trimmed, empty parts dropped, as one comma list (malloc'd).

@@ -265,7 +265,12 @@ static int on_connect(int fd, const struct sockaddr *sa, int salen, const char *
 /* A new producer for c (c->mu held). Does not touch the network: librdkafka connects in
  * its own threads. */
 static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
-  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  /* the new producer's connects are counted afresh (a producer being destroyed opens no
+   * more connections) */
+  pthread_mutex_lock(&c->egress_mu);
+  c->refused = c->allowed = 0;
+  c->refusal[0] = '\0';
+  pthread_mutex_unlock(&c->egress_mu);
   ak_kafka_producer_cfg_t pc = {
     .client = {.brokers = c->brokers, .client_id = c->client, .ssl = c->ssl, .sasl = c->sasl,
                .sasl_user = c->sasl_user, .sasl_pass = c->sasl_pass},
@@ -273,29 +278,14 @@ static rd_kafka_t *producer_new(kconn_t *c, char *err, size_t errlen) {
     .max_record_bytes = c->max_record_bytes,
     .queue_messages = KAFKA_MAX_INFLIGHT + 1000,
     .queue_kbytes = KAFKA_QUEUE_KBYTES,
+    .opaque = c,
+    .dr_msg_cb = on_delivery,
+    .error_cb = on_error,
+    .log_cb = on_log,
+    .connect_cb = c->egress ? on_connect : NULL,
   };
-  if (ak_kafka_producer_conf(conf, &pc, err, errlen) != 0) {
-    rd_kafka_conf_destroy(conf);
-    return NULL;
-  }
-  rd_kafka_conf_set_opaque(conf, c);
-  rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-  rd_kafka_conf_set_error_cb(conf, on_error);
-  rd_kafka_conf_set_log_cb(conf, on_log);
-  if (c->egress) rd_kafka_conf_set_connect_cb(conf, on_connect);
-  /* the new producer's connects are counted afresh (a producer being destroyed opens no
-   * more connections) */
-  pthread_mutex_lock(&c->egress_mu);
-  c->refused = c->allowed = 0;
-  c->refusal[0] = '\0';
-  pthread_mutex_unlock(&c->egress_mu);
-  char why[256];
-  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
-  if (!rk) {
-    rd_kafka_conf_destroy(conf);
-    snprintf(err, errlen, "cannot create the kafka producer");
-    return NULL;
-  }
+  rd_kafka_t *rk = ak_kafka_producer_new(&pc, err, errlen);
+  if (!rk) return NULL;
   c->blocked = c->purge = c->fatal = false;
   c->last_use_ms = now_ms();
   return rk;
@@ -717,14 +707,10 @@ static void kafka_check(ak_check_t *c, const char *path, json_t *sink, const jso
     if (!s) continue;
     bool any = false;
     char part[300];
-    for (const char *p = s; *p;) {
-      const char *e = strchr(p, ',');
-      size_t len = e ? (size_t)(e - p) : strlen(p);
-      const char *q = p;
-      p += len + (e ? 1 : 0);
-      while (len && (*q == ' ' || *q == '\t')) q++, len--;
-      while (len && (q[len - 1] == ' ' || q[len - 1] == '\t')) len--;
-      if (!len || len >= sizeof part) continue;
+    const char *q;
+    size_t len;
+    while (ak_kafka_broker_next(&s, &q, &len)) {
+      if (len >= sizeof part) continue;
       any = true;
       memcpy(part, q, len);
       part[len] = '\0';

@@ -49,7 +49,7 @@ struct ak_intake_log {
   size_t node_len;
   int sasl;
   bool ssl;
-  int64_t produce_timeout_ms, max_record_bytes, min_isr;
+  int64_t produce_timeout_ms, max_record_bytes, min_isr, linger_ms;
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -137,6 +137,7 @@ static rd_kafka_t *producer_new(ak_intake_log_t *l, char *err, size_t errlen) {
   ak_kafka_producer_cfg_t pc = {
     .client = client_cfg(l),
     .produce_timeout_ms = l->produce_timeout_ms,
+    .linger_ms = l->linger_ms,
     .max_record_bytes = l->max_record_bytes,
     .queue_messages = INTAKE_MAX_RECORDS + 1000,
     .queue_kbytes = (INTAKE_MAX_BYTES + l->max_record_bytes) / 1024 + 65536,
@@ -306,6 +307,7 @@ ak_intake_log_t *ak_intake_log_new(const ak_intake_log_cfg_t *cfg, char *err, si
   l->sasl = sasl;
   l->ssl = cfg->ssl;
   l->produce_timeout_ms = cfg->produce_timeout_ms;
+  l->linger_ms = cfg->linger_ms > 0 ? cfg->linger_ms : 0;
   l->max_record_bytes = cfg->max_record_bytes;
   l->min_isr = cfg->min_insync_replicas;
   l->topic = strdup(cfg->topic);

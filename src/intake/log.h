@@ -25,6 +25,7 @@ typedef struct ak_intake_log_cfg {
   const char *client_id;          /* may be NULL: "ankusa" */
   int64_t produce_timeout_ms;     /* librdkafka message.timeout.ms (a publish fails after it) */
   int64_t max_record_bytes;       /* producer message.max.bytes; a larger record is refused */
+  int64_t linger_ms;              /* linger.ms of the producer (0: at once) */
   int64_t min_insync_replicas;    /* required at open when the cluster tells (0 = don't check) */
   bool ssl;                       /* security.protocol ssl / sasl_ssl */
   const char *sasl_mechanism;     /* NULL, "plain", "scram_sha_256", "scram_sha_512" */

@@ -59,6 +59,10 @@ static const ak_opt_t intake_rows[] = {
   {.key = "produce_timeout_ms", .type = AK_OPT_INT, .def = "5000", .min = 100, .max = 300000,
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX,
    .doc = "a publish not confirmed within this fails (503 intake_unavailable)", AK_AT(ak_intake_cfg_t, produce_timeout_ms)},
+  {.key = "linger_ms", .type = AK_OPT_INT, .def = "1", .min = 0, .max = 1000, .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX,
+   .env = "ANKUSA_INTAKE_LINGER_MS",
+   .doc = "how long the producer gathers records into one request (adds at most this to the ack)",
+   AK_AT(ak_intake_cfg_t, linger_ms)},
   {.key = "max_record_bytes", .type = AK_OPT_INT, .def = "0", .min = 0, .max = 900000000,
    .flags = AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX,
    .doc = "largest record produced (0: http.max_body_bytes plus 64 KiB for the envelope)",
@@ -825,7 +829,7 @@ static int intake_open(ak_instance_t *inst, char **err) {
   }
   ak_intake_log_cfg_t lc = {
     .brokers = c->brokers.v, .nbrokers = c->brokers.n, .topic = c->topic, .node_id = c->node_id,
-    .client_id = c->client ? c->client : "ankusa-intake", .produce_timeout_ms = c->produce_timeout_ms,
+    .client_id = c->client ? c->client : "ankusa-intake", .produce_timeout_ms = c->produce_timeout_ms, .linger_ms = c->linger_ms,
     .max_record_bytes = mrb, .min_insync_replicas = c->min_insync_replicas, .ssl = c->ssl,
     .sasl_mechanism = c->sasl.username ? ak_kafka_sasl_name(c->sasl.mechanism) : NULL, .sasl_username = c->sasl.username, .sasl_password = c->sasl.password,
   };

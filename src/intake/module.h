@@ -37,6 +37,7 @@ typedef struct ak_intake_cfg {
   bool ssl;
   ak_kafka_sasl_opts_t sasl;
   int64_t produce_timeout_ms;
+  int64_t linger_ms;
   int64_t max_record_bytes;
   int64_t min_insync_replicas;
   int64_t breaker_failures;

@@ -49,9 +49,10 @@ rd_kafka_t *ak_kafka_producer_new(const ak_kafka_producer_cfg_t *p, char *err, s
   rc |= ak_kafka_conf_set(conf, "enable.idempotence", "true", err, errlen);
   rc |= ak_kafka_conf_set(conf, "acks", "all", err, errlen);
   rc |= ak_kafka_conf_set(conf, "max.in.flight.requests.per.connection", "5", err, errlen);
-  /* no linger: a record goes out at once; records that queue while a request is in flight
-   * still travel together in the next one */
-  rc |= ak_kafka_conf_set(conf, "linger.ms", "0", err, errlen);
+  /* the sink: no linger, a record goes out at once; records that queue while a request is
+   * in flight still travel together in the next one */
+  snprintf(num, sizeof num, "%lld", (long long)p->linger_ms);
+  rc |= ak_kafka_conf_set(conf, "linger.ms", num, err, errlen);
   rc |= ak_kafka_conf_set(conf, "partitioner", "murmur2_random", err, errlen);
   rc |= ak_kafka_conf_set(conf, "allow.auto.create.topics", "false", err, errlen);
   snprintf(num, sizeof num, "%lld", (long long)p->produce_timeout_ms);

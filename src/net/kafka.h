@@ -30,6 +30,7 @@ typedef struct ak_kafka_producer_cfg {
   int64_t max_record_bytes;   /* one record's key + value at most (message.max.bytes above it) */
   int64_t queue_messages;     /* librdkafka's local queue: queue.buffering.max.messages */
   int64_t queue_kbytes;       /* and queue.buffering.max.kbytes */
+  int64_t linger_ms;          /* linger.ms: 0 sends a record at once */
   /* the callbacks and their opaque; NULL: none (connect: librdkafka's own) */
   void *opaque;
   void (*dr_msg_cb)(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);

@@ -34,6 +34,7 @@ SOLO_ONLY = ("claim_check.store.",)
 
 # Siblings a row needs beside it to load (the rest of its mapping).
 SECTION_CONTEXT = {
+    "intake.sasl.password": {"mechanism": "plain", "username": "leak"},
     "admin.principals[].token_sha256": {"name": "leaker", "tenants": ["*"], "scopes": [
         "sources:read", "sources:write", "dlq:read", "replays:read", "quarantine:read", "rate_limits:read",
         "audit:read", "config:read", "hooks:read", "metrics:read"]},
@@ -171,6 +172,8 @@ def place(tree, path, value, context):
         # a gcs token is only taken with auth: token
         if part == "gcs" and parts[-1] == "token":
             node["auth"] = "token"
+    for k, v in context.items():  # the siblings of a row inside a mapping
+        node.setdefault(k, v)
     node[parts[-1]] = value
 
 

@@ -155,7 +155,7 @@ Test(config, defaults_from_empty_document) {
               "\"retention_days\":null,\"sweep_interval_ms\":3600000,\"stores\":[]},"
               "\"dispatch\":{\"batch\":128,\"concurrency\":32,\"max_inflight\":4096,\"max_inflight_bytes\":134217728,\"attempt_timeout_ms\":30000,\"sink_concurrency\":null,\"breaker_failures\":5,\"breaker_open_ms\":30000,\"breaker_max_open_ms\":300000,\"retry\":{\"base_ms\":100,\"max_ms\":300000,\"max_attempts\":84,\"jitter\":true},\"tenants\":{\"max_inflight\":1024,\"max_inflight_bytes\":33554432,\"concurrency\":16}},"
               "\"intake\":{\"brokers\":[],\"topic\":\"ankusa.intake\",\"node_id\":null,\"ssl\":false,\"client\":null,"
-              "\"produce_timeout_ms\":5000,\"max_record_bytes\":0,\"min_insync_replicas\":2,\"breaker_failures\":5,"
+              "\"produce_timeout_ms\":5000,\"linger_ms\":1,\"max_record_bytes\":0,\"min_insync_replicas\":2,\"breaker_failures\":5,"
               "\"breaker_open_ms\":10000,\"reconcile_interval_ms\":1000,\"recovery_timeout_ms\":60000},"
               "\"storage\":{\"type\":\"local\",\"roll_bytes\":16777216,\"roll_ms\":30000,\"interval_ms\":1000,"
               "\"key_prefix\":\"\",\"catalogue_retention_days\":null,"

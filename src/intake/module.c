@@ -114,6 +114,7 @@ typedef struct group {
   int64_t last_offset;
   int64_t t0_ns;
   ak_write_req_t *hooks;        /* the writer's, until answered */
+  size_t unstored;              /* its hooks the log has and the store lacks, being completed */
 } group_t;
 
 /* A stored hook the log has not confirmed: the reconciler's. */
@@ -136,6 +137,8 @@ typedef struct ak_intake {
   int64_t offset;                /* the m:intake_offset the store is given next (-2: beginning) */
   held_t *held;                  /* stored, not confirmed: republished by the reconciler */
   size_t nheld;
+  struct rec_item *unstored;     /* confirmed, not stored (the store half failed): committed
+                                    under their own seqs by the reconciler */
   ak_tmap_t pending;             /* their ids (16 bytes) */
   int brk;                       /* BRK_* */
   int64_t brk_until_ns;
@@ -146,6 +149,75 @@ typedef struct ak_intake {
 } ak_intake_t;
 
 const ak_intake_cfg_t *ak_intake_cfg(const ak_config_t *cfg) { return ak_config_of(cfg, &ak_mod_intake); }
+
+/* ------------------------------------------------------------ fixed commits ---- */
+
+typedef struct rec_item {
+  struct rec_item *next;    /* the unstored list (a hook whose store half failed) */
+  struct group *group;      /* its group, whose offset mark waits for it */
+  ak_write_req_t req;
+  uint8_t *rec;
+  ak_source_t *sv;          /* held until committed, or NULL: a source since deleted */
+  ak_source_cfg_t orphan;   /* then: a source with no sinks, by its name */
+  char *orphan_id;
+  int status;
+} rec_item_t;
+
+static void on_recovered(ak_write_req_t *req, void *ctx) { ((rec_item_t *)ctx)->status = (int)req->status; }
+
+/* A write request for an encoded record whose seq and id are given (a record of the log,
+ * or a copy of a hook whose store half failed), for ak_writer_commit_fixed. NULL when out
+ * of memory or the record does not decode. */
+static rec_item_t *item_new(ak_intake_t *ik, const uint8_t *val, size_t len) {
+  ak_envelope_t env;
+  rec_item_t *it = calloc(1, sizeof *it);
+  uint8_t *copy = it ? malloc(len ? len : 1) : NULL;
+  if (!copy) {
+    free(it);
+    return NULL;
+  }
+  memcpy(copy, val, len);
+  if (ak_envelope_decode(copy, len, &env) != 0) {
+    free(copy);
+    free(it);
+    return NULL;
+  }
+  it->rec = copy;
+  it->sv = ak_sources_get(ik->inst->sources, env.source, env.source_len);
+  if (!it->sv) { /* a source deleted since: stored, with no sink to deliver to */
+    it->orphan_id = strndup(env.source, env.source_len);
+    it->orphan.id = it->orphan_id;
+    it->orphan.tenant = it->orphan_id;
+  }
+  ak_write_req_t *r = &it->req;
+  r->kind = AK_WRITE_HOOK;
+  r->rec = copy;
+  r->rec_len = len;
+  r->body_len = env.body_len;
+  memcpy(r->id, env.id, 16);
+  r->seq = env.seq;
+  r->received_at_ms = env.received_at_ms;
+  r->source = it->sv ? &it->sv->cfg : &it->orphan;
+  r->tenant = env.tenant; /* points into copy */
+  r->tenant_len = env.tenant_len;
+  if (env.dedupe_key_len && ik->inst->dedupe) {
+    int64_t ttl = it->sv && it->sv->cfg.dedupe_ttl_ms ? it->sv->cfg.dedupe_ttl_ms : 72LL * 3600 * 1000;
+    r->dedupe = ak_dedupe_claim_new(env.tenant, env.tenant_len, r->source->id, env.dedupe_key, env.dedupe_key_len, ttl);
+  }
+  r->done = on_recovered;
+  r->ctx = it;
+  ak_envelope_clear(&env);
+  return it;
+}
+
+static void item_free(rec_item_t *it) {
+  if (!it) return;
+  ak_dedupe_claim_free(it->req.dedupe);
+  if (it->sv) ak_source_release(it->sv);
+  free(it->orphan_id);
+  free(it->rec);
+  free(it);
+}
 
 /* ------------------------------------------------------------------ the breaker ---- */
 
@@ -251,8 +323,20 @@ static void group_answer(ak_intake_t *ik, group_t *g) {
   ak_wr_status_t st = AK_WR_COMMITTED;
   held_t *add = NULL, **at = &add;
   size_t nadd = 0;
+  rec_item_t *un = NULL, **ut = &un;
+  size_t nun = 0;
   if (g->disk != HALF_OK) {
     st = AK_WR_STORE_UNAVAILABLE;
+    /* in the log only: the reconciler stores them when the store is back (the next start's
+     * recovery, if the node stops first: the offset mark waits for this group) */
+    for (ak_write_req_t *r = g->hooks; g->log == HALF_OK && r; r = r->next) {
+      rec_item_t *it = item_new(ik, r->rec, r->rec_len);
+      if (!it) continue;
+      it->group = g;
+      *ut = it;
+      ut = &it->next;
+      nun++;
+    }
   } else if (g->log != HALF_OK) {
     st = AK_WR_INTAKE_UNAVAILABLE;
     for (ak_write_req_t *r = g->hooks; r; r = r->next) {
@@ -283,6 +367,11 @@ static void group_answer(ak_intake_t *ik, group_t *g) {
     ik->held = add;
     ik->nheld += nadd;
     ak_gauge_set(ik->m_pending, (double)ik->nheld);
+  }
+  if (un) {
+    *ut = ik->unstored;
+    ik->unstored = un;
+    g->unstored += nun;
   }
   ak_write_req_t *hooks = g->hooks;
   g->hooks = NULL;
@@ -364,6 +453,16 @@ static void mirror_disk_done(void *ctx, void *group, bool stored, ak_write_req_t
   if (both) group_answer(ik, g);
 }
 
+static uint64_t mirror_hold_below(void *ctx) {
+  ak_intake_t *ik = ctx;
+  uint64_t h = UINT64_MAX;
+  pthread_mutex_lock(&ik->mu);
+  for (rec_item_t *it = ik->unstored; it; it = it->next)
+    if (it->req.seq < h) h = it->req.seq;
+  pthread_mutex_unlock(&ik->mu);
+  return h;
+}
+
 static bool mirror_pending(void *ctx, const uint8_t id[16]) {
   ak_intake_t *ik = ctx;
   pthread_mutex_lock(&ik->mu);
@@ -432,9 +531,58 @@ static int publish_wait(ak_intake_t *ik, const ak_intake_val_t *vals, size_t n) 
   return rc;
 }
 
-/* One pass: the held hooks, oldest first, up to REPUBLISH_MAX at a time, while the
- * breaker lets them through. */
+static int by_seq(const void *a, const void *b);
+
+/* The hooks the log has and the store lacks, committed under their own seqs. They stay on
+ * the list (holding the writer's committed mark below them) until their commit returned;
+ * a repeat of their key stored meanwhile wins (duplicate: nothing stored). */
+static void store_unstored(ak_intake_t *ik) {
+  pthread_mutex_lock(&ik->mu);
+  size_t n = 0;
+  for (rec_item_t *it = ik->unstored; it; it = it->next) n++;
+  rec_item_t **v = n ? malloc(n * sizeof *v) : NULL;
+  n = 0;
+  for (rec_item_t *it = ik->unstored; v && it; it = it->next) v[n++] = it;
+  pthread_mutex_unlock(&ik->mu);
+  if (!v) return;
+  qsort(v, n, sizeof *v, by_seq);
+  ak_write_req_t *list = NULL, **lt = &list;
+  for (size_t i = 0; i < n; i++) {
+    v[i]->req.next = NULL;
+    v[i]->req.stored = false;
+    v[i]->status = AK_WR_QUEUED;
+    *lt = &v[i]->req;
+    lt = &v[i]->req.next;
+  }
+  ak_writer_commit_fixed(ik->inst->writer, list);
+  size_t stored = 0;
+  pthread_mutex_lock(&ik->mu);
+  for (size_t i = 0; i < n; i++) {
+    rec_item_t *it = v[i];
+    if (it->status != AK_WR_COMMITTED && it->status != AK_WR_DUPLICATE) continue;
+    stored += it->status == AK_WR_COMMITTED;
+    rec_item_t **pp = &ik->unstored;
+    while (*pp && *pp != it) pp = &(*pp)->next;
+    if (*pp) *pp = it->next;
+    if (it->group && --it->group->unstored == 0) it->group->disk = HALF_OK; /* the offset may pass it */
+    item_free(it);
+  }
+  advance(ik);
+  pthread_mutex_unlock(&ik->mu);
+  free(v);
+  if (stored) {
+    ak_counter_add(ik->m_reconciled, stored);
+    ak_log(AK_LOG_INFO, "intake", "hooks the intake log confirmed were stored by the reconciler", "hooks=%zu", stored);
+  }
+}
+
+/* One pass: the hooks the store lacks, then the held hooks, oldest first, up to
+ * REPUBLISH_MAX at a time, while the breaker lets them through. */
 static void reconcile(ak_intake_t *ik) {
+  pthread_mutex_lock(&ik->mu);
+  bool unstored = ik->unstored != NULL;
+  pthread_mutex_unlock(&ik->mu);
+  if (unstored) store_unstored(ik);
   for (;;) {
     pthread_mutex_lock(&ik->mu);
     if (!ik->held || ik->stopping || !brk_admit(ik, ak_mono_ns())) {
@@ -506,14 +654,6 @@ static void *reconciler_main(void *arg) {
 
 /* ------------------------------------------------------------------ recovery ---- */
 
-typedef struct rec_item {
-  ak_write_req_t req;
-  uint8_t *rec;
-  ak_source_t *sv;          /* held until committed, or NULL: a source since deleted */
-  ak_source_cfg_t orphan;   /* then: a source with no sinks, by its name */
-  char *orphan_id;
-  int status;
-} rec_item_t;
 
 typedef struct {
   ak_intake_t *ik;
@@ -572,45 +712,16 @@ static int on_replayed(void *ctx, int64_t offset, const uint8_t *val, size_t len
     ak_envelope_clear(&env);
     return 0;
   }
-  rec_item_t *it = calloc(1, sizeof *it);
-  uint8_t *copy = it ? malloc(len) : NULL;
-  if (!copy || (rp->n == rp->cap && ak_buf_grow((void **)&rp->v, &rp->cap, rp->n + 1, sizeof *rp->v) != 0)) {
-    free(it);
-    free(copy);
-    ak_envelope_clear(&env);
+  ak_envelope_clear(&env);
+  rec_item_t *it = item_new(ik, val, len);
+  if (!it || (rp->n == rp->cap && ak_buf_grow((void **)&rp->v, &rp->cap, rp->n + 1, sizeof *rp->v) != 0)) {
+    item_free(it);
     snprintf(rp->err, sizeof rp->err, "out of memory");
     return -1;
   }
-  memcpy(copy, val, len);
-  it->rec = copy;
-  it->sv = ak_sources_get(ik->inst->sources, env.source, env.source_len);
-  if (!it->sv) {
-    it->orphan_id = strndup(env.source, env.source_len);
-    it->orphan.id = it->orphan_id;
-    it->orphan.tenant = it->orphan_id;
-  }
-  ak_write_req_t *r = &it->req;
-  r->kind = AK_WRITE_HOOK;
-  r->rec = copy;
-  r->rec_len = len;
-  r->body_len = env.body_len;
-  memcpy(r->id, env.id, 16);
-  r->seq = seq;
-  r->received_at_ms = env.received_at_ms;
-  r->source = it->sv ? &it->sv->cfg : &it->orphan;
-  /* the tenant points into the copy of the record */
-  r->tenant = (const char *)copy + (env.tenant - (const char *)val);
-  r->tenant_len = env.tenant_len;
-  if (env.dedupe_key_len && ik->inst->dedupe) {
-    int64_t ttl = it->sv && it->sv->cfg.dedupe_ttl_ms ? it->sv->cfg.dedupe_ttl_ms : 72LL * 3600 * 1000;
-    r->dedupe = ak_dedupe_claim_new(env.tenant, env.tenant_len, r->source->id, env.dedupe_key, env.dedupe_key_len, ttl);
-  }
   rp->v[rp->n++] = it;
-  ak_envelope_clear(&env);
   return 0;
 }
-
-static void on_recovered(ak_write_req_t *req, void *ctx) { ((rec_item_t *)ctx)->status = (int)req->status; }
 
 static int by_seq(const void *a, const void *b) {
   uint64_t x = (*(rec_item_t *const *)a)->req.seq, y = (*(rec_item_t *const *)b)->req.seq;
@@ -720,8 +831,6 @@ static int recover(ak_intake_t *ik, char *err, size_t errlen) {
     ak_write_req_t *list = NULL, **lt = &list;
     for (size_t i = 0; i < rp.n; i++) {
       rec_item_t *it = rp.v[i];
-      it->req.done = on_recovered;
-      it->req.ctx = it;
       it->req.next = NULL;
       *lt = &it->req;
       lt = &it->req.next;
@@ -742,14 +851,7 @@ static int recover(ak_intake_t *ik, char *err, size_t errlen) {
            "stored=%zu duplicates=%llu from_offset=%lld to_offset=%lld", stored, (unsigned long long)rp.dups,
            (long long)from, (long long)end);
   }
-  for (size_t i = 0; i < rp.n; i++) {
-    rec_item_t *it = rp.v[i];
-    ak_dedupe_claim_free(it->req.dedupe);
-    if (it->sv) ak_source_release(it->sv);
-    free(it->orphan_id);
-    free(it->rec);
-    free(it);
-  }
+  for (size_t i = 0; i < rp.n; i++) item_free(rp.v[i]);
   free(rp.v);
   if (rc != 0) return -1;
   /* the stored hooks from the watermark: the log may lack them (answered 503, or never
@@ -801,6 +903,10 @@ static void intake_free(ak_intake_t *ik) {
   for (group_t *g = ik->head, *nx; g; g = nx) {
     nx = g->next;
     free(g);
+  }
+  for (rec_item_t *it = ik->unstored, *nx; it; it = nx) {
+    nx = it->next;
+    item_free(it);
   }
   ak_tmap_fini(&ik->pending);
   pthread_mutex_destroy(&ik->mu);
@@ -890,7 +996,8 @@ static int intake_start(ak_instance_t *inst, char **err) {
     *err = strdup(e);
     return AK_MODULE_FAILED;
   }
-  ak_writer_mirror_t mm = {.begin = mirror_begin, .disk_done = mirror_disk_done, .pending = mirror_pending, .ctx = ik};
+  ak_writer_mirror_t mm = {.begin = mirror_begin, .disk_done = mirror_disk_done, .pending = mirror_pending,
+                           .hold_below = mirror_hold_below, .ctx = ik};
   ak_writer_set_mirror(inst->writer, &mm);
   if (pthread_create(&ik->thread, NULL, reconciler_main, ik) != 0) {
     *err = strdup("intake: cannot start the reconciler thread");
@@ -929,10 +1036,12 @@ static void intake_stop(ak_instance_t *inst) {
   ak_store_t *st = inst->store;
   ak_batch_t *b = ak_store_pin(st) == 0 ? ak_batch_new(st) : NULL;
   if (!b) return;
+  uint64_t below = ak_writer_committed_below(inst->writer); /* never under ik->mu: the writer's
+                                                              lock comes first */
   pthread_mutex_lock(&ik->mu);
   advance(ik);
   put_offset(b, part, ik->offset);
-  put_wm(b, watermark(ik, ak_writer_committed_below(inst->writer)));
+  put_wm(b, watermark(ik, below));
   pthread_mutex_unlock(&ik->mu);
   ak_store_unpin(st);
   ak_wf_class_t cls;

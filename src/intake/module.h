@@ -7,8 +7,9 @@
  *   the log did not confirm       -> 503 intake_unavailable; the hook is stored, held in the
  *                                    pending set (a repeat of its key: 503 intake_pending)
  *                                    and republished by the reconciler until confirmed;
- *   the store write failed        -> 503 store_unavailable; the hook may be in the log only:
- *                                    the next start's recovery stores it;
+ *   the store write failed        -> 503 store_unavailable; a hook the log confirmed is
+ *                                    stored by the reconciler under its own seq and id when
+ *                                    the store is back (or by the next start's recovery);
  *   the breaker is open           -> 503 intake_unavailable before either half starts.
  * The store keeps two marks, written in each group's own batch:
  *   m:intake_offset  partition:u32 offset:i64 - every record of this node in the log below

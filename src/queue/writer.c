@@ -73,7 +73,9 @@ struct ak_writer {
 #ifdef AK_TEST_HOOKS
   int64_t test_commit_delay_ms;
   int test_commit_mode;     /* 0 synced, 1 unsynced, 2 no store write */
+  _Atomic int64_t test_fail_commits; /* the next n writes of ingested hooks fail (io_error) */
 #endif
+  pthread_mutex_t fixed_mu; /* one ak_writer_commit_fixed at a time: it uses the last slot */
   int64_t deadline_ms;
   uint64_t min_free_bytes;
   int64_t last_space_log_ns;
@@ -133,7 +135,7 @@ static void load_counts(ak_writer_t *w) {
    * the intake log may hold them) */
   uint64_t ns = ak_store_next_seq(w->store);
   if (ns > w->next_seq) w->next_seq = ns;
-  for (int i = 0; i < w->nthreads; i++) {
+  for (int i = 0; i <= w->nthreads; i++) {
     char k[48];
     meta_key(k, sizeof k, AK_KEY_HOOK_COUNT, i);
     char *v = NULL;
@@ -172,9 +174,11 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   w->nthreads = c->partitions > 0 ? (int)c->partitions : 1;
   if (w->nthreads > 16) w->nthreads = 16;
   w->threads = calloc((size_t)w->nthreads, sizeof *w->threads);
-  w->hook_count = calloc((size_t)w->nthreads, sizeof *w->hook_count);
-  w->inflight_first = calloc((size_t)w->nthreads, sizeof *w->inflight_first);
-  w->pen_bytes = calloc((size_t)w->nthreads, sizeof *w->pen_bytes);
+  /* one slot per writer thread, and one more for ak_writer_commit_fixed */
+  w->hook_count = calloc((size_t)w->nthreads + 1, sizeof *w->hook_count);
+  w->inflight_first = calloc((size_t)w->nthreads + 1, sizeof *w->inflight_first);
+  w->pen_bytes = calloc((size_t)w->nthreads + 1, sizeof *w->pen_bytes);
+  pthread_mutex_init(&w->fixed_mu, NULL);
   atomic_store(&w->store_ok, ak_store_is_open(w->store) ? 1 : 0);
   load_counts(w);
   w->deadline_ms = AK_RECORD_DEADLINE_MS;
@@ -190,6 +194,8 @@ ak_writer_t *ak_writer_new(ak_instance_t *inst) {
   else if (cm && strcmp(cm, "nostore") == 0) w->test_commit_mode = 2;
   if (w->test_commit_mode)
     ak_log(AK_LOG_WARNING, "store", "test build: commits are NOT durable", "mode=%s", cm);
+  const char *fc = getenv("ANKUSA_TEST_FAIL_COMMITS");
+  if (fc) atomic_store(&w->test_fail_commits, atoll(fc));
   const char *dl = getenv("ANKUSA_TEST_RECORD_DEADLINE_MS");
   if (dl && atoll(dl) > 0) w->deadline_ms = atoll(dl);
 #endif
@@ -422,8 +428,14 @@ static void finish_taken(ak_writer_t *w, ak_write_req_t *list) {
 static uint64_t safe_below(ak_writer_t *w, int wi) {
   pthread_mutex_lock(&w->mu);
   uint64_t s = w->next_seq;
-  for (int i = 0; i < w->nthreads; i++)
+  for (int i = 0; i <= w->nthreads; i++)
     if (i != wi && w->inflight_first[i] && w->inflight_first[i] < s) s = w->inflight_first[i];
+  /* wal.type dual: a hook the log has and the store still lacks will be committed under
+   * its own seq: nothing at or above it is reported committed until then */
+  if (w->has_mirror) {
+    uint64_t h = w->mirror.hold_below(w->mirror.ctx);
+    if (h < s) s = h;
+  }
   pthread_mutex_unlock(&w->mu);
   return s;
 }
@@ -663,7 +675,13 @@ static void commit_batch(ak_writer_t *w, int wi, ak_write_req_t *keep, size_t nk
   ak_wf_class_t cls = AK_WF_OTHER;
   char *err = NULL;
 #ifdef AK_TEST_HOOKS
-  int rc = w->test_commit_mode == 2 ? 0 : ak_store_write_pinned(w->store, wb, w->test_commit_mode == 0, &cls, &err);
+  int rc = w->test_commit_mode == 2 ? 0 : 1;
+  if (nh && !keep_fixed(keep) && atomic_load(&w->test_fail_commits) > 0 &&
+      atomic_fetch_sub(&w->test_fail_commits, 1) > 0) {
+    rc = -1; /* ANKUSA_TEST_FAIL_COMMITS: as if the store's write failed */
+    cls = AK_WF_IO_ERROR;
+  }
+  if (rc == 1) rc = ak_store_write_pinned(w->store, wb, w->test_commit_mode == 0, &cls, &err);
 #else
   int rc = ak_store_write_pinned(w->store, wb, true, &cls, &err);
 #endif
@@ -843,6 +861,8 @@ bool ak_writer_pending(ak_writer_t *w, const uint8_t id[16]) {
 }
 
 void ak_writer_commit_fixed(ak_writer_t *w, ak_write_req_t *list) {
+  pthread_mutex_lock(&w->fixed_mu);
+  int wi = w->nthreads; /* its own slot: writer threads may be committing beside it */
   while (list) {
     ak_write_req_t *run = NULL, **rt = &run, *expired = NULL, **et = &expired;
     size_t n = 0;
@@ -873,10 +893,15 @@ void ak_writer_commit_fixed(ak_writer_t *w, ak_write_req_t *list) {
       rt = &r->next;
       n++;
     }
+    if (run) w->inflight_first[wi] = run->seq;
     pthread_mutex_unlock(&w->mu);
     finish_taken(w, expired);
-    commit_batch(w, 0, run, n);
+    commit_batch(w, wi, run, n);
+    pthread_mutex_lock(&w->mu);
+    w->inflight_first[wi] = 0;
+    pthread_mutex_unlock(&w->mu);
   }
+  pthread_mutex_unlock(&w->fixed_mu);
 }
 
 int ak_writer_start(ak_writer_t *w) {

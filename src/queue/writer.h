@@ -121,6 +121,12 @@ typedef struct ak_writer_mirror {
   /* True while the hook id is stored but not confirmed in both halves: a repeat of its
    * dedupe key is answered AK_WR_INTAKE_PENDING. Any thread, no I/O. */
   bool (*pending)(void *ctx, const uint8_t id[16]);
+  /* The lowest seq of a hook the log confirmed and the store still lacks (its store half
+   * failed: the mirror commits it with ak_writer_commit_fixed when the store is back), or
+   * UINT64_MAX. The writer reports nothing at or above it committed until then (the
+   * dispatcher's low mark, the compactor's read position). Under the writer's lock: quick,
+   * no I/O, and the mirror never takes the writer's lock under its own. */
+  uint64_t (*hold_below)(void *ctx);
   void *ctx;
 } ak_writer_mirror_t;
 void ak_writer_set_mirror(ak_writer_t *w, const ak_writer_mirror_t *m);
@@ -129,8 +135,9 @@ void ak_writer_set_mirror(ak_writer_t *w, const ak_writer_mirror_t *m);
 void ak_writer_answer(ak_writer_t *w, ak_write_req_t *list, ak_wr_status_t st);
 /* True when the hook id is stored but not yet confirmed in both halves (wal.type dual). */
 bool ak_writer_pending(ak_writer_t *w, const uint8_t id[16]);
-/* Commits hooks whose seqs and ids are given (recovered from the intake log at boot),
- * before the writer starts, on the calling thread: one synced batch per run of dense seqs,
+/* Commits hooks whose seqs and ids are given (recovered from the intake log at boot, or
+ * completed by the mirror), on the calling thread, beside the writer threads (one caller
+ * at a time; it has a slot of its own): one synced batch per run of dense seqs,
  * each record answered through its done() with AK_WR_COMMITTED, AK_WR_DUPLICATE (its key
  * is live: not written) or a failure. Not published again. next_seq moves past them. */
 void ak_writer_commit_fixed(ak_writer_t *w, ak_write_req_t *list);

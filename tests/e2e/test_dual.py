@@ -316,3 +316,22 @@ def test_a_fleet_claim_stays_pending_until_the_log_confirms(ankusa, kmock, tmp_p
             "never a second hook"
     finally:
         redis.close()
+
+
+def test_a_hook_whose_store_half_failed_is_stored_by_the_reconciler(ankusa, kmock):
+    """The store's write fails (test build: ANKUSA_TEST_FAIL_COMMITS) while the log
+    confirms: 503 store_unavailable, and once the store reopened the reconciler stores the
+    hook under its own seq and id, and it is delivered."""
+    node = ankusa(config=dual(kmock), env={"ANKUSA_TEST_FAIL_COMMITS": "1"})
+    r = post(node, body=b'{"half":"store"}')
+    assert r.status == 503 and r.json["error"] == "store_unavailable", r
+    ids = list(log_ids(kmock))
+    assert len(ids) == 1, f"the log confirmed the hook: {ids}"
+    hid = ids[0]
+    wait_until(lambda: hid in stored(node), timeout=30, what="the reconciler to store the hook the log has")
+    assert metric(node, "ankusa_intake_reconciled_total") >= 1
+    assert "hooks the intake log confirmed were stored by the reconciler" in node.log_text()
+    wait_until(lambda: f"id={hid}" in node.log_text(), timeout=20, what="its delivery")
+    assert post(node).status == 201
+    node.restart()
+    assert stored(node).count(hid) == 1, "stored once, not again by the next start's recovery"

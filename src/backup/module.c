@@ -449,10 +449,13 @@ static int backup_open(ak_instance_t *inst, char **err) {
   int off = snprintf(where, sizeof where, "%s", ak_backup_target_where(bm->b, 0));
   if (ak_backup_ntargets(bm->b) > 1 && off > 0 && (size_t)off < sizeof where)
     snprintf(where + off, sizeof where - (size_t)off, " and %s", ak_backup_target_where(bm->b, 1));
-  ak_log(AK_LOG_INFO, "durability",
-         "wal.type=disk with backup: a 201 means the hook is fsynced in this host's store; it survives a process "
-         "crash and power loss on this host, and the loss of this host but for the hooks acked after the last backup",
-         "backup_interval_ms=%lld backup_to=\"%s\" store_id=%s", (long long)bm->interval_ms, where, bm->store_id);
+  const char *wal = json_string_value(json_object_get(json_object_get(inst->cfg->effective, "wal"), "type"));
+  if (!wal || strcmp(wal, "none")) /* under none the store's line says what a 201 means */
+    ak_log(AK_LOG_INFO, "durability",
+           "wal.type=disk with backup: a 201 means the hook is fsynced in this host's store; it survives a process "
+           "crash and power loss on this host, and the loss of this host but for the hooks acked after the last "
+           "backup",
+           "backup_interval_ms=%lld backup_to=\"%s\" store_id=%s", (long long)bm->interval_ms, where, bm->store_id);
   inst->backup = bm;
   return 0;
 }

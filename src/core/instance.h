@@ -29,6 +29,7 @@ struct ak_areader;
 struct ak_fleet;
 struct ak_claim_stores;
 struct ak_backup_mod;
+struct ak_publish;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -57,6 +58,7 @@ typedef struct ak_instance {
   struct ak_areader *areader;  /* archive replay reads (archive/replay_reader.h); NULL without storage */
   struct ak_fleet *fleet;      /* fleet-scoped admission (fleet/fleet.h); NULL unless a scope is fleet */
   struct ak_backup_mod *backup;  /* the backup uploader (backup/module.h); NULL unless backup.enabled */
+  struct ak_publish *publish;   /* wal.type none: the direct publisher (edge/publish.h); else NULL */
   struct ak_claim_stores *claims; /* the claim stores (sinks/claimpack.h), opened by the claim_check module
                                      (admin/claims.c) on a dispatch or claim_check node; else NULL */
 } ak_instance_t;

@@ -89,6 +89,8 @@ def test_201_only_after_every_sink_confirmed(ankusa, kmock, tmp_path):
         health = node.admin("/health").json
         assert health["roles"] == ["edge"], health
         assert node.admin("/v1/dlq").status == 409
+        r = admin_json(node, "POST", "/v1/replays", {"kind": "dlq"})
+        assert r.status == 409 and r.json["error"] == "role_not_enabled", r
         log = node.log_text()
         assert "wal.type=none: a 201 means every sink confirmed" in log
         assert "wal.type=disk" not in log
@@ -164,6 +166,22 @@ def test_many_at_once_each_waits_for_its_own_confirms(ankusa, rx):
     ids = [r.json["id"] for r in results if r.status == 201]
     assert len(ids) == 64, [r for r in results if r.status != 201]
     assert set(ids) <= rx.ids()
+
+
+def test_a_large_body_is_checked_in_before_the_sinks(ankusa, kmock, rx):
+    node = ankusa(config=none_cfg(),
+                  sources={"demo": {"sinks": [http_sink(rx), kafka_sink(kmock, inline_max_bytes=100)]}})
+    small, big = b'{"s":1}', b'{"big":"' + b"x" * 5000 + b'"}'
+    rs = node.post("/webhooks/demo", small)
+    rb = node.post("/webhooks/demo", big)
+    assert rs.status == rb.status == 201, (rs, rb)
+    msgs = {x.message()["id"]: x.message() for x in kmock.consume("hooks")}
+    assert "claim" not in msgs[rs.json["id"]]
+    ref = msgs[rb.json["id"]]["claim"]
+    assert ref.startswith("urn:ankusa:claim:v1:default:"), ref
+    # the http sink has no threshold: it got the body itself
+    assert rx.for_id(rb.json["id"])[0].body == big
+    no_hook_stored(node)
 
 
 # --------------------------------------------------------------------------- durable sinks

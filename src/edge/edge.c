@@ -11,7 +11,9 @@
  *       verified hook to its tenant's quota (edge/quota.h), apply store_headers, encode
  *       the envelope, suspend the request, submit;
  *   on_resume (the writer resumed it from its thread): answer from the writer's status.
- * The writer resumes a request only after its commit returned. Also the `http` and
+ * The writer resumes a request only after its commit returned. Under wal.type none a hook
+ * goes to the direct publisher (edge/publish.h) instead, which resumes it once every sink
+ * confirmed, one refused or the deadline passed. Also the `http` and
  * `listener` modules: the ingest listeners' keys, lifecycle and drain. */
 #include <pthread.h>
 #include <stdio.h>
@@ -602,7 +604,8 @@ static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop) {
   c->state = ST_SUBMITTED;
   /* suspend first: the writer may resume it before submit() returns */
   if (on_loop) ak_hreq_suspend(c->r);
-  ak_wr_status_t st = c->published ? ak_publish_submit(inst->publish, &c->req) : ak_writer_submit(inst->writer, &c->req);
+  ak_wr_status_t st =
+      c->published ? ak_publish_submit(inst->publish, &c->req) : ak_writer_submit(inst->writer, &c->req);
   if (st != AK_WR_QUEUED) {
     c->req.status = st;
     ak_hreq_resume(c->r); /* answered from on_resume, like a commit */

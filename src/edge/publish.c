@@ -71,7 +71,8 @@ struct ak_publish {
   ak_list_t waiting;           /* unanswered publishes; one timeout for all, so in deadline order */
   ak_list_t sets;
   pub_t *grave;                /* finished publishes for the timer thread to free */
-  bool stopping, started, attached;
+  atomic_bool stopping;        /* stop ran: new publishes are refused (the drain still serves) */
+  bool started, attached;
   pthread_t thread;
 };
 
@@ -204,7 +205,7 @@ static void check_in(ak_publish_t *p, pub_t *pb) {
 }
 
 ak_wr_status_t ak_publish_submit(ak_publish_t *p, ak_write_req_t *req) {
-  if (!p || atomic_load(&p->inst->draining)) return AK_WR_DRAINING;
+  if (!p || atomic_load(&p->stopping)) return AK_WR_DRAINING;
   ak_source_t *sv = (ak_source_t *)(void *)((char *)req->source - offsetof(ak_source_t, cfg));
   pset_t *set = sv->ext[AK_SOURCE_EXT_PUBLISH];
   if (!set || !set->n) return AK_WR_STORE_UNAVAILABLE; /* no sink: nothing could confirm it */
@@ -214,6 +215,14 @@ ak_wr_status_t ak_publish_submit(ak_publish_t *p, ak_write_req_t *req) {
     free(pb);
     return AK_WR_STORE_UNAVAILABLE;
   }
+  pb->deadline_ns = ak_mono_ns() + p->timeout_ns;
+  pthread_mutex_lock(&p->mu);
+  if (atomic_load(&p->stopping)) { /* stop drained the list already: nobody would answer it */
+    pthread_mutex_unlock(&p->mu);
+    ak_envelope_clear(&pb->env);
+    free(pb);
+    return AK_WR_DRAINING;
+  }
   pb->p = p;
   pb->req = req;
   pb->sv = ak_source_ref(sv);
@@ -221,8 +230,6 @@ ak_wr_status_t ak_publish_submit(ak_publish_t *p, ak_write_req_t *req) {
   pb->rec = req->rec; /* env points into it */
   req->rec = NULL;
   atomic_init(&pb->refs, 2); /* the timer list's, and this call's */
-  pb->deadline_ns = ak_mono_ns() + p->timeout_ns;
-  pthread_mutex_lock(&p->mu);
   bool first = ak_list_empty(&p->waiting);
   ak_list_insert_tail(&p->waiting, &pb->link);
   if (first) pthread_cond_signal(&p->cv);
@@ -249,7 +256,7 @@ static void free_grave(ak_publish_t *p) {
 static void *timer_main(void *arg) {
   ak_publish_t *p = arg;
   pthread_mutex_lock(&p->mu);
-  while (!p->stopping) {
+  while (!atomic_load(&p->stopping)) {
     if (p->grave) {
       pthread_mutex_unlock(&p->mu);
       free_grave(p);
@@ -411,7 +418,7 @@ static void publish_stop(ak_instance_t *inst) {
   ak_publish_t *p = inst->publish;
   if (!p) return;
   pthread_mutex_lock(&p->mu);
-  p->stopping = true;
+  atomic_store(&p->stopping, true);
   pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
   if (p->started) pthread_join(p->thread, NULL);
@@ -456,7 +463,8 @@ static void publish_check(ak_check_t *c, json_t *section, json_t *root) {
   json_t *src;
   json_object_foreach(json_object_get(root, "sources"), id, src) {
     char why[256];
-    if (json_array_size(json_object_get(src, "sinks")) && !ak_publish_sinks_durable(json_object_get(src, "sinks"), why, sizeof why))
+    const json_t *sinks = json_object_get(src, "sinks");
+    if (json_array_size(sinks) && !ak_publish_sinks_durable(sinks, why, sizeof why))
       ak_check_error(c, "sources.%s: %s", id, why);
   }
 }

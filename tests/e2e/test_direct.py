@@ -270,3 +270,33 @@ def test_quarantine_is_held_but_never_released(ankusa, rx):
     assert rx.for_id(ok.json["id"]) and rx.for_id(flagged.json["id"])
     no_hook_stored(node)
     assert admin_json(node, "DELETE", "/v1/quarantine?source_id=q_src").status in (200, 202, 204)
+
+
+# --------------------------------------------------------------------------- the drain
+
+def test_sigterm_answers_what_waits_on_a_sink_and_serves_through_the_drain_delay(ankusa):
+    rx = Receiver(lambda d, n: (204, {}, 1.0))
+    try:
+        node = ankusa(config=none_cfg(listener={"drain_delay_ms": 1500}),
+                      sources={"demo": {"sinks": [http_sink(rx)]}})
+        out = {}
+
+        def post(key):
+            out[key] = http_request(node.http_port, "POST", "/webhooks/demo", body=b'{"k":"%s"}' % key.encode(),
+                                    headers={"Content-Type": "application/json"})
+
+        first = threading.Thread(target=post, args=("inflight",))
+        first.start()
+        time.sleep(0.3)
+        node.proc.send_signal(15)  # SIGTERM by PID
+        time.sleep(0.2)
+        during = threading.Thread(target=post, args=("during_delay",))
+        during.start()
+        first.join(10)
+        during.join(10)
+        assert out["inflight"].status == 201, out["inflight"]
+        assert out["during_delay"].status == 201, out["during_delay"]
+        assert node.wait_exit(30) == 0, node.log_tail()
+        assert {out[k].json["id"] for k in out} <= rx.ids()
+    finally:
+        rx.close()

@@ -28,6 +28,8 @@
  *     holds before the writer hands out a seq; its replay reader right after it (it reads
  *     through the compactor's blob handle) and after the replay jobs it serves, so it
  *     stops (and takes its fetch back from them) before either is gone;
+ *   - the direct publisher of wal.type none after the edge, so it stops first: what still
+ *     waits on a sink is answered before the ingest listeners stop;
  *   - the writer last of the stateful modules, so it is the first to stop: it commits and
  *     answers everything queued before the ingest listener waits for its last answers.
  * The sections of features not built yet (core/later.c) keep the places their modules
@@ -49,6 +51,7 @@
 #include "edge/admission.h"
 #include "edge/edge.h"
 #include "edge/headers.h"
+#include "edge/publish.h"
 #include "edge/quota.h"
 #include "fleet/fleet.h"
 #include "intake/module.h"
@@ -93,6 +96,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_admin,
   &ak_mod_listener,
   &ak_mod_edge,
+  &ak_mod_publish,
   &ak_mod_batcher,
   &ak_mod_wal,
   &ak_mod_lifecycle,

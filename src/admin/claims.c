@@ -34,6 +34,7 @@
 #include "core/instance.h"
 #include "core/log.h"
 #include "core/node.h"
+#include "edge/publish.h"
 #include "http/server.h"
 #include "sinks/claimpack.h"
 
@@ -896,6 +897,9 @@ static void *sweeper(void *arg) {
 /* ------------------------------------------------------------- the lifecycle ---- */
 
 static int claims_open(ak_instance_t *inst, char **err) {
+  /* an edge checks bodies in itself only under wal.type none (edge/publish.h) */
+  if (!(inst->roles & (AK_ROLE_DISPATCH | AK_ROLE_STORAGE | AK_ROLE_CLAIM_CHECK)) && !ak_publish_direct(inst->cfg))
+    return 0;
   const json_t *cc = json_object_get(inst->cfg->effective, "claim_check");
   claims_t *c = calloc(1, sizeof *c);
   if (!c) {
@@ -1054,11 +1058,11 @@ int ak_claims_port(const ak_instance_t *inst) {
 const ak_module_t ak_mod_claim_check = {
   .name = "claim_check",
   .section = "claim_check",
-  .doc = "the claim check: claim stores for the check-in (dispatch role), the claim gateway (claim_check role) and "
+  .doc = "the claim check: claim stores for the check-in (dispatch role; the edge under wal.type none), the claim gateway (claim_check role) and "
          "the LocalFS retention sweeper",
   .options = claim_check_rows,
   .check = claim_check_check,
-  .roles = AK_ROLE_DISPATCH | AK_ROLE_STORAGE | AK_ROLE_CLAIM_CHECK,
+  .roles = AK_ROLE_EDGE | AK_ROLE_DISPATCH | AK_ROLE_STORAGE | AK_ROLE_CLAIM_CHECK,
   .open = claims_open,
   .start = claims_start,
   .stop = claims_stop,

@@ -15,6 +15,7 @@
 #include "fleet/fleet.h"
 #include "dispatch/dispatch.h"
 #include "edge/httpx.h"
+#include "edge/publish.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "store/store.h"
@@ -142,6 +143,10 @@ void ak_node_gauges_free(ak_node_gauges_t *ng) { free(ng); }
 
 void ak_node_api_wal(ak_admin_call_t *call, const ak_admin_path_t *path) {
   (void)path;
+  if (ak_publish_direct(call->inst->cfg)) { /* no hook is stored: nothing to report */
+    ak_admin_error(call, 409, "wal_disabled");
+    return;
+  }
   ak_admin_json(call, 200, wal_view(call->inst));
 }
 

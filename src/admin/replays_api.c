@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/sources.h"
 #include "dispatch/replay.h"
+#include "edge/publish.h"
 #include "queue/quarantine.h"
 #include "verify/verifier.h"
 
@@ -254,6 +255,7 @@ void ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path) {
   bool refuse = true;
   if (!ak_admin_may_source(call, f.source_id, &t)) ak_admin_forbidden_tenant(call, t);
   else if (!(inst->roles & AK_ROLE_EDGE)) ak_admin_role_not_enabled(call, "edge");
+  else if (ak_publish_direct(inst->cfg)) ak_admin_error(call, 409, "wal_disabled"); /* a release stores hooks */
   else refuse = false;
   if (refuse) {
     json_decref(filter);

@@ -29,6 +29,7 @@
 #include "core/sealed.h"
 #include "core/sources.h"
 #include "edge/edge.h"
+#include "edge/publish.h"
 #include "store/batch.h"
 #include "store/store.h"
 
@@ -592,6 +593,12 @@ static void write_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit
   ak_sources_write_lock(inst->sources);
   if (ak_sources_check_spec(inst->cfg, name, spec, 0, &checked, NULL, &why) != 0) {
     invalid_source(c, why);
+    goto out;
+  }
+  char dwhy[300]; /* wal.type none: a 201 is the sinks' confirm, so one of them must keep the hook */
+  if (ak_publish_direct(inst->cfg) && !ak_publish_sinks_durable(json_object_get(checked, "sinks"), dwhy, sizeof dwhy)) {
+    snprintf(msg, sizeof msg, "sources.%s: %s", name, dwhy);
+    invalid_source(c, msg);
     goto out;
   }
   old = ak_sources_get(inst->sources, name, strlen(name));

@@ -30,6 +30,7 @@ struct ak_fleet;
 struct ak_claim_stores;
 struct ak_backup_mod;
 struct ak_intake;
+struct ak_publish;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -59,6 +60,7 @@ typedef struct ak_instance {
   struct ak_fleet *fleet;      /* fleet-scoped admission (fleet/fleet.h); NULL unless a scope is fleet */
   struct ak_intake *intake;     /* the intake log of wal.type dual (intake/module.h); NULL otherwise */
   struct ak_backup_mod *backup;  /* the backup uploader (backup/module.h); NULL unless backup.enabled */
+  struct ak_publish *publish;   /* wal.type none: the direct publisher (edge/publish.h); else NULL */
   struct ak_claim_stores *claims; /* the claim stores (sinks/claimpack.h), opened by the claim_check module
                                      (admin/claims.c) on a dispatch or claim_check node; else NULL */
 } ak_instance_t;

@@ -23,14 +23,34 @@ static const ak_opt_t node_rows[] = {
   {0},
 };
 
+/* wal.type none: the queue's roles have no work (no hook is ever written), so they are
+ * not run; "roles" as written stays in the tree, the effective roles are the bits. */
+static bool wal_none(const json_t *root) {
+  const char *t = json_string_value(json_object_get(json_object_get(root, "wal"), "type"));
+  return t && !strcmp(t, "none");
+}
+
+static unsigned effective_roles(const json_t *names, bool none) {
+  unsigned roles = 0;
+  for (size_t i = 0; i < json_array_size(names); i++)
+    for (size_t r = 0; r < sizeof role_names / sizeof role_names[0]; r++)
+      if (json_is_string(json_array_get(names, i)) &&
+          !strcmp(json_string_value(json_array_get(names, i)), role_names[r]))
+        roles |= 1u << r;
+  return none ? roles & ~(unsigned)(AK_ROLE_DISPATCH | AK_ROLE_STORAGE) : roles;
+}
+
+static void node_check(ak_check_t *c, json_t *section, json_t *root) {
+  json_t *names = json_object_get(section, "roles");
+  if (wal_none(root) && json_array_size(names) && !effective_roles(names, true))
+    ak_check_error(c, "node.roles: wal: :none requires the :edge role (dispatch and storage have no work "
+                      "without a queue; a claim_check-only node is allowed)");
+}
+
 static int node_finish(void *typed, const json_t *section, const json_t *root, char **err) {
-  (void)section;
-  (void)root;
   (void)err;
   ak_node_cfg_t *nc = typed;
-  for (size_t i = 0; i < nc->role_names.n; i++)
-    for (size_t r = 0; r < sizeof role_names / sizeof role_names[0]; r++)
-      if (!strcmp(nc->role_names.v[i], role_names[r])) nc->roles |= 1u << r;
+  nc->roles = effective_roles(json_object_get(section, "roles"), wal_none(root));
   return 0;
 }
 
@@ -40,6 +60,7 @@ const ak_module_t ak_mod_node = {
   .doc = "this node",
   .options = node_rows,
   .cfg_size = sizeof(ak_node_cfg_t),
+  .check = node_check,
   .finish = node_finish,
 };
 

@@ -18,7 +18,8 @@ typedef struct ak_node_cfg {
   ak_strlist_t role_names;     /* node.roles as written */
   const char *data_dir;
   int64_t min_free_bytes;      /* commits are refused below this much free disk */
-  unsigned roles;              /* AK_ROLE_* bits of role_names */
+  unsigned roles;              /* AK_ROLE_* bits of role_names: the effective roles (wal.type none
+                                  drops dispatch and storage) */
 } ak_node_cfg_t;
 
 extern const ak_module_t ak_mod_node;

@@ -95,6 +95,7 @@ const ak_opt_t *ak_sources_options(void);
 typedef enum {
   AK_SOURCE_EXT_EDGE = 0,      /* edge/edge.c: pen bucket, admission byte bucket, weak-hash series */
   AK_SOURCE_EXT_DISPATCH = 1,  /* dispatch/dispatch.c: the sink instances */
+  AK_SOURCE_EXT_PUBLISH = 2,   /* edge/publish.c: the sink instances of wal.type none */
   AK_SOURCE_EXT_COUNT
 } ak_source_ext_t;
 

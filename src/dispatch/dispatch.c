@@ -2335,34 +2335,22 @@ static void on_sink_done(void *ctx, const ak_sink_outcome_t *o) {
   pthread_mutex_unlock(&d->mu);
 }
 
-/* The attempt's call into its sink (the row is counted running). */
+/* The attempt's call into its sink (the row is counted running). A hook with a provider
+ * event key is the same event to every sink and on every attempt (ak_sink_attempt_keys). */
 static void deliver_row(row_t *r) {
   sink_inst_t *si = &r->ds->v[r->key->sink];
   char id[AK_UUID_STR_LEN], rid[AK_UUID_STR_LEN];
-  ak_uuid_format(r->env.id, id);
   if (r->has_replay) ak_uuid_format(r->replay_id, rid);
-  /* a hook with a provider event key is the same event to every sink and on every
-   * attempt: <tenant>:<source>:<key>, else its own id */
-  char *dkey = NULL, *idem = NULL;
-  if (r->env.dedupe_key_len) {
-    dkey = strndup(r->env.dedupe_key, r->env.dedupe_key_len);
-    if (asprintf(&idem, "%.*s:%.*s:%.*s", (int)r->env.tenant_len, r->env.tenant, (int)r->env.source_len,
-                 r->env.source, (int)r->env.dedupe_key_len, r->env.dedupe_key) < 0)
-      idem = NULL;
-  }
   ak_sink_attempt_t att = {
-    .env = &r->env,
     .attempt = r->attempts + 1,
     .replay_id = r->has_replay ? rid : NULL,
-    .idempotency_key = idem ? idem : id,
-    .dedupe_key = dkey,
     .source = &r->src->cfg,
     .claim_ref = r->claim_ref[0] ? r->claim_ref : NULL,
     .body_sha256 = r->claim_sha[0] ? r->claim_sha : NULL,
   };
+  ak_sink_attempt_keys(&att, &r->env, id);
   si->vt->deliver(si->self, &att, r, on_sink_done);
-  free(dkey);
-  free(idem);
+  ak_sink_attempt_keys_free(&att, id);
 }
 
 /* ---- claims (dispatch/checkin.h): a body above a sink's inline_max_bytes goes by a claim
@@ -2846,6 +2834,10 @@ static void *run(void *arg) {
 
 /* ------------------------------------------------------------------ lifecycle ---- */
 
+const double ak_delivery_latency_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                                             5, 10, 30, 60, 300, 1800, 3600, 21600};
+const size_t ak_delivery_latency_nbounds = sizeof ak_delivery_latency_bounds / sizeof ak_delivery_latency_bounds[0];
+
 static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si, const char *source_id) {
   ak_metrics_t *m = d->inst->metrics;
   const char *const olbl[] = {"instance", "result", "sink", NULL};
@@ -2867,7 +2859,6 @@ static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si, const char *source_i
                                                 (const char *const[]){"closed", "open", "half_open"}[st]});
   const char *const lbl[] = {"instance", "sink", "result", NULL};
   const char *const lbl2[] = {"instance", "sink", NULL};
-  static const double lat_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600};
   static const double dur_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   ak_family_t *att = ak_metrics_family(m, "ankusa_dispatch_attempts_total", "Delivery attempts by sink and result.",
                                        AK_METRIC_COUNTER, lbl, NULL, 0);
@@ -2882,7 +2873,7 @@ static void sink_metrics(ak_dispatch_t *d, sink_inst_t *si, const char *source_i
                                        AK_METRIC_HISTOGRAM, lbl, dur_bounds, sizeof dur_bounds / sizeof dur_bounds[0]);
   ak_family_t *lat = ak_metrics_family(m, "ankusa_delivery_latency_seconds",
                                        "Age of a hook (from received_at) when its delivery settled; replays excluded.",
-                                       AK_METRIC_HISTOGRAM, lbl, lat_bounds, sizeof lat_bounds / sizeof lat_bounds[0]);
+                                       AK_METRIC_HISTOGRAM, lbl, ak_delivery_latency_bounds, ak_delivery_latency_nbounds);
 #define S(f, r) ak_metrics_series(f, (const char *const[]){d->inst->name, si->label, r})
   si->att_ok = S(att, "ok");
   si->att_err = S(att, "error");
@@ -2936,25 +2927,9 @@ static void *sinks_build(void *ctx, const ak_source_t *src, char *err, size_t er
   }
   for (size_t j = 0; j < s->nsinks; j++) {
     sink_inst_t *si = &ds->v[j];
-    si->vt = ak_sinks_find(s->sinks[j].type);
-    if (!si->vt || si->vt->plugin.unsupported) {
-      snprintf(err, errlen, "sources.%s.sinks[%zu]: sink type %s is not supported", s->id, j, s->sinks[j].type);
-      goto fail;
-    }
-    char serr[256] = "";
-    ak_sink_ctx_t sctx = {.source_id = s->id, .egress = d->inst->egress, .httpc = d->inst->httpc,
-                          .trusted = !ak_egress_guards(ak_config_of(d->inst->cfg, &ak_mod_egress),
-                                                       src->origin == AK_SOURCE_API)};
-    /* the kind's common keys (ordered) are the dispatcher's, not the sink's */
-    json_t *own = json_copy(s->sinks[j].opts);
-    for (const ak_opt_t *r = ak_sink_kind.common; own && r && r->key; r++) json_object_del(own, r->key);
-    si->self = own ? si->vt->create(own, &sctx, serr, sizeof serr) : NULL;
-    json_decref(own);
+    si->self = ak_sink_instance_new(d->inst, src, j, &si->vt, err, errlen);
     ds->n = j + 1;
-    if (!si->self) {
-      snprintf(err, errlen, "sources.%s.sinks[%zu]: %s", s->id, j, serr[0] ? serr : "cannot be created");
-      goto fail;
-    }
+    if (!si->self) goto fail;
     snprintf(si->label, sizeof si->label, "%s", s->sinks[j].type);
     si->inline_max = si->vt->inline_max ? si->vt->inline_max(si->self) : -1;
     sink_metrics(d, si, s->id);

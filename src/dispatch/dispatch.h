@@ -17,6 +17,11 @@
 #include "core/instance.h"
 #include "core/module.h"
 
+/* The buckets of ankusa_delivery_latency_seconds{instance,sink,result}: one family for the
+ * dispatcher's settled deliveries and the direct publisher's sink answers (edge/publish.h). */
+extern const double ak_delivery_latency_bounds[];
+extern const size_t ak_delivery_latency_nbounds;
+
 /* The `dispatch` section. */
 typedef struct ak_dispatch_retry_cfg {
   int64_t base_ms, max_ms, max_attempts;

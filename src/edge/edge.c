@@ -11,7 +11,9 @@
  *       verified hook to its tenant's quota (edge/quota.h), apply store_headers, encode
  *       the envelope, suspend the request, submit;
  *   on_resume (the writer resumed it from its thread): answer from the writer's status.
- * The writer resumes a request only after its commit returned. Also the `http` and
+ * The writer resumes a request only after its commit returned. Under wal.type none a hook
+ * goes to the direct publisher (edge/publish.h) instead, which resumes it once every sink
+ * confirmed, one refused or the deadline passed. Also the `http` and
  * `listener` modules: the ingest listeners' keys, lifecycle and drain. */
 #include <pthread.h>
 #include <stdio.h>
@@ -31,6 +33,7 @@
 #include "edge/edge.h"
 #include "edge/headers.h"
 #include "edge/httpx.h"
+#include "edge/publish.h"
 #include "edge/quota.h"
 #include "edge/route.h"
 #include "edge/ticket.h"
@@ -53,7 +56,9 @@ typedef enum {
   R_INTAKE_UNAVAILABLE, R_INTAKE_PENDING,
   /* the HTTP layer's own refusals (http/server.h on_refused) */
   R_BAD_REQUEST, R_NOT_IMPLEMENTED, R_HEADERS_TOO_LARGE, R_URI_TOO_LONG, R_REQUEST_TIMEOUT, R_HTTP_VERSION,
-  R_CONNECTION_LIMIT, R_COUNT
+  R_CONNECTION_LIMIT,
+  /* wal.type none: a sink refused, or the deadline passed (the body says store_unavailable) */
+  R_PUBLISH_FAILED, R_PUBLISH_TIMEOUT, R_COUNT
 } refuse_t;
 static const char *const refuse_names[R_COUNT] = {
   "payload_too_large", "dedupe_quota", "unknown_source", "not_found", "invalid_header", "body_read_failed",
@@ -61,7 +66,7 @@ static const char *const refuse_names[R_COUNT] = {
   "quarantine_rate_limited", "quarantine_full", "quarantine_overload", "dedupe_pending",
   "intake_unavailable", "intake_pending",
   "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
-  "http_version_not_supported", "connection_limit"};
+  "http_version_not_supported", "connection_limit", "publish_failed", "publish_timeout"};
 
 /* Refusals of the limits (edge/admission.h, edge/quota.h, the writer's tenant share). */
 typedef enum { L_RATE_LIMITED = 0, L_IP, L_NODE, L_SOURCE, L_TENANT_OVERLOAD, L_COUNT } limit_t;
@@ -132,6 +137,7 @@ typedef struct conn {
   size_t dklen;
   int halt;            /* what stopped admit_tail (H_*), for answer_halt */
   int64_t retry_ns;    /* H_QUOTA: until the tenant's quota would pass */
+  bool published;      /* wal.type none: the hook went to the publisher, not the writer */
   ak_write_req_t req;
   ak_hreq_t *r;
   ak_edge_t *edge;
@@ -311,6 +317,11 @@ static void answer(ak_edge_t *e, conn_t *c) {
   }
   bool stored = committed || half;
   settle(c, stored, committed ? c->req.id : dup ? first_id : NULL);
+  if (c->published && (c->req.status == AK_WR_STORE_UNAVAILABLE || c->req.status == AK_WR_DEADLINE)) {
+    refuse(e, c->r, 503, c->req.status == AK_WR_DEADLINE ? R_PUBLISH_TIMEOUT : R_PUBLISH_FAILED,
+           "store_unavailable", 1, c->t0_ns);
+    return;
+  }
   respond(e, c, first_id);
 }
 
@@ -421,7 +432,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
   c->dkey = kind == AK_WRITE_HOOK && !(flags & AK_ENV_FLAG_VERIFY_FAILED) && inst->dedupe
               ? ak_dedupe_key_extract(c->src, hv, hn, c->body, c->len, &c->dklen)
               : NULL;
-  if (c->dkey) {
+  if (c->dkey && !inst->publish) { /* wal.type none keeps no key: the sinks' consumers dedupe */
     uint8_t first[16];
     if (!ak_ticket_claim(&c->ticket, c->src->id, c->dkey, c->dklen, c->src->dedupe_ttl_ms)) {
       refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
@@ -445,7 +456,7 @@ static void submit(ak_edge_t *e, conn_t *c) {
    * hook on to the writer itself (admit_tail), so it comes back here once, answered */
   ak_fleet_t *fl = inst->fleet;
   if (fl) {
-    bool charge = false, claim = c->dkey && ak_fleet_dedupe_scope(fl);
+    bool charge = false, claim = c->dkey && ak_fleet_dedupe_scope(fl) && !inst->publish;
     ak_ratelimit_t lim;
     if (ak_fleet_rate_scope(fl) && kind == AK_WRITE_HOOK && vr == AK_VR_OK &&
         ak_quota_lookup(inst->quota, c->tenant, strlen(c->tenant), &lim) != AK_QUOTA_NONE &&
@@ -601,8 +612,10 @@ static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop) {
       return TAIL_ANSWER;
     }
   }
-  /* the tenant's share of the queue: hooks of its requests, not pen writes */
-  if (c->req.kind == AK_WRITE_HOOK) {
+  /* the tenant's share of the queue: hooks of its requests, not pen writes (under wal.type
+   * none a hook goes to its sinks instead, and never queues) */
+  c->published = c->req.kind == AK_WRITE_HOOK && inst->publish;
+  if (c->req.kind == AK_WRITE_HOOK && !c->published) {
     ak_wr_status_t share = ak_ticket_take_share(&c->ticket);
     if (share != AK_WR_QUEUED) {
       c->req.status = share;
@@ -613,7 +626,8 @@ static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop) {
   c->state = ST_SUBMITTED;
   /* suspend first: the writer may resume it before submit() returns */
   if (on_loop) ak_hreq_suspend(c->r);
-  ak_wr_status_t st = ak_writer_submit(inst->writer, &c->req);
+  ak_wr_status_t st =
+      c->published ? ak_publish_submit(inst->publish, &c->req) : ak_writer_submit(inst->writer, &c->req);
   if (st != AK_WR_QUEUED) {
     c->req.status = st;
     ak_hreq_resume(c->r); /* answered from on_resume, like a commit */

@@ -1106,10 +1106,13 @@ const ak_batcher_cfg_t *ak_batcher_cfg(const ak_config_t *cfg) { return ak_confi
 
 static const ak_opt_t wal_rows[] = {
   {.key = "type", .type = AK_OPT_ENUM, .def = "disk", .enum_vals = "disk|none|dual",
-   .enum_unsupported = "none", .env = "ANKUSA_WAL_TYPE",
-   .doc = "disk: every hook is synced to the local store before the ack", AK_AT(ak_wal_cfg_t, type)},
+   .env = "ANKUSA_WAL_TYPE",
+   .doc = "what a 201 waits for: disk, the synced store write; dual, that and the intake log's confirm "
+          "(intake.*); none, every sink's confirm, inside the request",
+   AK_AT(ak_wal_cfg_t, type)},
   {.key = "publish_timeout_ms", .type = AK_OPT_INT, .def = "8000", .min = 1,
-   .flags = AK_OPTF_HAS_MIN, .doc = "publish timeout of wal.type none (accepted, unused)",
+   .flags = AK_OPTF_HAS_MIN, .doc = "wal.type none: the one deadline (ms) for every sink of a hook to confirm, from the "
+          "start of its publish; past it 503 (keep it below the provider's timeout)",
    AK_AT(ak_wal_cfg_t, publish_timeout_ms)},
   {0},
 };

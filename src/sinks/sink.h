@@ -79,4 +79,21 @@ typedef struct ak_sink_vtable {
 extern const ak_plugin_kind_t ak_sink_kind;
 const ak_sink_vtable_t *ak_sinks_find(const char *type);
 
+struct ak_instance;
+struct ak_source;
+
+/* The instance of entry j of a source version's sinks, as every caller of sinks builds
+ * it (the dispatcher, the direct publisher of wal.type none): its type's vtable into *vt,
+ * made from the entry's own keys (the kind's common keys are the caller's) with the
+ * node's HTTP client, and the egress guard unless the operator wrote it (sinks/egress.h).
+ * NULL with err naming sources.<id>.sinks[j]. */
+void *ak_sink_instance_new(const struct ak_instance *inst, const struct ak_source *src, size_t j,
+                           const ak_sink_vtable_t **vt, char *err, size_t errlen);
+
+/* The keys an attempt at env carries, the same to every sink and on every attempt:
+ * dedupe_key (a copy) and idempotency_key <tenant>:<source>:<dedupe_key>, else the hook
+ * id (formatted into id, which must outlive att). Frees nothing it did not make. */
+void ak_sink_attempt_keys(ak_sink_attempt_t *att, const struct ak_envelope *env, char id[37]);
+void ak_sink_attempt_keys_free(ak_sink_attempt_t *att, const char *id);
+
 #endif

@@ -813,10 +813,17 @@ static int store_open(ak_instance_t *inst, char **err) {
          (unsigned long long)ak_store_next_seq(inst->store), (unsigned long long)ak_store_hook_count(inst->store),
          ak_store_last_open_seconds(inst->store));
   /* with backup.enabled the backup module says what a 201 survives (backup/module.c),
-   * under another wal.type the module of that mode does */
+   * under dual the intake module does */
   const char *wal = json_string_value(json_object_get(json_object_get(inst->cfg->effective, "wal"), "type"));
-  if ((!wal || !strcmp(wal, "disk")) &&
-      !json_is_true(json_object_get(json_object_get(inst->cfg->effective, "backup"), "enabled")))
+  if (wal && !strcmp(wal, "none"))
+    ak_log(AK_LOG_INFO, "durability",
+           "wal.type=none: a 201 means every sink confirmed; an acked hook is lost only if no sink keeps it (no "
+           "hook is written to this store: it keeps the quarantine pen, API sources and rate-limit overrides)",
+           "publish_timeout_ms=%lld",
+           (long long)json_integer_value(json_object_get(json_object_get(inst->cfg->effective, "wal"),
+                                                         "publish_timeout_ms")));
+  else if ((!wal || !strcmp(wal, "disk")) &&
+           !json_is_true(json_object_get(json_object_get(inst->cfg->effective, "backup"), "enabled")))
     ak_log(AK_LOG_INFO, "durability",
            "wal.type=disk: a 201 means the hook is fsynced in this host's store; it survives a process crash "
            "and power loss on this host, not the loss of this host (no backup configured)",

@@ -64,7 +64,11 @@ INVALID = [
     pytest.param("batcher: {max_batch: abc}\n", "batcher.max_batch",
                  '  batcher.max_batch: expected an integer, got "abc"', id="wrong-type"),
     pytest.param("batcher: {max_batch: 0}\n", "batcher.max_batch", None, id="not-positive"),
-    pytest.param("wal: {type: none}\n", "wal.type", None, id="wal-none-unsupported"),
+    pytest.param("wal: {type: dual}\n", "wal.type", None, id="wal-dual-unsupported"),
+    pytest.param("wal: {type: none}\nsources:\n  a: {sinks: [{type: log}]}\n", "sources.a",
+                 "  sources.a: wal.type none needs a durable sink: a 201 means every sink confirmed, and none of "
+                 "these keeps the hook (log and redis do not; use http, kafka, rabbitmq, nats, sqs or google_pubsub)",
+                 id="wal-none-without-a-durable-sink"),
     pytest.param("http: {routing: tenant_path}\nsources:\n  a: {sinks: [{type: log}]}\n", "sources.a", None,
                  id="tenant-path-untrusted-shared-source"),
     pytest.param("http: {routing: sideways}\n", "http.routing", None, id="unknown-routing"),
@@ -238,9 +242,12 @@ def test_env_overrides_beat_file(tmp_path):
 
 def test_env_override_bad_values_refused(tmp_path):
     cfg = write(tmp_path, MINIMAL)
-    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_WAL_TYPE": "none"})
+    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_WAL_TYPE": "memory"})
     line = assert_invalid(p, "wal.type")
-    assert "not supported yet" in line
+    assert "(from ANKUSA_WAL_TYPE)" in line and 'unknown value "memory"' in line, line
+    # wal.type none from the environment: the file's log-only source is then refused by name
+    p = run_cli("check-config", "--config", cfg, env={"ANKUSA_WAL_TYPE": "none"})
+    assert p.returncode == 78 and "wal.type none needs a durable sink" in p.stderr, p.stderr
     p = run_cli("check-config", "--config", cfg, env={"ANKUSA_HTTP_PORT": "abc"})
     assert_invalid(p, "http.port")
 

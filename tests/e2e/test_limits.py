@@ -16,7 +16,9 @@ REASONS = {"payload_too_large", "unknown_source", "not_found", "invalid_header",
            "source_rate_limited", "tenant_overload", "dedupe_quota", "dedupe_pending",
            # the HTTP layer's own refusals (framing, limits, timeouts, the connection cap)
            "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
-           "http_version_not_supported", "connection_limit"}
+           "http_version_not_supported", "connection_limit",
+           # wal.type none: a sink refused, the publish deadline passed (served on every node)
+           "publish_failed", "publish_timeout"}
 
 
 def refused(s, reason):

@@ -513,7 +513,6 @@ Test(config, later_sections_refuse_the_feature) {
              "lifecycle: not supported yet (lifecycle events); remove the section");
   expect_err("lifecycle:\n  sinks: [{type: kafka, brokers: k, topic: t}]\n",
              "lifecycle: not supported yet (lifecycle events); remove the section");
-  expect_err("wal: {type: none}\n", "wal.type: \"none\" is not supported yet");
 }
 
 Test(config, later_sections_validated) {
@@ -682,8 +681,38 @@ Test(config, unknown_env_warned_by_name) {
   ak_config_free(cfg);
 }
 
-Test(config, not_supported_values) {
-  expect_err("wal:\n  type: none\n", "wal.type: \"none\" is not supported yet");
+/* wal.type none: the queue's roles are dropped from the effective roles (a node left
+ * with none is refused), and every source of the file needs a durable sink. */
+Test(config, wal_none) {
+  char roles[64];
+  ak_config_t *cfg = load_ok("wal:\n  type: none\n  publish_timeout_ms: 1500\n");
+  cr_expect_eq(ak_wal_cfg(cfg)->type, AK_WAL_NONE);
+  cr_expect_eq(ak_wal_cfg(cfg)->publish_timeout_ms, 1500);
+  cr_expect_str_eq(ak_node_roles_text(ak_node_cfg(cfg)->roles, roles, sizeof roles), "edge");
+  cr_expect_eq(ak_node_cfg(cfg)->role_names.n, 3); /* as written */
+  ak_config_free(cfg);
+  cfg = load_ok("node: {roles: [claim_check, dispatch]}\nwal: {type: none}\n");
+  cr_expect_str_eq(ak_node_roles_text(ak_node_cfg(cfg)->roles, roles, sizeof roles), "claim_check");
+  ak_config_free(cfg);
+  cfg = load_ok("node: {roles: [edge, dispatch]}\n");
+  cr_expect_str_eq(ak_node_roles_text(ak_node_cfg(cfg)->roles, roles, sizeof roles), "edge,dispatch");
+  ak_config_free(cfg);
+  expect_err("node: {roles: [dispatch, storage]}\nwal: {type: none}\n",
+             "node.roles: wal: :none requires the :edge role (dispatch and storage have no work without a "
+             "queue; a claim_check-only node is allowed)");
+  const char *env[] = {"ANKUSA_WAL_TYPE=none", "ANKUSA_ROLES=storage", NULL};
+  char *err = load_err_env("", env);
+  cr_expect(strstr(err, "requires the :edge role") != NULL, "%s", err);
+  free(err);
+  expect_err("wal: {type: none}\nsources:\n  a: {sinks: [{type: log}, {type: redis, url: \"redis://127.0.0.1:1\", "
+             "channel: c}]}\n  b: {sinks: [{type: log}, {type: http, url: \"http://127.0.0.1:1/\"}]}\n",
+             "sources.a: wal.type none needs a durable sink: a 201 means every sink confirmed, and none of these "
+             "keeps the hook (log and redis do not; use http, kafka, rabbitmq, nats, sqs or google_pubsub)");
+  cfg = load_ok("sources:\n  a: {sinks: [{type: log}]}\n"); /* disk: any sink */
+  ak_config_free(cfg);
+}
+
+Test(config, dual_needs_its_intake_section) {
   expect_err("wal:\n  type: dual\n",
              "intake.brokers: required with wal.type dual\n"
              "intake.node_id: required with wal.type dual (a replacement node takes the lost one's)");
@@ -1044,8 +1073,8 @@ Test(config, env_bad_values) {
   expect_err_env("", env, "http.port (from ANKUSA_HTTP_PORT): expected an integer, got \"x\"");
   const char *env2[] = {"PORT=70000", NULL};
   expect_err_env("", env2, "http.port (from PORT) must be between 0 and 65535, got 70000");
-  const char *env3[] = {"ANKUSA_WAL_TYPE=none", NULL};
-  expect_err_env("", env3, "wal.type (from ANKUSA_WAL_TYPE): \"none\" is not supported yet");
+  const char *env3[] = {"ANKUSA_WAL_TYPE=memory", NULL};
+  expect_err_env("", env3, "wal.type (from ANKUSA_WAL_TYPE): unknown value \"memory\"; expected one of disk, none, dual");
   const char *env4[] = {"ANKUSA_ROLES=edge,web", NULL};
   expect_err_env("", env4,
                  "node.roles (from ANKUSA_ROLES): unknown value \"web\"; expected one of edge, dispatch, "

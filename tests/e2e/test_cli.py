@@ -64,7 +64,8 @@ INVALID = [
     pytest.param("batcher: {max_batch: abc}\n", "batcher.max_batch",
                  '  batcher.max_batch: expected an integer, got "abc"', id="wrong-type"),
     pytest.param("batcher: {max_batch: 0}\n", "batcher.max_batch", None, id="not-positive"),
-    pytest.param("wal: {type: dual}\n", "wal.type", None, id="wal-dual-unsupported"),
+    pytest.param("wal: {type: dual}\n", "intake.brokers", "  intake.brokers: required with wal.type dual",
+                 id="wal-dual-without-intake"),
     pytest.param("wal: {type: none}\nsources:\n  a: {sinks: [{type: log}]}\n", "sources.a",
                  "  sources.a: wal.type none needs a durable sink: a 201 means every sink confirmed, and none of "
                  "these keeps the hook (log and redis do not; use http, kafka, rabbitmq, nats, sqs or google_pubsub)",
@@ -315,7 +316,6 @@ LATER_REFUSED = [
     pytest.param("lifecycle:\n  sinks: [{type: log}]\n", {},
                  "  lifecycle: not supported yet (lifecycle events); remove the section", id="lifecycle-sinks"),
     pytest.param("lifecycle: {}\n", {}, '  lifecycle: missing required key "sinks"', id="lifecycle-without-sinks"),
-    pytest.param("wal: {type: dual}\n", {}, '  wal.type: "dual" is not supported yet', id="wal-dual"),
     pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true"},
                  "  routes.enabled (from ANKUSA_ROUTES_ENABLED): true is not supported yet; set it to false or "
                  "remove it", id="routes-enabled-env"),

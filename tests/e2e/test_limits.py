@@ -18,7 +18,9 @@ REASONS = {"payload_too_large", "unknown_source", "not_found", "invalid_header",
            "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
            "http_version_not_supported", "connection_limit",
            # wal.type none: a sink refused, the publish deadline passed (served on every node)
-           "publish_failed", "publish_timeout"}
+           "publish_failed", "publish_timeout",
+           # wal.type dual: the intake log did not confirm; a repeat of a half-persisted event
+           "intake_unavailable", "intake_pending"}
 
 
 def refused(s, reason):

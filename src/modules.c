@@ -23,6 +23,11 @@
  *   - the dispatcher starts before the writer (its due-index scan and the writer's commit
  *     notices must not both count a row), the admin listener before the ingest listener
  *     (a node that answers /ready on 4000 answers on 4002 too);
+ *   - the intake log of wal.type dual after the dispatcher and before the archive, the
+ *     ingest listener and the writer: its start replays the log into the store (the
+ *     dispatcher takes the recovered hooks' notices; nothing is served or archived before
+ *     it is done) and registers the writer's second half; it stops after the writer and
+ *     the ingest listener, so every group still waiting on the log is answered first;
  *   - the archive (storage role) after the dispatcher, whose reclaim its cursor bounds,
  *     and before the writer: its boot reconcile raises next_seq past what the archive
  *     holds before the writer hands out a seq; its replay reader right after it (it reads

@@ -161,6 +161,58 @@ def test_held_hooks_survive_kill9_and_the_next_start_publishes_them(ankusa, kmoc
     assert set(stored(node)) == held, "nothing lost, nothing twice"
 
 
+def test_held_hooks_survive_a_clean_stop_and_the_next_start_publishes_them(ankusa, kmock):
+    """The stop's own marks (intake_stop): the watermark it writes stays below the held
+    hooks, so the next start publishes them (a watermark at the writer's committed seq
+    would lose them from the log for good)."""
+    node = ankusa(config=dual(kmock, breaker_failures=0, produce_timeout_ms=500))
+    first = post(node)
+    assert first.status == 201, first
+    kmock.down(-1)
+    for i in range(2):
+        r = post(node, body=json.dumps({"held": i}).encode())
+        assert r.status == 503 and r.json["error"] == "intake_unavailable", r
+    held = set(stored(node)) - {first.json["id"]}
+    assert len(held) == 2
+    node.stop()
+    kmock.up(-1)
+    node.start()
+    assert held <= set(log_ids(kmock)), "the next start published the held hooks"
+    last = node.log_text().split("recovery done")[-1].splitlines()[0]
+    assert "republished=2" in last, last
+
+
+def test_kill9_while_two_groups_wait_on_the_log_the_next_start_publishes_both(ankusa, kmock):
+    """A group whose log half is still out holds the watermark back: the next group's
+    batch carries a watermark at or below the first group's seq, so after a kill -9
+    before either confirm, the next start publishes both (none stays stored and never in
+    the log)."""
+    node = ankusa(config=dual(kmock, breaker_failures=0, produce_timeout_ms=20000))
+    kmock.down(-1)
+
+    def bg(i):
+        try:
+            post(node, body=json.dumps({"wait": i}).encode(), timeout=3)
+        except OSError:
+            pass
+    threads = []
+    for i in range(2):
+        t = threading.Thread(target=bg, args=(i,), daemon=True)
+        t.start()
+        threads.append(t)
+        wait_until(lambda: metric(node, "ankusa_store_hooks") == i + 1, timeout=10 * SLOW,
+                   what=f"hook {i} stored, its log half out")
+    node.kill9()
+    for t in threads:
+        t.join(5)
+    kmock.up(-1)
+    node.start()
+    have = set(stored(node))
+    assert len(have) == 2, have
+    missing = have - set(log_ids(kmock))
+    assert not missing, f"{len(missing)} stored hooks never published"
+
+
 def test_a_repeat_of_a_half_persisted_event_is_intake_pending_then_its_duplicate(ankusa, kmock):
     node = ankusa(config=dual(kmock, breaker_failures=0), sources={"gh": GH, "demo": {"sinks": [{"type": "log"}]}})
     kmock.down(-1)
@@ -274,6 +326,43 @@ def test_host_loss_a_replacement_restores_the_backup_and_replays_the_log(ankusa,
     # the restored dedupe window: a repeat of a late event is its duplicate, not a second hook
     r = post(repl, "gh", b'{"k":1}', {"Content-Type": "application/json", "X-GitHub-Delivery": "late-3"})
     assert r.status == 201 and r.json.get("duplicate") is True, r
+    # new hooks on the replacement take seqs above the recovered ones: none is overwritten
+    fresh = []
+    for i in range(5):
+        r = post(repl, body=json.dumps({"after": i}).encode())
+        assert r.status == 201, r
+        fresh.append(r.json["id"])
+    have = stored(repl)
+    assert len(have) == len(set(have)), "no hook twice"
+    missing = (set(acked) | set(fresh)) - set(have)
+    assert not missing, f"{len(missing)} hooks lost after the replacement started taking hooks"
+
+
+def test_host_loss_without_a_backup_the_replacement_replays_the_partition_keeping_each_id(ankusa, kmock):
+    """No backup: the replacement's store is new (its own id key), and recovery replays the
+    whole partition. Each hook keeps the id its 201 gave (never sealed again under the new
+    store's key), and is found by it."""
+    sources = {"demo": {"sinks": [{"type": "log"}]}, "gh": GH}
+    node = ankusa(config=dual(kmock), sources=sources)
+    acked = []
+    for i in range(6):
+        r = post(node, body=json.dumps({"n": i}).encode())
+        assert r.status == 201, r
+        acked.append(r.json["id"])
+    r = post(node, "gh", b'{"k":1}', {"Content-Type": "application/json", "X-GitHub-Delivery": "nb-1"})
+    assert r.status == 201, r
+    acked.append(r.json["id"])
+    node.kill9()
+    shutil.rmtree(node.data_dir)
+
+    repl = ankusa(config=dual(kmock), sources=sources, name="replacement")
+    assert "recovery stored the hooks the intake log held" in repl.log_text(), repl.log_tail()
+    have = stored(repl)
+    assert sorted(have) == sorted(acked), "every acked hook, under its own id, once"
+    for hid in acked:
+        assert repl.hook(hid)["id"] == hid
+    r = post(repl, "gh", b'{"k":1}', {"Content-Type": "application/json", "X-GitHub-Delivery": "nb-1"})
+    assert r.status == 201 and r.json.get("duplicate") is True and r.json["id"] == acked[-1], r
 
 
 # ------------------------------------------------- the fleet dedupe claim ----

@@ -115,6 +115,8 @@ typedef struct group {
   int64_t t0_ns;
   ak_write_req_t *hooks;        /* the writer's, until answered */
   size_t unstored;              /* its hooks the log has and the store lacks, being completed */
+  bool lost;                    /* some of those could not be copied (out of memory): only the
+                                   next start's recovery stores them */
 } group_t;
 
 /* A stored hook the log has not confirmed: the reconciler's. */
@@ -125,6 +127,7 @@ typedef struct held {
   uint8_t *rec;
   size_t len;
   ak_fleet_call_t *claim;       /* its fleet dedupe claim, held pending until confirmed */
+  bool inflight;                /* the reconciler is publishing it (it stays on the list) */
 } held_t;
 
 typedef struct ak_intake {
@@ -135,11 +138,17 @@ typedef struct ak_intake {
   pthread_cond_t cv;
   group_t *head, *tail;          /* in begin order */
   int64_t offset;                /* the m:intake_offset the store is given next (-2: beginning) */
-  held_t *held;                  /* stored, not confirmed: republished by the reconciler */
+  held_t *held;                  /* stored, not confirmed: republished by the reconciler
+                                    (newest first: the reconciler takes the oldest) */
   size_t nheld;
+  uint64_t held_min;             /* the lowest seq on it (UINT64_MAX: none) */
   struct rec_item *unstored;     /* confirmed, not stored (the store half failed): committed
                                     under their own seqs by the reconciler */
-  ak_tmap_t pending;             /* their ids (16 bytes) */
+  bool offset_frozen;            /* a group's hooks are in the log only and nothing here will
+                                    store them: the offset mark stays for the next start */
+  uint64_t wm_floor;             /* a stored hook that could not be held (out of memory): the
+                                    watermark stays below it for the next start */
+  ak_tmap_t pending;             /* their ids (16 bytes) -> held_t * */
   int brk;                       /* BRK_* */
   int64_t brk_until_ns;
   int64_t fails;                 /* publishes failed in a row */
@@ -279,8 +288,11 @@ static void put_wm(ak_batch_t *b, uint64_t wm) {
 static void advance(ak_intake_t *ik) {
   while (ik->head && ik->head->answered) {
     group_t *g = ik->head;
-    if (g->log == HALF_OK && g->disk != HALF_OK) break;
-    if (g->log == HALF_OK && g->last_offset + 1 > ik->offset) ik->offset = g->last_offset + 1;
+    if (g->log == HALF_OK && g->disk != HALF_OK) {
+      if (g->unstored && !g->lost) break; /* the reconciler is storing them: wait */
+      ik->offset_frozen = true;           /* never here: the list must not grow behind it */
+    }
+    if (g->log == HALF_OK && !ik->offset_frozen && g->last_offset + 1 > ik->offset) ik->offset = g->last_offset + 1;
     ik->head = g->next;
     if (!ik->head) ik->tail = NULL;
     free(g);
@@ -289,12 +301,10 @@ static void advance(ak_intake_t *ik) {
 
 /* Under mu: every seq below the answer is confirmed in the log (or void). */
 static uint64_t watermark(ak_intake_t *ik, uint64_t committed_below) {
-  uint64_t wm = committed_below;
+  uint64_t wm = committed_below < ik->wm_floor ? committed_below : ik->wm_floor;
   for (group_t *g = ik->head; g; g = g->next)
     if (g->log != HALF_OK && g->first_seq < wm) wm = g->first_seq;
-  for (held_t *h = ik->held; h; h = h->next)
-    if (h->seq < wm) wm = h->seq;
-  return wm;
+  return ik->held_min < wm ? ik->held_min : wm;
 }
 
 /* ------------------------------------------------------------- the dual commit ---- */
@@ -331,7 +341,10 @@ static void group_answer(ak_intake_t *ik, group_t *g) {
      * recovery, if the node stops first: the offset mark waits for this group) */
     for (ak_write_req_t *r = g->hooks; g->log == HALF_OK && r; r = r->next) {
       rec_item_t *it = item_new(ik, r->rec, r->rec_len);
-      if (!it) continue;
+      if (!it) { /* out of memory: left to the next start (the offset mark stays before it) */
+        g->lost = true;
+        continue;
+      }
       it->group = g;
       *ut = it;
       ut = &it->next;
@@ -343,9 +356,11 @@ static void group_answer(ak_intake_t *ik, group_t *g) {
       held_t *h = malloc(sizeof *h);
       uint8_t *copy = h ? malloc(r->rec_len) : NULL;
       if (!copy) {
-        /* out of memory: the start after the next restart republishes it (it is above the
-         * watermark, which a hook missing from the held list does not hold back) */
+        /* out of memory: the watermark stays below it, so the next start republishes it */
         free(h);
+        pthread_mutex_lock(&ik->mu);
+        if (r->seq < ik->wm_floor) ik->wm_floor = r->seq;
+        pthread_mutex_unlock(&ik->mu);
         ak_log(AK_LOG_ERROR, "intake", "out of memory: a stored hook is republished only at the next start", NULL);
         continue;
       }
@@ -361,7 +376,9 @@ static void group_answer(ak_intake_t *ik, group_t *g) {
   if (add) {
     for (held_t *h = add; h; h = h->next) {
       bool created;
-      ak_tmap_get(&ik->pending, (const char *)h->id, 16, &created); /* NULL: out of memory, not pending */
+      held_t **slot = ak_tmap_get(&ik->pending, (const char *)h->id, 16, &created);
+      if (slot) *slot = h; /* NULL: out of memory, not answered pending */
+      if (h->seq < ik->held_min) ik->held_min = h->seq;
     }
     *at = ik->held;
     ik->held = add;
@@ -483,8 +500,8 @@ bool ak_intake_ready(struct ak_intake *ik, const char **reason) {
 
 void ak_intake_hold_claim(ak_intake_t *ik, const uint8_t id[16], ak_fleet_call_t *call) {
   pthread_mutex_lock(&ik->mu);
-  held_t *h = ik->held;
-  while (h && memcmp(h->id, id, 16) != 0) h = h->next;
+  held_t **slot = ak_tmap_find(&ik->pending, (const char *)id, 16);
+  held_t *h = slot ? *slot : NULL;
   if (h && !h->claim) {
     h->claim = call;
     call = NULL;
@@ -589,40 +606,45 @@ static void reconcile(ak_intake_t *ik) {
       pthread_mutex_unlock(&ik->mu);
       return;
     }
-    /* take the oldest (the list is newest first): detach up to REPUBLISH_MAX from the tail */
-    size_t skip = ik->nheld > REPUBLISH_MAX ? ik->nheld - REPUBLISH_MAX : 0;
-    held_t **pp = &ik->held;
-    for (size_t i = 0; i < skip; i++) pp = &(*pp)->next;
-    held_t *batch = *pp;
-    *pp = NULL;
-    size_t n = ik->nheld - skip;
-    ik->nheld = skip;
+    /* the oldest, up to REPUBLISH_MAX: the list's tail (new ones are only ever put at its
+     * head, and only this thread takes any off, so the tail holds still). They stay on the
+     * list while published, holding the watermark and answering repeats pending. */
+    size_t skip = ik->nheld > REPUBLISH_MAX ? ik->nheld - REPUBLISH_MAX : 0, n = ik->nheld - skip;
+    ak_intake_val_t *vals = malloc(n * sizeof *vals);
+    if (!vals) {
+      pthread_mutex_unlock(&ik->mu);
+      return;
+    }
+    held_t *h = ik->held;
+    for (size_t i = 0; i < skip; i++) h = h->next;
+    for (size_t i = 0; h; h = h->next, i++) {
+      h->inflight = true;
+      vals[i] = (ak_intake_val_t){.p = h->rec, .len = h->len};
+    }
     pthread_mutex_unlock(&ik->mu);
 
-    ak_intake_val_t *vals = malloc(n * sizeof *vals);
-    size_t i = 0;
-    for (held_t *h = batch; vals && h; h = h->next) vals[i++] = (ak_intake_val_t){.p = h->rec, .len = h->len};
-    int rc = vals ? publish_wait(ik, vals, n) : -1;
+    int rc = publish_wait(ik, vals, n);
     free(vals);
     pthread_mutex_lock(&ik->mu);
     brk_result(ik, rc == 0);
-    if (rc == 0) {
-      for (held_t *h = batch, *nx; h; h = nx) {
-        nx = h->next;
-        void *pv = ak_tmap_find(&ik->pending, (const char *)h->id, 16);
-        if (pv) ak_tmap_remove(&ik->pending, pv);
-        if (h->claim) ak_fleet_settle(ik->inst->fleet, h->claim, h->id); /* both halves: promoted */
-        free(h->rec);
-        free(h);
+    ik->held_min = UINT64_MAX;
+    for (held_t **pp = &ik->held; *pp;) {
+      h = *pp;
+      if (!h->inflight || rc != 0) {
+        h->inflight = false;
+        if (h->seq < ik->held_min) ik->held_min = h->seq;
+        pp = &h->next;
+        continue;
       }
-      ak_counter_add(ik->m_reconciled, n);
-    } else {
-      /* back at the old end, in order */
-      held_t **end = &ik->held;
-      while (*end) end = &(*end)->next;
-      *end = batch;
-      ik->nheld += n;
+      *pp = h->next;
+      ik->nheld--;
+      void *pv = ak_tmap_find(&ik->pending, (const char *)h->id, 16);
+      if (pv) ak_tmap_remove(&ik->pending, pv);
+      if (h->claim) ak_fleet_settle(ik->inst->fleet, h->claim, h->id); /* both halves: promoted */
+      free(h->rec);
+      free(h);
     }
+    if (rc == 0) ak_counter_add(ik->m_reconciled, n);
     ak_gauge_set(ik->m_pending, (double)ik->nheld);
     pthread_mutex_unlock(&ik->mu);
     if (rc == 0)
@@ -897,6 +919,7 @@ static void intake_free(ak_intake_t *ik) {
   if (ik->log) ak_intake_log_free(ik->log, 10000);
   for (held_t *h = ik->held, *nx; h; h = nx) {
     nx = h->next;
+    free(h->claim); /* a pending fleet claim is left to expire (intake_stop) */
     free(h->rec);
     free(h);
   }
@@ -925,9 +948,11 @@ static int intake_open(ak_instance_t *inst, char **err) {
   ik->inst = inst;
   ik->cfg = c;
   ik->offset = AK_INTAKE_BEGINNING;
+  ik->wm_floor = UINT64_MAX;
   pthread_mutex_init(&ik->mu, NULL);
   pthread_cond_init(&ik->cv, NULL);
-  ak_tmap_init(&ik->pending, 1);
+  ak_tmap_init(&ik->pending, sizeof(held_t *));
+  ik->held_min = UINT64_MAX;
   int64_t mrb = c->max_record_bytes;
   if (!mrb) {
     const json_t *mb = json_object_get(json_object_get(inst->cfg->effective, "http"), "max_body_bytes");
@@ -1019,13 +1044,15 @@ static void intake_stop(ak_instance_t *inst) {
   pthread_join(ik->thread, NULL);
   ik->thread_on = false;
   /* held hooks are stored, and published again by the next start: their fleet claims are
-   * promoted now, while the fleet client still runs (it stops after this module) */
+   * neither promoted (the host could be lost before that start, and the event with it) nor
+   * released (another node would store it a second time at once): left pending, they
+   * expire after fleet.pending_ttl_ms, after which a retry elsewhere is a new hook (at
+   * least once, never lost). The call is freed without a settle. */
   pthread_mutex_lock(&ik->mu);
-  for (held_t *h = ik->held; h; h = h->next)
-    if (h->claim) {
-      ak_fleet_settle(inst->fleet, h->claim, h->id);
-      h->claim = NULL;
-    }
+  for (held_t *h = ik->held; h; h = h->next) {
+    free(h->claim);
+    h->claim = NULL;
+  }
   pthread_mutex_unlock(&ik->mu);
   /* every group still waiting on the log is answered before the writer can be freed (it
    * closes after this module stops): confirmed, or "stopped" (held, republished at the

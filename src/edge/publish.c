@@ -215,8 +215,9 @@ ak_wr_status_t ak_publish_submit(ak_publish_t *p, ak_write_req_t *req) {
     free(pb);
     return AK_WR_STORE_UNAVAILABLE;
   }
-  pb->deadline_ns = ak_mono_ns() + p->timeout_ns;
   pthread_mutex_lock(&p->mu);
+  /* taken under the lock that orders the waiting list: the timer reads only its head */
+  pb->deadline_ns = ak_mono_ns() + p->timeout_ns;
   if (atomic_load(&p->stopping)) { /* stop drained the list already: nobody would answer it */
     pthread_mutex_unlock(&p->mu);
     ak_envelope_clear(&pb->env);
@@ -350,6 +351,11 @@ static void *pset_build(void *ctx, const ak_source_t *src, char *err, size_t err
 static void publish_free(ak_publish_t *p) {
   if (!p) return;
   if (p->attached) ak_sources_detach(p->inst->sources, AK_SOURCE_EXT_PUBLISH);
+  /* the check-in thread first: a check-in answered just now must not start its sinks on
+   * instances being destroyed (it answers what waits: those publishes were answered at
+   * stop) */
+  ak_checkin_free(p->checkin);
+  p->checkin = NULL;
   /* every sink destroyed: their late callbacks have run when this returns */
   pthread_mutex_lock(&p->mu);
   while (!ak_list_empty(&p->sets)) {
@@ -361,7 +367,6 @@ static void publish_free(ak_publish_t *p) {
     pthread_mutex_lock(&p->mu);
   }
   pthread_mutex_unlock(&p->mu);
-  ak_checkin_free(p->checkin); /* answers what waits: those publishes were answered at stop */
   free_grave(p);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->mu);

@@ -55,9 +55,13 @@ unit: test-build asan
 	@if grep -nE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' $(ASAN_BUILD)/meson-logs/testlog.txt; then \
 	  echo "sanitizer reports in unit tests (see above)"; exit 1; fi
 
+# Two pytest-xdist workers, a test file per worker at a time (a file's servers and
+# fixtures stay in one process); helpers.reserve_port gives each worker its own ports.
+E2E_JOBS ?= 2
+E2E_PAR = $(if $(filter-out 0 1,$(E2E_JOBS)),-n $(E2E_JOBS) --dist loadfile)
 e2e: test-build asan
-	ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q tests/e2e
-	ANKUSA_BIN=$(abspath $(ASAN_BUILD))/ankusa ANKUSA_SANITIZER=1 $(PYTEST) -q tests/e2e -m "not slow"
+	ANKUSA_BIN=$(abspath $(TEST_BUILD))/ankusa $(PYTEST) -q $(E2E_PAR) tests/e2e
+	ANKUSA_BIN=$(abspath $(ASAN_BUILD))/ankusa ANKUSA_SANITIZER=1 $(PYTEST) -q $(E2E_PAR) tests/e2e -m "not slow"
 
 # Every harness in fuzz/ runs briefly on each `make test`; the campaign, each harness to 10M
 # executions or 30 minutes: `make fuzz FUZZ_SECONDS=1800` (FUZZ_JOBS=2 runs two at once).

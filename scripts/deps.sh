@@ -8,7 +8,7 @@ PKGS=(
   libuv1-dev libhttp-parser-dev librocksdb-dev libssl-dev libjansson-dev libyaml-dev
   libcurl4-openssl-dev libhiredis-dev
   libcriterion-dev
-  python3 python3-pytest python3-yaml curl openssl
+  python3 python3-pytest python3-pytest-xdist python3-yaml curl openssl
   clang libclang-rt-14-dev
   wrk nginx-light
   e2fsprogs util-linux

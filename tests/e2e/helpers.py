@@ -63,8 +63,17 @@ def reserve_port():
     node's own bind, and the node's wildcard listener then fails with EADDRINUSE."""
     low = _ephemeral_low()
     if low > 12000:
+        # under pytest-xdist each worker draws from its own slice of the range, so two
+        # workers never race for one port between its check and a node's bind
+        span_lo, span_hi = 10000, low
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        if workers > 1 and worker[2:].isdigit():
+            width = (low - 10000) // workers
+            span_lo = 10000 + int(worker[2:]) * width
+            span_hi = span_lo + width
         for _ in range(200):
-            port = _PORT_RNG.randrange(10000, low)
+            port = _PORT_RNG.randrange(span_lo, span_hi)
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 s.bind(("0.0.0.0", port))

@@ -578,35 +578,34 @@ static void kafka_destroy(void *self) {
   kconn_t *c = s->conn;
   if (c) {
     /* answer every record of ours still under way, once; a delivery report answering one
-     * right now is waited for, so nothing calls done() for us after this returns */
-    typedef struct {
+     * right now is waited for, so nothing calls done() for us after this returns. The
+     * records are taken a handful at a time (no allocation: nothing to fail), each batch
+     * answered outside the lock; a taken cell is no longer ours, so the next walk, from
+     * the list's head, skips it. */
+    enum { BATCH = 64 };
+    struct {
       ak_sink_done_fn done;
       void *ctx;
-    } owed_t;
-    owed_t *owed = NULL;
-    size_t n = 0, cap = 0;
+    } owed[BATCH];
+    size_t n;
     pthread_mutex_lock(&c->mu);
-    for (kcell_t *cell = c->cells.next; cell != &c->cells; cell = cell->next) {
-      if (cell->owner != s) continue;
-      cell->owner = NULL;
-      if (n == cap) {
-        size_t nc = cap ? cap * 2 : 64;
-        owed_t *no = realloc(owed, nc * sizeof *no);
-        if (!no) { /* answer this one under the lock rather than lose it */
-          pthread_mutex_unlock(&c->mu);
-          answer(cell->done, cell->ctx, AK_SINK_RETRY, "sink stopped");
-          pthread_mutex_lock(&c->mu);
-          continue;
-        }
-        owed = no;
-        cap = nc;
+    do {
+      n = 0;
+      for (kcell_t *cell = c->cells.next; cell != &c->cells && n < BATCH; cell = cell->next) {
+        if (cell->owner != s) continue;
+        cell->owner = NULL;
+        owed[n].done = cell->done;
+        owed[n].ctx = cell->ctx;
+        n++;
       }
-      owed[n++] = (owed_t){cell->done, cell->ctx};
-    }
+      if (n) {
+        pthread_mutex_unlock(&c->mu);
+        for (size_t i = 0; i < n; i++) answer(owed[i].done, owed[i].ctx, AK_SINK_RETRY, "sink stopped");
+        pthread_mutex_lock(&c->mu);
+      }
+    } while (n == BATCH);
     while (s->answering > 0) pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
-    for (size_t i = 0; i < n; i++) answer(owed[i].done, owed[i].ctx, AK_SINK_RETRY, "sink stopped");
-    free(owed);
     conn_release(c);
   }
   ak_egress_free(s->owned_egress);

@@ -36,7 +36,10 @@
  *   - the direct publisher of wal.type none after the edge, so it stops first: what still
  *     waits on a sink is answered before the ingest listeners stop;
  *   - the writer last of the stateful modules, so it is the first to stop: it commits and
- *     answers everything queued before the ingest listener waits for its last answers.
+ *     answers everything queued before the ingest listener waits for its last answers;
+ *   - the lifecycle publisher at the very end: it opens (and flags the audit trail's
+ *     changes) before anything starts, after the HTTP client and the egress guard its sinks
+ *     use, and stops first, before the sinks' clients close.
  * The sections of features not built yet (core/later.c) keep the places their modules
  * will take. */
 #include "modules.h"
@@ -60,6 +63,7 @@
 #include "edge/quota.h"
 #include "fleet/fleet.h"
 #include "intake/module.h"
+#include "lifecycle/module.h"
 #include "net/httpc.h"
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"

@@ -1,7 +1,8 @@
 /* Replays over the admin API (replays_api.h): POST /v1/replays of kind dlq or archive (a
- * job the dispatch thread runs, dispatch/replay.c) or kind quarantine (a release of held hooks,
+ * job the dispatch thread runs, dispatch/replay.c), kind quarantine (a release of held hooks,
  * run to completion in the request through queue/quarantine.c, each hook verified
- * again), GET /v1/replays, GET and PATCH /v1/replays/{id}. Never shows or moves a job or
+ * again) or kind lifecycle (lifecycle events delivered again by the lifecycle publisher,
+ * lifecycle/publisher.h), GET /v1/replays, GET and PATCH /v1/replays/{id}. Never shows or moves a job or
  * a held hook of a tenant outside the caller's scope. */
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "core/sources.h"
 #include "dispatch/replay.h"
 #include "edge/publish.h"
+#include "lifecycle/publisher.h"
 #include "queue/quarantine.h"
 #include "verify/verifier.h"
 
@@ -154,6 +156,58 @@ static void post_archive_replay(ak_admin_call_t *call, const ak_pen_filter_t *f,
   }
 }
 
+/* POST /v1/replays kind lifecycle {from_seq?, to_seq?}: the lifecycle events of the audit
+ * rows with from_seq <= seq <= to_seq (default: every one still in the trail) delivered
+ * again to every lifecycle sink, with their ids. The events span tenants: an unscoped
+ * caller only. One at a time (409 too_many_replays). */
+static void post_lifecycle_replay(ak_admin_call_t *call, const json_t *b) {
+  ak_instance_t *inst = call->inst;
+  uint64_t from = 1, to = UINT64_MAX;
+  const char *key;
+  json_t *val;
+  const char *bad = NULL;
+  json_object_foreach((json_t *)b, key, val) {
+    if (!strcmp(key, "kind")) continue;
+    if (strcmp(key, "from_seq") && strcmp(key, "to_seq")) {
+      bad = key;
+      break;
+    }
+    if (!json_is_integer(val) || json_integer_value(val) < 1) {
+      bad = key;
+      break;
+    }
+    if (key[0] == 'f') from = (uint64_t)json_integer_value(val);
+    else to = (uint64_t)json_integer_value(val);
+  }
+  if (!bad && to < from) bad = "to_seq";
+  if (bad) {
+    ak_admin_invalid_filter(call, bad);
+    return;
+  }
+  if (call->scope) {
+    ak_admin_forbidden_tenant(call, NULL);
+    return;
+  }
+  if (!inst->lifecycle) {
+    ak_admin_json(call, 409, json_pack("{s:s,s:s}", "error", "lifecycle_disabled", "message",
+                                       "lifecycle events are off: set lifecycle.sinks"));
+    return;
+  }
+  json_t *out = NULL;
+  switch (ak_lifecycle_replay(inst->lifecycle, from, to, call->who, &out)) {
+  case AK_LC_REPLAY_OK:
+    ak_admin_json(call, 202, out);
+    return;
+  case AK_LC_REPLAY_BUSY:
+    ak_admin_json(call, 409, json_pack("{s:s,s:i,s:o}", "error", "too_many_replays", "limit", 1, "replay", out));
+    return;
+  default:
+    json_decref(out);
+    ak_admin_error(call, 503, "store_unavailable");
+    return;
+  }
+}
+
 /* POST /v1/replays. Kind quarantine runs to completion in the request; kind dlq creates
  * a job. Both take the same filter keys (on received_at for quarantine, on dead-letter
  * time for dlq). */
@@ -172,6 +226,11 @@ void ak_replays_api_post(ak_admin_call_t *call, const ak_admin_path_t *path) {
   }
   const char *bad = NULL;
   const char *kind = json_string_value(json_object_get(b, "kind"));
+  if (kind && !strcmp(kind, "lifecycle")) {
+    post_lifecycle_replay(call, b);
+    json_decref(b);
+    return;
+  }
   bool dlq = kind && !strcmp(kind, "dlq");
   bool archive = kind && !strcmp(kind, "archive");
   archive_req_t ar = {0};

@@ -140,16 +140,18 @@ static char *audit_text_of_row(const ak_config_t *cfg, const char *row, size_t l
 
 /* The audit row of a change goes into wb, the batch that stores the change: the caller,
  * the action, the subject "source:<tenant>/<name>", the stored rows before and after
- * (NULL: none; the trail keeps only their keyed hash) and the revision after the change.
- * -1: no row could be added, so the change is not made (503). */
+ * (NULL: none; the trail keeps only their keyed hash), the revision after the change, and
+ * its lifecycle event (type and the redacted view; the trail writes them only while
+ * lifecycle.sinks is set). -1: no row could be added, so the change is not made (503). */
 static int audit_source_change(ak_instance_t *inst, ak_batch_t *wb, const ak_audit_who_t *who,
                                const char *action, const char *tenant, const char *name, const char *before,
-                               size_t before_len, const char *after, size_t after_len, uint64_t revision) {
+                               size_t before_len, const char *after, size_t after_len, uint64_t revision,
+                               const char *event, const json_t *entity) {
   char subject[200];
   snprintf(subject, sizeof subject, "source:%s/%s", tenant, name);
   ak_audit_entry_t e = {.who = who, .action = action, .tenant = tenant, .subject = subject, .before = before,
                         .before_len = before_len, .after = after, .after_len = after_len,
-                        .revision = (int64_t)revision};
+                        .revision = (int64_t)revision, .event = event, .entity = entity};
   return ak_audit_put(inst->audit, wb, &e);
 }
 
@@ -157,7 +159,8 @@ static int audit_source_change(ak_instance_t *inst, ak_batch_t *wb, const ak_aud
  * sealed here) and its audit row. Under the table's write lock, so the row read as
  * "before" is the one being replaced. */
 static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const char *action, const char *tenant,
-                        const char *name, const json_t *rec, uint64_t revision) {
+                        const char *name, const json_t *rec, uint64_t revision, const char *event,
+                        const json_t *entity) {
   char key[160];
   size_t kl = source_key(key, tenant, name);
   json_t *sealed = rec ? record_with(inst->cfg, rec, true, NULL) : NULL;
@@ -196,7 +199,8 @@ static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const ch
   if (val) ak_batch_put(wb, AK_CF_DEFAULT, key, kl, val, vl);
   else ak_batch_delete(wb, AK_CF_DEFAULT, key, kl);
   int rc = audit_source_change(inst, wb, who, action, tenant, name, before_text,
-                               before_text ? strlen(before_text) : 0, after, after ? strlen(after) : 0, revision);
+                               before_text ? strlen(before_text) : 0, after, after ? strlen(after) : 0, revision,
+                               event, entity);
   if (rc == 0) {
     ak_wf_class_t cls = AK_WF_OTHER;
     char *err = NULL;
@@ -631,10 +635,14 @@ static void write_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit
     goto out;
   }
   rec = record(tenant, name, spec, s->born_ms, s->updated_ms, s->revision);
-  if (!rec || store_change(inst, who, old ? "source.update" : "source.create", tenant, name, rec, s->revision) != 0) {
+  json_t *entity = rec ? view(inst, s) : NULL; /* the lifecycle event's: redacted */
+  if (!entity || store_change(inst, who, old ? "source.update" : "source.create", tenant, name, rec, s->revision,
+                              old ? "io.ankusa.source.updated" : "io.ankusa.source.created", entity) != 0) {
+    json_decref(entity);
     ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
+  json_decref(entity);
   ak_source_t *replaced = ak_sources_put(inst->sources, ak_source_ref(s));
   ak_source_release(replaced);
   ak_log(AK_LOG_INFO, "sources", old ? "source updated" : "source created", "tenant=%s name=%s revision=%llu",
@@ -773,10 +781,15 @@ static void delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audi
       goto out;
     }
   }
-  if (store_change(inst, who, "source.delete", tenant, name, NULL, s->revision + 1) != 0) {
+  json_t *entity = view(inst, s); /* the lifecycle event's: the last state, redacted */
+  if (!entity ||
+      store_change(inst, who, "source.delete", tenant, name, NULL, s->revision + 1, "io.ankusa.source.deleted",
+                   entity) != 0) {
+    json_decref(entity);
     ak_admin_error(c, 503, "store_unavailable");
     goto out;
   }
+  json_decref(entity);
   ak_source_release(ak_sources_remove(inst->sources, name));
   ak_log(AK_LOG_INFO, "sources", "source deleted", "tenant=%s name=%s deliveries=%s", tenant, name,
          dl ? "dead_letter" : "none");

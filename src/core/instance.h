@@ -31,6 +31,7 @@ struct ak_claim_stores;
 struct ak_backup_mod;
 struct ak_intake;
 struct ak_publish;
+struct ak_lifecycle;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -63,6 +64,7 @@ typedef struct ak_instance {
   struct ak_publish *publish;   /* wal.type none: the direct publisher (edge/publish.h); else NULL */
   struct ak_claim_stores *claims; /* the claim stores (sinks/claimpack.h), opened by the claim_check module
                                      (admin/claims.c) on a dispatch or claim_check node; else NULL */
+  struct ak_lifecycle *lifecycle; /* the lifecycle publisher (lifecycle/publisher.h); NULL unless lifecycle.sinks */
 } ak_instance_t;
 
 #endif

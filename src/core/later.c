@@ -1,12 +1,12 @@
-/* The config sections of Ankusa features this build does not implement yet: routes
- * and lifecycle. Each has the
+/* The config sections of Ankusa features this build does not implement yet: routes.
+ * Each has the
  * original's keys, defaults and ANKUSA_* overrides as real option rows, validated like
  * any other section, so a file that restates a default or turns a feature off loads
  * unchanged; only what asks for the feature itself is refused, naming the key:
- * routes.enabled true (by its row's enum_unsupported), a lifecycle section with sinks (by its check hook). These modules
+ * routes.enabled true (by its row's enum_unsupported). These modules
  * have no typed struct and no lifecycle: when a feature is built, its module takes over
  * its section's rows and this file loses a part (the claim check's went to admin/claims.c,
- * backup's to backup/module.c). */
+ * backup's to backup/module.c, lifecycle's to lifecycle/module.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "core/config.h"
@@ -122,29 +122,4 @@ const ak_module_t ak_mod_routes = {
   .doc = "route guard: not built yet; the keys are checked, enabled: true is refused",
   .options = routes_rows,
   .check = routes_check,
-};
-
-/* ----------------------------------------------------------------- lifecycle ---- */
-
-static const ak_opt_t lifecycle_rows[] = {
-  {.key = "sinks", .type = AK_OPT_PLUGIN_LIST, .kind = "sink", .flags = AK_OPTF_REQUIRED,
-   .doc = "where lifecycle events go (at least one): not supported yet"},
-  {0},
-};
-
-/* Present means on, and on needs sinks (the original's rule, applied by the rows); a
- * section that passes them asks for the feature. */
-static void lifecycle_check(ak_check_t *c, json_t *lc, json_t *root) {
-  (void)root;
-  if (json_array_size(json_object_get(lc, "sinks")) && !ak_check_reported_under(c, "lifecycle"))
-    ak_check_error(c, "lifecycle: not supported yet (lifecycle events); remove the section");
-}
-
-const ak_module_t ak_mod_lifecycle = {
-  .name = "lifecycle",
-  .section = "lifecycle",
-  .doc = "lifecycle events: not built yet; absent (or null) is off, a section with sinks is refused",
-  .section_flags = AK_OPTF_NULLABLE,
-  .options = lifecycle_rows,
-  .check = lifecycle_check,
 };

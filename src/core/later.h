@@ -1,4 +1,4 @@
-/* The config sections of Ankusa features not built yet (routes, lifecycle): their option rows and the rules that refuse the features
+/* The config sections of Ankusa features not built yet (routes): their option rows and the rules that refuse the features
  * themselves. See core/later.c. */
 #ifndef AK_CORE_LATER_H
 #define AK_CORE_LATER_H
@@ -6,6 +6,5 @@
 #include "core/module.h"
 
 extern const ak_module_t ak_mod_routes;
-extern const ak_module_t ak_mod_lifecycle;
 
 #endif

@@ -4,7 +4,11 @@
  * Revisions ('v' subject) and the next-seq marker ('n') ride in the same batch, so they
  * move only when the row lands. The HMAC key ('k') is made once per store from the OS
  * RNG and never leaves the store: a row's hashes let an operator tell whether two states
- * are equal, never what they were. */
+ * are equal, never what they were; it also keys the lifecycle events' ids.
+ *
+ * The lifecycle outbox: a flagged row's entity ('e' seq) rides the row's batch; the
+ * cursor (m:lifecycle_cursor, default CF) is the publisher's, read here only to hold
+ * retention back. outbox and notify live under mu. */
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -30,13 +34,20 @@ struct ak_audit {
   pthread_mutex_t order; /* held from put to commit/cancel */
   uint64_t next_seq;     /* under order */
   uint64_t held_seq;     /* the seq of the put in progress (given back on failure) */
+  bool held_event;       /* the put in progress flagged a lifecycle event (under order) */
   bool thread_started;
   pthread_t th;
-  pthread_mutex_t mu; /* stop flag */
+  pthread_mutex_t mu; /* stop flag, outbox, notify */
   pthread_cond_t cv;
   bool stop;
+  bool outbox;                 /* lifecycle.sinks is set */
+  void (*notify)(void *ctx);   /* a flagged row was committed */
+  void *notify_ctx;
+  ak_series_t *m_blocked;      /* ankusa_audit_retention_blocked_by_cursor */
+  int64_t prune_every_ms;
 #ifdef AK_TEST_HOOKS
-  const char *fail; /* ANKUSA_TEST_AUDIT_FAIL */
+  const char *fail;       /* ANKUSA_TEST_AUDIT_FAIL */
+  const char *clock_file; /* ANKUSA_TEST_AUDIT_CLOCK_FILE */
 #endif
 };
 
@@ -134,9 +145,18 @@ ak_audit_t *ak_audit_open(ak_instance_t *inst, char **err) {
   pthread_mutex_init(&a->order, NULL);
   pthread_mutex_init(&a->mu, NULL);
   pthread_cond_init(&a->cv, NULL);
+  a->prune_every_ms = PRUNE_EVERY_MS;
 #ifdef AK_TEST_HOOKS
   a->fail = getenv("ANKUSA_TEST_AUDIT_FAIL");
+  a->clock_file = getenv("ANKUSA_TEST_AUDIT_CLOCK_FILE");
+  const char *pe = getenv("ANKUSA_TEST_AUDIT_PRUNE_MS");
+  if (pe && atoll(pe) > 0) a->prune_every_ms = atoll(pe);
 #endif
+  if (inst->metrics)
+    a->m_blocked = ak_metrics_instance_series(inst->metrics, inst->name, "ankusa_audit_retention_blocked_by_cursor",
+                                              "Audit rows past audit.retention_days that the last prune kept because "
+                                              "their lifecycle events are not published yet (at or above "
+                                              "m:lifecycle_cursor).", AK_METRIC_GAUGE);
   char *v = NULL;
   size_t vl = 0;
   char kk = AK_AUDIT_KEY;
@@ -222,7 +242,7 @@ static json_t *tenant_list(const ak_audit_entry_t *e) {
   return arr;
 }
 
-static json_t *row_json(const ak_audit_t *a, const ak_audit_entry_t *e, uint64_t seq, int64_t rev) {
+static json_t *row_json(const ak_audit_t *a, const ak_audit_entry_t *e, uint64_t seq, int64_t rev, bool flagged) {
   const ak_audit_who_t *w = e->who;
   json_t *ts = tenant_list(e);
   json_t *bh = hash_or_null(a, e->before, e->before_len), *ah = hash_or_null(a, e->after, e->after_len);
@@ -239,6 +259,7 @@ static json_t *row_json(const ak_audit_t *a, const ak_audit_entry_t *e, uint64_t
                         tenant, "tenants", ts, "subject", e->subject ? e->subject : "", "before_hash", bh,
                         "after_hash", ah, "revision", (json_int_t)rev, "outcome", e->outcome ? e->outcome : "ok");
   if (r && e->detail) json_object_set(r, "detail", e->detail);
+  if (r && flagged) json_object_set_new(r, "event", json_string(e->event));
   return r;
 }
 
@@ -258,10 +279,28 @@ static int64_t read_rev(ak_audit_t *a, const char *subject) {
   return rev;
 }
 
+static bool outbox_on(ak_audit_t *a) {
+  pthread_mutex_lock(&a->mu);
+  bool on = a->outbox;
+  pthread_mutex_unlock(&a->mu);
+  return on;
+}
+
+/* {"event", "entity"} of a flagged entry, compact; NULL when it is not one (or no memory) */
+static char *event_text(const ak_audit_entry_t *e) {
+  json_t *ev = json_pack("{s:s,s:O?}", "event", e->event, "entity", (json_t *)e->entity);
+  char *text = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(ev);
+  return text;
+}
+
 int ak_audit_put(ak_audit_t *a, ak_batch_t *wb, const ak_audit_entry_t *e) {
   if (!a) return 0;
   if (!e->action || !e->subject || fault(a)) return -1;
   if (!ak_store_has_cf(a->store, AK_CF_AUDIT)) return -1;
+  bool flagged = e->event && outbox_on(a);
+  char *etext = flagged ? event_text(e) : NULL;
+  if (flagged && !etext) return -1;
   pthread_mutex_lock(&a->order);
   uint64_t seq = a->next_seq;
   int64_t rev = e->revision;
@@ -269,13 +308,14 @@ int ak_audit_put(ak_audit_t *a, ak_batch_t *wb, const ak_audit_entry_t *e) {
     rev = read_rev(a, e->subject);
     if (rev >= 0) rev++;
   }
-  json_t *row = rev > 0 ? row_json(a, e, seq, rev) : NULL;
+  json_t *row = rev > 0 ? row_json(a, e, seq, rev, flagged) : NULL;
   char *text = row ? json_dumps(row, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
   json_decref(row);
   size_t sl = strlen(e->subject);
   char *rk = text ? malloc(sl + 1) : NULL;
   if (!rk) {
     free(text);
+    free(etext);
     pthread_mutex_unlock(&a->order);
     ak_log(AK_LOG_ERROR, "audit", "cannot build an audit row", "action=%s", e->action);
     return -1;
@@ -287,6 +327,11 @@ int ak_audit_put(ak_audit_t *a, ak_batch_t *wb, const ak_audit_entry_t *e) {
     row_key(k, AK_AUDIT_PENDING, seq);
     ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, "", 0);
   }
+  if (etext) {
+    row_key(k, AK_AUDIT_EVENT, seq);
+    ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, etext, strlen(etext));
+    free(etext);
+  }
   rk[0] = AK_AUDIT_REV;
   memcpy(rk + 1, e->subject, sl);
   ak_put_u64(v8, (uint64_t)rev);
@@ -297,6 +342,7 @@ int ak_audit_put(ak_audit_t *a, ak_batch_t *wb, const ak_audit_entry_t *e) {
   free(rk);
   free(text);
   a->held_seq = seq;
+  a->held_event = flagged;
   a->next_seq = seq + 1;
   if (e->seq_out) *e->seq_out = seq;
   return 0; /* the order stays held: commit or cancel */
@@ -312,7 +358,14 @@ int ak_audit_commit(ak_audit_t *a, ak_store_t *st, ak_batch_t *wb, ak_wf_class_t
       ak_log(AK_LOG_ERROR, "audit", "an audited change could not be written: not made", "seq=%llu class=%s",
              (unsigned long long)a->held_seq, ak_wf_class_names[c]);
     }
+    bool wake = rc == 0 && a->held_event;
+    a->held_event = false;
     pthread_mutex_unlock(&a->order);
+    if (wake) {
+      pthread_mutex_lock(&a->mu);
+      if (a->notify) a->notify(a->notify_ctx);
+      pthread_mutex_unlock(&a->mu);
+    }
   }
   return rc;
 }
@@ -320,6 +373,7 @@ int ak_audit_commit(ak_audit_t *a, ak_store_t *st, ak_batch_t *wb, ak_wf_class_t
 void ak_audit_cancel(ak_audit_t *a) {
   if (!a) return;
   a->next_seq = a->held_seq;
+  a->held_event = false;
   pthread_mutex_unlock(&a->order);
 }
 
@@ -485,10 +539,126 @@ int ak_audit_query(ak_audit_t *a, const ak_audit_query_t *q, json_t **out) {
   return *out ? 0 : -1;
 }
 
+/* ------------------------------------------------------------ lifecycle outbox ---- */
+
+void ak_audit_outbox_enable(ak_audit_t *a, void (*notify)(void *ctx), void *ctx) {
+  pthread_mutex_lock(&a->mu);
+  a->outbox = true;
+  a->notify = notify;
+  a->notify_ctx = ctx;
+  pthread_mutex_unlock(&a->mu);
+}
+
+bool ak_audit_outbox_on(ak_audit_t *a) { return a && outbox_on(a); }
+
+int ak_audit_outbox_cursor(ak_audit_t *a, uint64_t *cursor) {
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(a->store, AK_CF_DEFAULT, AK_KEY_LIFECYCLE_CURSOR, strlen(AK_KEY_LIFECYCLE_CURSOR), &v, &vl);
+  *cursor = rc == 0 && vl == 8 ? ak_get_u64((const uint8_t *)v) : 1;
+  free(v);
+  if (rc == 0 && vl != 8) {
+    ak_log(AK_LOG_ERROR, "audit", "m:lifecycle_cursor is damaged (wrong length)", "store=%s", ak_store_path(a->store));
+    return -1;
+  }
+  return rc < 0 ? -1 : 0;
+}
+
+int ak_audit_outbox_advance(ak_audit_t *a, uint64_t cursor) {
+  if (ak_store_pin(a->store) != 0) return -1;
+  ak_batch_t *wb = ak_batch_new(a->store);
+  uint8_t v8[8];
+  ak_put_u64(v8, cursor);
+  if (wb) ak_batch_put(wb, AK_CF_DEFAULT, AK_KEY_LIFECYCLE_CURSOR, strlen(AK_KEY_LIFECYCLE_CURSOR), v8, 8);
+  int rc = wb ? ak_store_write_pinned(a->store, wb, true, NULL, NULL) : -1;
+  ak_store_unpin(a->store);
+  ak_batch_free(wb);
+  return rc;
+}
+
+typedef struct {
+  uint64_t below;
+  uint64_t seq;
+  json_t *event;
+  bool found;
+} next_ctx_t;
+
+static int next_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  next_ctx_t *nc = ctx;
+  if (kl != AK_AUDIT_ROW_KEY_LEN) return 0;
+  uint64_t seq = ak_get_u64((const uint8_t *)k + 1);
+  if (seq >= nc->below) return 1;
+  json_t *ev = json_loadb(v, vl, 0, NULL);
+  if (!json_is_object(ev) || !json_is_string(json_object_get(ev, "event"))) {
+    json_decref(ev);
+    ak_log(AK_LOG_WARNING, "audit", "skipped a damaged lifecycle event row", "seq=%llu", (unsigned long long)seq);
+    return 0;
+  }
+  nc->seq = seq;
+  nc->event = ev;
+  nc->found = true;
+  return 1;
+}
+
+int ak_audit_outbox_next(ak_audit_t *a, uint64_t from, uint64_t below, ak_audit_event_t *ev) {
+  memset(ev, 0, sizeof *ev);
+  if (from >= below) return 0;
+  next_ctx_t nc = {.below = below};
+  uint8_t prefix = AK_AUDIT_EVENT, fk[AK_AUDIT_ROW_KEY_LEN];
+  row_key(fk, AK_AUDIT_EVENT, from);
+  if (ak_store_scan_from(a->store, AK_CF_AUDIT, &prefix, 1, fk, sizeof fk, false, next_cb, &nc) != 0) {
+    json_decref(nc.event);
+    return -1;
+  }
+  if (!nc.found) return 0;
+  uint8_t rk[AK_AUDIT_ROW_KEY_LEN];
+  row_key(rk, AK_AUDIT_ROW, nc.seq);
+  char *v = NULL;
+  size_t vl = 0;
+  int rc = ak_store_get(a->store, AK_CF_AUDIT, rk, sizeof rk, &v, &vl);
+  json_t *row = rc == 0 ? json_loadb(v, vl, 0, NULL) : NULL;
+  free(v);
+  if (rc < 0 || !row) {
+    /* the row's batch wrote both: a missing row is a store that cannot be read */
+    json_decref(nc.event);
+    ak_log(AK_LOG_ERROR, "audit", "a lifecycle event's audit row cannot be read", "seq=%llu",
+           (unsigned long long)nc.seq);
+    return -1;
+  }
+  ev->seq = nc.seq;
+  ev->row = row;
+  ev->event = nc.event;
+  return 1;
+}
+
+void ak_audit_event_clear(ak_audit_event_t *ev) {
+  json_decref(ev->row);
+  json_decref(ev->event);
+  memset(ev, 0, sizeof *ev);
+}
+
+void ak_audit_event_id(const ak_audit_t *a, uint64_t seq, uint8_t id[16]) {
+  uint8_t msg[24] = "ankusa-lifecycle";
+  ak_put_u64(msg + 16, seq);
+  unsigned char mac[32];
+  size_t ml = 0;
+  if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, a->key, sizeof a->key, msg, sizeof msg, mac, sizeof mac, &ml) ||
+      ml != 32) {
+    /* never expected (a fixed, available MAC); the seq alone still keeps ids apart */
+    memset(mac, 0, sizeof mac);
+    ak_put_u64(mac + 8, seq);
+  }
+  memcpy(id, mac, 16);
+  id[6] = (uint8_t)((id[6] & 0x0f) | 0x80); /* version 8: custom */
+  id[8] = (uint8_t)((id[8] & 0x3f) | 0x80); /* RFC 9562 variant */
+}
+
 /* ---------------------------------------------------------------------- prune ---- */
 
 typedef struct {
   int64_t cutoff;
+  uint64_t keep_from;   /* rows at or above this seq stay (the lifecycle cursor) */
+  int64_t blocked;      /* expired rows kept for it */
   uint8_t (*keys)[AK_AUDIT_ROW_KEY_LEN];
   size_t n;
 } prune_ctx_t;
@@ -500,17 +670,24 @@ static int prune_cb(const char *k, size_t kl, const char *v, size_t vl, void *ct
   int64_t at = row ? json_integer_value(json_object_get(row, "at")) : 0;
   json_decref(row);
   if (at >= pc->cutoff) return 1; /* rows are in commit order: the rest are newer */
+  if (ak_get_u64((const uint8_t *)k + 1) >= pc->keep_from) {
+    pc->blocked++; /* and so is every later row: only counted */
+    return 0;
+  }
   memcpy(pc->keys[pc->n++], k, AK_AUDIT_ROW_KEY_LEN);
   return pc->n == PRUNE_BATCH;
 }
 
-int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms) {
+int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms, int64_t *blocked) {
   int64_t total = 0;
-  prune_ctx_t pc = {.cutoff = now_ms - a->retention_ms};
+  prune_ctx_t pc = {.cutoff = now_ms - a->retention_ms, .keep_from = UINT64_MAX};
+  if (blocked) *blocked = 0;
+  if (outbox_on(a) && ak_audit_outbox_cursor(a, &pc.keep_from) != 0) return -1;
   pc.keys = malloc(PRUNE_BATCH * sizeof *pc.keys);
   if (!pc.keys) return -1;
   for (;;) {
     pc.n = 0;
+    pc.blocked = 0; /* the last pass counts them */
     uint8_t prefix = AK_AUDIT_ROW;
     if (ak_store_scan(a->store, AK_CF_AUDIT, &prefix, 1, prune_cb, &pc) != 0 || ak_store_pin(a->store) != 0) {
       total = -1;
@@ -521,7 +698,11 @@ int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms) {
       break;
     }
     ak_batch_t *wb = ak_batch_new(a->store);
-    for (size_t i = 0; wb && i < pc.n; i++) ak_batch_delete(wb, AK_CF_AUDIT, pc.keys[i], AK_AUDIT_ROW_KEY_LEN);
+    for (size_t i = 0; wb && i < pc.n; i++) {
+      ak_batch_delete(wb, AK_CF_AUDIT, pc.keys[i], AK_AUDIT_ROW_KEY_LEN);
+      pc.keys[i][0] = AK_AUDIT_EVENT; /* its entity, if it had one */
+      ak_batch_delete(wb, AK_CF_AUDIT, pc.keys[i], AK_AUDIT_ROW_KEY_LEN);
+    }
     int rc = wb ? ak_store_write_pinned(a->store, wb, false, NULL, NULL) : -1;
     ak_store_unpin(a->store);
     ak_batch_free(wb);
@@ -535,7 +716,30 @@ int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms) {
   free(pc.keys);
   if (total > 0) ak_log(AK_LOG_INFO, "audit", "pruned audit rows past audit.retention_days", "rows=%lld",
                         (long long)total);
+  if (total >= 0) {
+    if (a->m_blocked) ak_gauge_set(a->m_blocked, (double)pc.blocked);
+    if (blocked) *blocked = pc.blocked;
+    if (pc.blocked > 0)
+      ak_log(AK_LOG_WARNING, "audit", "expired audit rows kept: their lifecycle events are not published yet",
+             "rows=%lld cursor=%llu", (long long)pc.blocked, (unsigned long long)pc.keep_from);
+  }
   return total;
+}
+
+/* The prune's clock: the wall clock, or the test builds' clock file. */
+static int64_t prune_now(const ak_audit_t *a) {
+#ifdef AK_TEST_HOOKS
+  if (a->clock_file) {
+    FILE *f = fopen(a->clock_file, "r");
+    long long v = 0;
+    bool got = f && fscanf(f, "%lld", &v) == 1;
+    if (f) fclose(f);
+    if (got && v > 0) return (int64_t)v;
+  }
+#else
+  (void)a;
+#endif
+  return ak_now_ms();
 }
 
 static void *prune_main(void *arg) {
@@ -543,12 +747,14 @@ static void *prune_main(void *arg) {
   pthread_mutex_lock(&a->mu);
   while (!a->stop) {
     pthread_mutex_unlock(&a->mu);
-    if (ak_audit_prune(a, ak_now_ms()) < 0)
-      ak_log(AK_LOG_WARNING, "audit", "audit prune failed; retried in an hour", NULL);
+    if (ak_audit_prune(a, prune_now(a), NULL) < 0)
+      ak_log(AK_LOG_WARNING, "audit", "audit prune failed; retried at the next check", NULL);
     pthread_mutex_lock(&a->mu);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += PRUNE_EVERY_MS / 1000;
+    int64_t ns = (int64_t)ts.tv_nsec + (a->prune_every_ms % 1000) * 1000000LL;
+    ts.tv_sec += a->prune_every_ms / 1000 + ns / 1000000000LL;
+    ts.tv_nsec = ns % 1000000000LL;
     while (!a->stop && pthread_cond_timedwait(&a->cv, &a->mu, &ts) != ETIMEDOUT) {
     }
   }

@@ -26,7 +26,14 @@
  * A change that is not one batch (a quarantine release, committed by the writer in its
  * own batches) is a dual write: a row with outcome "pending" first (ak_audit_record),
  * then the change, then ak_audit_finish with the outcome; a node killed in between finds
- * the row pending at the next open and marks it "interrupted". */
+ * the row pending at the next open and marks it "interrupted".
+ *
+ * The lifecycle outbox (lifecycle.sinks set: src/lifecycle/ calls ak_audit_outbox_enable
+ * at open): an entry with an event type is flagged for publication: the row carries
+ * "event" and the redacted entity goes beside it ('e' seq) in the same batch, so a change
+ * and its event land together or not at all. The publisher reads flagged rows in seq
+ * order from m:lifecycle_cursor (ak_audit_outbox_next) and moves the cursor with a synced
+ * write; retention never deletes a row (or its entity) at or above the cursor. */
 #ifndef AK_STORE_AUDIT_H
 #define AK_STORE_AUDIT_H
 
@@ -67,6 +74,12 @@ typedef struct ak_audit_entry {
   const char *outcome;         /* NULL = "ok"; "pending" for the first half of a dual write */
   json_t *detail;              /* borrowed; counts and ids only, never a spec; NULL = none */
   uint64_t *seq_out;           /* optional: the row's seq */
+  /* lifecycle: the event type ("io.ankusa.source.created", "io.ankusa.route.deleted",
+   * "io.ankusa.tenant.deleted"; NULL = not an event) and the subject's REDACTED entity
+   * (borrowed; secrets replaced as the admin API's views do; NULL = null). Written only
+   * while the outbox is on; a caller may always set them. */
+  const char *event;
+  const json_t *entity;
 } ak_audit_entry_t;
 
 /* Open the trail on inst->store (open, writable): read or create the HMAC key, find the
@@ -116,12 +129,45 @@ typedef struct ak_audit_query {
  * (newest first; null when nothing older is left), or -1 when the store cannot be read. */
 int ak_audit_query(ak_audit_t *a, const ak_audit_query_t *q, json_t **out);
 
-/* Delete rows older than audit.retention_days at now_ms (oldest first). Rows deleted, or
- * -1 on a store error. */
-int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms);
+/* Delete rows older than audit.retention_days at now_ms (oldest first), with their
+ * entities; while the outbox is on, none at or above m:lifecycle_cursor (the expired ones
+ * held back are the gauge ankusa_audit_retention_blocked_by_cursor and *blocked, which
+ * may be NULL). Rows deleted, or -1 on a store error. The prune thread's clock: the test
+ * builds' ANKUSA_TEST_AUDIT_CLOCK_FILE (a file holding "now" in ms) and
+ * ANKUSA_TEST_AUDIT_PRUNE_MS (how often, instead of hourly). */
+int64_t ak_audit_prune(ak_audit_t *a, int64_t now_ms, int64_t *blocked);
 
-/* The next seq the trail will hand out (tests, GET /v1/wal-like views). */
+/* The next seq the trail will hand out (tests, GET /v1/wal-like views). Every row below
+ * it is committed (a put in progress holds the order this takes). */
 uint64_t ak_audit_next_seq(ak_audit_t *a);
+
+/* ------------------------------------------------------ the lifecycle outbox ---- */
+
+/* Turn the outbox on (flagged entries write their entity; retention stops at the
+ * cursor) and set what a commit of a flagged row calls (after the write, never under the
+ * trail's order; NULL: nothing). Called again with NULL when the publisher stops: the
+ * outbox stays on, so a change made while it is down is published at the next start. */
+void ak_audit_outbox_enable(ak_audit_t *a, void (*notify)(void *ctx), void *ctx);
+bool ak_audit_outbox_on(ak_audit_t *a);
+/* m:lifecycle_cursor: the lowest seq not yet published (1 when absent). 0 or -1. */
+int ak_audit_outbox_cursor(ak_audit_t *a, uint64_t *cursor);
+/* A synced write of m:lifecycle_cursor. 0 or -1. */
+int ak_audit_outbox_advance(ak_audit_t *a, uint64_t cursor);
+
+/* One flagged row: its seq, the audit row and {"event", "entity"}; owned (clear it). */
+typedef struct ak_audit_event {
+  uint64_t seq;
+  json_t *row;
+  json_t *event;
+} ak_audit_event_t;
+/* The first flagged row with from <= seq < below. 1 (filled), 0 (none), -1 (store error;
+ * a damaged entity row is logged and skipped). */
+int ak_audit_outbox_next(ak_audit_t *a, uint64_t from, uint64_t below, ak_audit_event_t *ev);
+void ak_audit_event_clear(ak_audit_event_t *ev);
+/* The event id of row seq: 16 bytes (a UUID, version 8) keyed by the store's own audit
+ * key, so a redelivery and a replay of a row carry the same id and two stores never
+ * share one. */
+void ak_audit_event_id(const ak_audit_t *a, uint64_t seq, uint8_t id[16]);
 
 /* The `audit` section and the trail's lifecycle (inst->audit). */
 typedef struct ak_audit_cfg {

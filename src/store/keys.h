@@ -53,6 +53,12 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_KEY_ARCHIVE_CURSOR "m:acursor"
 /* m:aexpired -> u64: archive retention deleted every segment whose hooks all lie below it */
 #define AK_KEY_ARCHIVE_EXPIRED "m:aexpired"
+/* m:lifecycle_cursor -> u64: the lowest audit seq whose lifecycle event is not yet
+ * published (every flagged row below it is done); audit retention never deletes a row at
+ * or above it while lifecycle.sinks is set (store/audit.c, lifecycle/publisher.c) */
+#define AK_KEY_LIFECYCLE_CURSOR "m:lifecycle_cursor"
+/* m:lifecycle_replay -> JSON {id, from_seq, to_seq, next}: the lifecycle replay running */
+#define AK_KEY_LIFECYCLE_REPLAY "m:lifecycle_replay"
 
 /* archive CF: the catalogue, one row per segment (archive/catalogue.h) */
 #define AK_ARC_SEGMENT 'S' /* 'S' first_seq:64 -> catalogue row v1 */
@@ -71,12 +77,15 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 
 /* audit CF (store/audit.c): 'a' seq:64 -> row (JSON); 'p' seq:64 -> "" while that row is
  * pending (a dual write not settled yet); 'v' subject -> u64 revision; 'k' -> the HMAC
- * key of the rows' hashes (32 random bytes); 'n' -> u64 next seq */
+ * key of the rows' hashes (32 random bytes); 'n' -> u64 next seq; 'e' seq:64 -> the
+ * lifecycle event of row seq ({"event", "entity"}: the redacted entity), only while
+ * lifecycle.sinks is set: the outbox src/lifecycle/ publishes */
 #define AK_AUDIT_ROW 'a'
 #define AK_AUDIT_PENDING 'p'
 #define AK_AUDIT_REV 'v'
 #define AK_AUDIT_KEY 'k'
 #define AK_AUDIT_NEXT 'n'
+#define AK_AUDIT_EVENT 'e'
 #define AK_AUDIT_ROW_KEY_LEN 9
 
 /* quarantine CF tags: both keys 'x' received_at:64 id:128 (oldest first) */

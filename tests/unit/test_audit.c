@@ -336,8 +336,8 @@ Test(audit, retention_prunes_old_rows_and_the_seq_goes_on) {
   node_open(&n, "audit: {retention_days: 2}\n");
   for (int i = 0; i < 3; i++) cr_assert_eq(change(&n, "x.put", "acme", "s", NULL, "x", true), 0);
   int64_t now = ak_now_ms();
-  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 86400000LL), 0, "a day later: all kept");
-  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 3 * 86400000LL), 3, "three days later: all gone");
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 86400000LL, NULL), 0, "a day later: all kept");
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 3 * 86400000LL, NULL), 3, "three days later: all gone");
   json_t *out = query(&n, (ak_audit_query_t){0});
   cr_expect_eq(count(out), 0);
   json_decref(out);

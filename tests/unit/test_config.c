@@ -506,13 +506,15 @@ Test(config, later_sections_refuse_the_feature) {
   ak_config_free(load_ok("storage:\n  type: s3\n  s3: {bucket: b, region: r}\n"));
   ak_config_free(load_ok("storage:\n  type: gcs\n  gcs: {bucket: b, auth: none}\n"));
   expect_err("storage:\n  type: gcs\n", "storage.gcs.bucket: required when storage.type is gcs");
-  /* lifecycle: present means on, and on needs sinks; with sinks it asks for the feature */
+  /* lifecycle: present means on, and on needs sinks, each checked like a source's */
   expect_err("lifecycle: {}\n", "lifecycle: missing required key \"sinks\"");
   expect_err("lifecycle: {sinks: []}\n", "lifecycle.sinks: must not be empty");
-  expect_err("lifecycle:\n  sinks: [{type: log}]\n",
-             "lifecycle: not supported yet (lifecycle events); remove the section");
-  expect_err("lifecycle:\n  sinks: [{type: kafka, brokers: k, topic: t}]\n",
-             "lifecycle: not supported yet (lifecycle events); remove the section");
+  expect_err("lifecycle:\n  sinks: [{type: http}]\n", "lifecycle.sinks[0]: missing required key \"url\"");
+  expect_err("lifecycle:\n  sinks: [{type: carrier_pigeon}]\n",
+             "lifecycle.sinks[0].type: unknown value \"carrier_pigeon\"; expected one of log, http, kafka, rabbitmq, "
+             "nats, redis, sqs, google_pubsub" TEST_SINKS);
+  ak_config_free(load_ok("lifecycle:\n  sinks: [{type: log}]\n"));
+  ak_config_free(load_ok("lifecycle:\n  sinks: [{type: kafka, brokers: k, topic: t}]\n"));
 }
 
 Test(config, later_sections_validated) {

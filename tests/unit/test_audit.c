@@ -430,3 +430,129 @@ Test(audit, a_store_without_the_audit_family_opens) {
   cr_expect_eq(change(&n, "x.put", NULL, "s", NULL, "x", true), 0);
   node_close(&n);
 }
+
+/* ------------------------------------------------------------ lifecycle outbox ---- */
+
+/* One flagged change: its row and (while the outbox is on) its entity, in one batch. */
+static int flagged(node_t *n, const char *subject, const char *event, const char *entity_name) {
+  ak_store_t *st = n->inst->store;
+  cr_assert_eq(ak_store_pin(st), 0);
+  ak_batch_t *wb = ak_batch_new(st);
+  ak_batch_put(wb, AK_CF_DEFAULT, subject, strlen(subject), "x", 1);
+  json_t *entity = json_pack("{s:s,s:s}", "name", entity_name, "secret", "[REDACTED]");
+  ak_audit_entry_t e = {.who = &who, .action = "source.create", .tenant = "acme", .subject = subject,
+                        .after = "x", .after_len = 1, .event = event, .entity = entity};
+  int rc = ak_audit_put(n->inst->audit, wb, &e);
+  if (rc == 0) rc = ak_audit_commit(n->inst->audit, st, wb, NULL, NULL);
+  json_decref(entity);
+  ak_store_unpin(st);
+  ak_batch_free(wb);
+  return rc;
+}
+
+static int wakes;
+static void count_wake(void *ctx) {
+  (void)ctx;
+  wakes++;
+}
+
+Test(audit, the_outbox_flags_rows_only_while_on) {
+  node_t n;
+  node_open(&n, "audit: {retention_days: 2}\n");
+  ak_audit_event_t ev;
+  cr_assert_eq(flagged(&n, "source:acme/a", "io.ankusa.source.created", "a"), 0);
+  cr_expect_eq(ak_audit_outbox_next(n.inst->audit, 1, UINT64_MAX, &ev), 0, "off: no entity is written");
+  json_t *out = query(&n, (ak_audit_query_t){0});
+  cr_expect_null(json_object_get(entry(out, 0), "event"));
+  json_decref(out);
+  cr_expect_not(ak_audit_outbox_on(n.inst->audit));
+
+  wakes = 0;
+  ak_audit_outbox_enable(n.inst->audit, count_wake, NULL);
+  cr_assert_eq(flagged(&n, "source:acme/b", "io.ankusa.source.created", "b"), 0);
+  cr_assert_eq(change(&n, "rate_limit.put", "acme", "rate_limit:acme", NULL, "r", true), 0); /* not an event */
+  cr_assert_eq(flagged(&n, "source:acme/b", "io.ankusa.source.deleted", "b"), 0);
+  cr_expect_eq(wakes, 2, "each flagged commit signals the publisher, the others do not");
+  cr_assert_eq(ak_audit_outbox_next(n.inst->audit, 1, UINT64_MAX, &ev), 1);
+  cr_expect_eq(ev.seq, 2);
+  cr_expect_str_eq(str(ev.event, "event"), "io.ankusa.source.created");
+  cr_expect_str_eq(str(json_object_get(ev.event, "entity"), "name"), "b");
+  cr_expect_str_eq(str(ev.row, "event"), "io.ankusa.source.created", "the row says it is an event");
+  cr_expect_eq(num(ev.row, "revision"), 1);
+  ak_audit_event_clear(&ev);
+  cr_assert_eq(ak_audit_outbox_next(n.inst->audit, 3, UINT64_MAX, &ev), 1, "the plain row is skipped");
+  cr_expect_eq(ev.seq, 4);
+  cr_expect_eq(num(ev.row, "revision"), 2);
+  ak_audit_event_clear(&ev);
+  cr_expect_eq(ak_audit_outbox_next(n.inst->audit, 2, 4, &ev), 1);
+  ak_audit_event_clear(&ev);
+  cr_expect_eq(ak_audit_outbox_next(n.inst->audit, 3, 4, &ev), 0, "below is exclusive");
+  cr_expect_eq(ak_audit_outbox_next(n.inst->audit, 5, UINT64_MAX, &ev), 0);
+
+  /* a cancelled flagged put leaves nothing and hands its seq out again */
+  ak_store_t *st = n.inst->store;
+  cr_assert_eq(ak_store_pin(st), 0);
+  ak_batch_t *wb = ak_batch_new(st);
+  ak_audit_entry_t e = {.action = "source.create", .subject = "source:acme/c", .event = "io.ankusa.source.created"};
+  cr_assert_eq(ak_audit_put(n.inst->audit, wb, &e), 0);
+  ak_audit_cancel(n.inst->audit);
+  ak_store_unpin(st);
+  ak_batch_free(wb);
+  cr_expect_eq(ak_audit_next_seq(n.inst->audit), 5);
+  cr_expect_eq(ak_audit_outbox_next(n.inst->audit, 5, UINT64_MAX, &ev), 0);
+
+  /* ids: stable per row, distinct across rows and across stores */
+  uint8_t id1[16], id1b[16], id2[16];
+  ak_audit_event_id(n.inst->audit, 2, id1);
+  ak_audit_event_id(n.inst->audit, 4, id2);
+  node_reopen(&n);
+  ak_audit_event_id(n.inst->audit, 2, id1b);
+  cr_expect_eq(memcmp(id1, id1b, 16), 0, "a redelivery after a restart has the same id");
+  cr_expect_neq(memcmp(id1, id2, 16), 0);
+  cr_expect_eq(id1[6] >> 4, 8, "a version 8 UUID");
+  node_close(&n);
+  ak_fx_rm(&fx);
+  ak_fx_tmp(&fx, "audit-test");
+  node_open(&n, "audit: {retention_days: 2}\n");
+  uint8_t other[16];
+  ak_audit_event_id(n.inst->audit, 2, other);
+  cr_expect_neq(memcmp(id1, other, 16), 0, "another store's row 2 is another event");
+  node_close(&n);
+}
+
+/* A lifecycle sink that never confirms: the cursor stays, and retention keeps every row
+ * (and entity) at or above it, counting the expired ones it holds back. */
+Test(audit, retention_never_passes_the_lifecycle_cursor) {
+  node_t n;
+  node_open(&n, "audit: {retention_days: 2}\n");
+  ak_audit_outbox_enable(n.inst->audit, NULL, NULL);
+  for (int i = 0; i < 3; i++) cr_assert_eq(flagged(&n, "source:acme/a", "io.ankusa.source.updated", "a"), 0);
+  cr_assert_eq(change(&n, "x.put", "acme", "s", NULL, "x", true), 0);
+  uint64_t cur = 0;
+  cr_assert_eq(ak_audit_outbox_cursor(n.inst->audit, &cur), 0);
+  cr_expect_eq(cur, 1, "absent: nothing published yet");
+  int64_t now = ak_now_ms(), blocked = -1;
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 3 * 86400000LL, &blocked), 0, "nothing published: all kept");
+  cr_expect_eq(blocked, 4);
+  cr_assert_eq(ak_audit_outbox_advance(n.inst->audit, 3), 0); /* rows 1 and 2 published */
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 3 * 86400000LL, &blocked), 2);
+  cr_expect_eq(blocked, 2, "rows 3 and 4: at or above the cursor");
+  ak_audit_event_t ev;
+  cr_assert_eq(ak_audit_outbox_next(n.inst->audit, 1, UINT64_MAX, &ev), 1);
+  cr_expect_eq(ev.seq, 3, "the pruned rows' entities went with them");
+  ak_audit_event_clear(&ev);
+  json_t *out = query(&n, (ak_audit_query_t){.has_after = true, .after_seq = 0});
+  cr_expect_eq(count(out), 2);
+  cr_expect_eq(num(entry(out, 0), "seq"), 3);
+  json_decref(out);
+  /* a restart keeps the cursor: still held */
+  node_reopen(&n);
+  ak_audit_outbox_enable(n.inst->audit, NULL, NULL);
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 30 * 86400000LL, &blocked), 0);
+  cr_expect_eq(blocked, 2);
+  cr_assert_eq(ak_audit_outbox_advance(n.inst->audit, 5), 0);
+  cr_expect_eq(ak_audit_prune(n.inst->audit, now + 30 * 86400000LL, &blocked), 2);
+  cr_expect_eq(blocked, 0);
+  cr_expect_eq(ak_audit_outbox_next(n.inst->audit, 1, UINT64_MAX, &ev), 0);
+  node_close(&n);
+}

@@ -3,7 +3,9 @@
  * its server (protocol and host, never credentials), the operation `send`, and the one
  * message they all carry, SinkMessageV1 (sinks/message.h: the same schema as
  * docs/sink-message-v1.schema.json) with the metadata headers. Built per request from the
- * current sources; HTTP and log sinks are not channels and are left out. */
+ * current sources; HTTP and log sinks are not channels and are left out. The broker sinks
+ * of lifecycle.sinks are channels too (source id ankusa:lifecycle): their messages carry a
+ * CloudEvent as the body (docs/lifecycle.md). */
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 #include "admin/asyncapi_api.h"
 #include "core/instance.h"
 #include "core/sources.h"
+#include "lifecycle/module.h"
+#include "lifecycle/publisher.h"
 #include "sinks/message.h"
 
 /* The host[:port] of a URL, without scheme, userinfo, path or query (never a password). */
@@ -118,6 +122,49 @@ static json_t *metadata_headers(void) {
                    "ankusa_idempotency_key", "content_type");
 }
 
+/* The channel of one broker sink (and its server, one per protocol and host, and its send
+ * operation) into doc; nothing for a sink that is not a channel. */
+static void add_channel(json_t *doc, size_t *nservers, const ak_sink_cfg_t *sk, const char *source_id,
+                        const char *channel_id, const char *desc) {
+  json_t *servers = json_object_get(doc, "servers"), *channels = json_object_get(doc, "channels"),
+         *ops = json_object_get(doc, "operations");
+  chan_t c;
+  if (!describe(sk, source_id, &c)) return;
+  /* one server per protocol and host */
+  const char *skey = NULL, *k;
+  json_t *sv;
+  json_object_foreach(servers, k, sv) {
+    if (!strcmp(json_string_value(json_object_get(sv, "protocol")), c.protocol) &&
+        !strcmp(json_string_value(json_object_get(sv, "host")), c.host))
+      skey = k;
+  }
+  char sname[64];
+  if (!skey) {
+    snprintf(sname, sizeof sname, "%s-%zu", c.protocol, ++*nservers);
+    json_t *srv = json_pack("{s:s,s:s}", "host", c.host, "protocol", c.protocol);
+    if (c.pathname[0]) json_object_set_new(srv, "pathname", json_string(c.pathname));
+    json_object_set_new(servers, sname, srv);
+    skey = sname;
+  }
+  char cid[160], ref[200], cref[200], oid[176];
+  snprintf(cid, sizeof cid, "%s", channel_id);
+  sanitize(cid);
+  /* a lifecycle channel's id may meet a source's ("lifecycle-0-kafka"): never replaced */
+  for (int dup = 2; json_object_get(channels, cid) && dup < 100; dup++)
+    snprintf(cid, sizeof cid, "%.140s-%d", channel_id, dup), sanitize(cid);
+  snprintf(ref, sizeof ref, "#/servers/%s", skey);
+  json_t *ch = json_pack("{s:s,s:s,s:[{s:s}],s:{s:{s:s}}}", "address", c.address, "description", desc, "servers",
+                         "$ref", ref, "messages", "SinkMessageV1", "$ref", "#/components/messages/SinkMessageV1");
+  if (c.bindings) json_object_set_new(ch, "bindings", c.bindings);
+  json_object_set_new(channels, cid, ch);
+  snprintf(cref, sizeof cref, "#/channels/%s", cid);
+  char mref[240];
+  snprintf(mref, sizeof mref, "#/channels/%s/messages/SinkMessageV1", cid);
+  snprintf(oid, sizeof oid, "%s-send", cid);
+  json_object_set_new(ops, oid, json_pack("{s:s,s:{s:s},s:[{s:s}]}", "action", "send", "channel", "$ref", cref,
+                                          "messages", "$ref", mref));
+}
+
 json_t *ak_asyncapi_document(ak_instance_t *inst) {
   json_t *schema = json_loads(ak_sink_message_schema(), 0, NULL);
   json_t *doc = json_pack(
@@ -132,54 +179,32 @@ json_t *ak_asyncapi_document(ak_instance_t *inst) {
       "summary", "one stored hook, as every broker sink sends it", "payload",
       schema ? schema : json_object(), "headers", metadata_headers());
   if (!doc) return NULL;
-  json_t *servers = json_object_get(doc, "servers"), *channels = json_object_get(doc, "channels"),
-         *ops = json_object_get(doc, "operations");
   ak_source_t **v = NULL;
   size_t n = inst->sources ? ak_sources_list(inst->sources, NULL, &v) : 0;
   size_t nservers = 0;
   for (size_t i = 0; i < n; i++) {
     const ak_source_cfg_t *s = &v[i]->cfg;
     for (size_t j = 0; j < s->nsinks; j++) {
-      chan_t c;
-      if (!describe(&s->sinks[j], s->id, &c)) continue;
-      /* one server per protocol and host */
-      const char *skey = NULL, *k;
-      json_t *sv;
-      json_object_foreach(servers, k, sv) {
-        if (!strcmp(json_string_value(json_object_get(sv, "protocol")), c.protocol) &&
-            !strcmp(json_string_value(json_object_get(sv, "host")), c.host))
-          skey = k;
-      }
-      char sname[64];
-      if (!skey) {
-        snprintf(sname, sizeof sname, "%s-%zu", c.protocol, ++nservers);
-        json_t *srv = json_pack("{s:s,s:s}", "host", c.host, "protocol", c.protocol);
-        if (c.pathname[0]) json_object_set_new(srv, "pathname", json_string(c.pathname));
-        json_object_set_new(servers, sname, srv);
-        skey = sname;
-      }
-      char cid[160], ref[200], cref[200], oid[176];
+      char cid[160], desc[256];
       snprintf(cid, sizeof cid, "%s-%zu-%s", s->id, j, s->sinks[j].type);
-      sanitize(cid);
-      snprintf(ref, sizeof ref, "#/servers/%s", skey);
-      json_t *ch = json_pack("{s:s,s:s,s:[{s:s}],s:{s:{s:s}}}", "address", c.address, "description", "",
-                             "servers", "$ref", ref, "messages", "SinkMessageV1", "$ref",
-                             "#/components/messages/SinkMessageV1");
-      char desc[256];
       snprintf(desc, sizeof desc, "source %s (tenant %s), sink %zu: %s", s->id, s->tenant ? s->tenant : "default", j,
                s->sinks[j].type);
-      json_object_set_new(ch, "description", json_string(desc));
-      if (c.bindings) json_object_set_new(ch, "bindings", c.bindings);
-      json_object_set_new(channels, cid, ch);
-      snprintf(cref, sizeof cref, "#/channels/%s", cid);
-      char mref[240];
-      snprintf(mref, sizeof mref, "#/channels/%s/messages/SinkMessageV1", cid);
-      snprintf(oid, sizeof oid, "%s-send", cid);
-      json_object_set_new(ops, oid, json_pack("{s:s,s:{s:s},s:[{s:s}]}", "action", "send", "channel", "$ref", cref,
-                                              "messages", "$ref", mref));
+      add_channel(doc, &nservers, &s->sinks[j], s->id, cid, desc);
     }
   }
   ak_sources_list_free(v, n);
+  /* lifecycle.sinks: the same message, whose body is a CloudEvent */
+  const ak_lifecycle_cfg_t *lc = ak_config_of(inst->cfg, &ak_mod_lifecycle);
+  for (size_t j = 0; lc && j < json_array_size(lc->sinks); j++) {
+    json_t *spec = json_array_get(lc->sinks, j);
+    ak_sink_cfg_t sk = {.type = (char *)json_string_value(json_object_get(spec, "type")), .opts = spec};
+    if (!sk.type) continue;
+    char cid[160], desc[256];
+    snprintf(cid, sizeof cid, "lifecycle-%zu-%s", j, sk.type);
+    snprintf(desc, sizeof desc, "lifecycle.sinks[%zu]: %s; body_base64 holds a CloudEvents 1.0 event "
+             "(application/cloudevents+json, io.ankusa.source.created, ...)", j, sk.type);
+    add_channel(doc, &nservers, &sk, AK_LIFECYCLE_SOURCE_ID, cid, desc);
+  }
   return doc;
 }
 

@@ -223,3 +223,12 @@ def test_replay_needs_lifecycle_on(ankusa):
     node = ankusa()
     r = admin_json(node, "POST", "/v1/replays", {"kind": "lifecycle"})
     assert r.status == 409 and r.json["error"] == "lifecycle_disabled", r
+
+
+def test_asyncapi_lists_the_broker_lifecycle_sinks(ankusa):
+    node = ankusa(config={"lifecycle": {"sinks": [{"type": "redis", "url": "redis://127.0.0.1:1", "channel": "lc-events"},
+                                                  {"type": "log"}]}})
+    doc = node.admin("/asyncapi.json").json
+    ch = doc["channels"]["lifecycle-0-redis"]
+    assert ch["address"] == "lc-events" and "CloudEvents" in ch["description"]
+    assert not any(k.startswith("lifecycle-1") for k in doc["channels"]), "a log sink is not a channel"

@@ -391,6 +391,11 @@ void ak_replays_api_list(ak_admin_call_t *call, const ak_admin_path_t *path) {
 }
 
 void ak_replays_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
+  json_t *lj = call->inst->lifecycle && !call->scope ? ak_lifecycle_replay_get(call->inst->lifecycle, path->id) : NULL;
+  if (lj) { /* a lifecycle replay (node-wide: unscoped callers only) */
+    ak_admin_json(call, 200, lj);
+    return;
+  }
   if (!(call->inst->roles & AK_ROLE_DISPATCH)) {
     ak_admin_role_not_enabled(call, "dispatch");
     return;

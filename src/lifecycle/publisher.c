@@ -55,6 +55,7 @@ struct ak_lifecycle {
   uint64_t cursor;        /* under mu for readers; written by the thread (or drain_once) only */
   bool has_replay;        /* the replay: under mu */
   bool replay_creating;   /* a POST is storing one (not seen by the thread yet) */
+  bool replay_kept;       /* replay_id & co. describe the running or the last finished one */
   char replay_id[AK_UUID_STR_LEN];
   uint64_t r_from, r_to, r_next;
   pthread_t th;
@@ -311,17 +312,26 @@ static int replay_load(ak_lifecycle_t *lc) {
   lc->r_from = (uint64_t)json_integer_value(json_object_get(j, "from_seq"));
   lc->r_to = (uint64_t)json_integer_value(json_object_get(j, "to_seq"));
   lc->r_next = (uint64_t)json_integer_value(json_object_get(j, "next"));
-  lc->has_replay = true;
+  lc->has_replay = lc->replay_kept = true;
   json_decref(j);
   ak_log(AK_LOG_INFO, "lifecycle", "lifecycle replay resumed", "id=%s next=%" PRIu64 " to=%" PRIu64, lc->replay_id,
          lc->r_next, lc->r_to);
   return 0;
 }
 
+/* under mu */
 static json_t *replay_view(const ak_lifecycle_t *lc) {
   return json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "id", lc->replay_id, "kind", "lifecycle", "from_seq",
-                   (json_int_t)lc->r_from, "to_seq", (json_int_t)lc->r_to, "next_seq", (json_int_t)lc->r_next,
-                   "state", "running");
+                   (json_int_t)lc->r_from, "to_seq", (json_int_t)(lc->r_to > INT64_MAX ? INT64_MAX : lc->r_to),
+                   "next_seq", (json_int_t)lc->r_next, "state", lc->has_replay || lc->replay_creating ? "running"
+                                                                                                       : "done");
+}
+
+json_t *ak_lifecycle_replay_get(ak_lifecycle_t *lc, const char *id) {
+  pthread_mutex_lock(&lc->mu);
+  json_t *j = lc->replay_kept && id && !strcmp(id, lc->replay_id) ? replay_view(lc) : NULL;
+  pthread_mutex_unlock(&lc->mu);
+  return j;
 }
 
 ak_lc_replay_rc_t ak_lifecycle_replay(ak_lifecycle_t *lc, uint64_t from_seq, uint64_t to_seq,
@@ -339,10 +349,12 @@ ak_lc_replay_rc_t ak_lifecycle_replay(ak_lifecycle_t *lc, uint64_t from_seq, uin
   lc->r_from = lc->r_next = from_seq;
   lc->r_to = to_seq;
   lc->replay_creating = true; /* the thread does not see it before it is stored */
+  lc->replay_kept = true;
   pthread_mutex_unlock(&lc->mu);
   int rc = replay_persist(lc, false, who);
   pthread_mutex_lock(&lc->mu);
   lc->replay_creating = false;
+  lc->replay_kept = rc == 0;
   if (rc == 0) {
     lc->has_replay = true;
     *out = replay_view(lc);

@@ -46,6 +46,10 @@ typedef enum {
 ak_lc_replay_rc_t ak_lifecycle_replay(ak_lifecycle_t *lc, uint64_t from_seq, uint64_t to_seq,
                                       const ak_audit_who_t *who, json_t **out);
 
+/* GET /v1/replays/{id}: the running or the last finished lifecycle replay of this run
+ * (state "running" / "done") when id is its id, else NULL. */
+json_t *ak_lifecycle_replay_get(ak_lifecycle_t *lc, const char *id);
+
 /* The next seq the publisher waits to publish (tests). */
 uint64_t ak_lifecycle_cursor(ak_lifecycle_t *lc);
 

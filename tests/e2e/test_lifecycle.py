@@ -155,6 +155,9 @@ def test_kill_while_the_sink_holds_the_answer_redelivers_the_same_id_and_a_repla
         third = json.loads(lrx.snapshot()[2].body)
         assert third == first, "a replay is the same event"
         assert lrx.snapshot()[2].headers["x-ankusa-id"] == first["id"]
+        rid = r.json["id"]
+        wait_until(lambda: admin_json(node, "GET", f"/v1/replays/{rid}").json.get("state") == "done",
+                   what="the replay done")
         # bad filters are refused, naming the key; the replay left its own audit row
         r = admin_json(node, "POST", "/v1/replays", {"kind": "lifecycle", "from_seq": 5, "to_seq": 2})
         assert r.status == 400 and "to_seq" in r.body.decode(), r

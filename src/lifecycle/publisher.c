@@ -378,6 +378,12 @@ static int step(ak_lifecycle_t *lc) {
   ak_audit_event_t ev;
   int r = ak_audit_outbox_next(lc->audit, cursor, below, &ev);
   if (r < 0) return -1;
+  if (r == 2) { /* a pending row: everything before it is done; wait for its verdict */
+    uint64_t held = ev.seq;
+    ak_audit_event_clear(&ev);
+    if (held > cursor && advance(lc, held) != 0) return -1;
+    return 0;
+  }
   if (r == 1) {
     int d = deliver(lc, &ev, NULL);
     uint64_t seq = ev.seq;
@@ -398,6 +404,10 @@ static int step(ak_lifecycle_t *lc) {
   if (rbelow > below) rbelow = below;
   r = ak_audit_outbox_next(lc->audit, rnext, rbelow, &ev);
   if (r < 0) return -1;
+  if (r == 2) { /* the replay stops at a pending row too: the outbox gets it first */
+    ak_audit_event_clear(&ev);
+    return 0;
+  }
   if (r == 0) {
     if (replay_persist(lc, true, NULL) != 0) return -1;
     pthread_mutex_lock(&lc->mu);

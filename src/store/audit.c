@@ -430,6 +430,12 @@ static int finish(ak_audit_t *a, uint64_t seq, const char *outcome, bool set_aft
   if (rc != 0)
     ak_log(AK_LOG_ERROR, "audit", "cannot settle a pending audit row", "seq=%llu outcome=%s",
            (unsigned long long)seq, outcome);
+  else {
+    /* a settled row may be an event the publisher waits on */
+    pthread_mutex_lock(&a->mu);
+    if (a->notify) a->notify(a->notify_ctx);
+    pthread_mutex_unlock(&a->mu);
+  }
   return rc;
 }
 
@@ -602,33 +608,46 @@ static int next_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx
 
 int ak_audit_outbox_next(ak_audit_t *a, uint64_t from, uint64_t below, ak_audit_event_t *ev) {
   memset(ev, 0, sizeof *ev);
-  if (from >= below) return 0;
-  next_ctx_t nc = {.below = below};
-  uint8_t prefix = AK_AUDIT_EVENT, fk[AK_AUDIT_ROW_KEY_LEN];
-  row_key(fk, AK_AUDIT_EVENT, from);
-  if (ak_store_scan_from(a->store, AK_CF_AUDIT, &prefix, 1, fk, sizeof fk, false, next_cb, &nc) != 0) {
-    json_decref(nc.event);
-    return -1;
+  for (;;) {
+    if (from >= below) return 0;
+    next_ctx_t nc = {.below = below};
+    uint8_t prefix = AK_AUDIT_EVENT, fk[AK_AUDIT_ROW_KEY_LEN];
+    row_key(fk, AK_AUDIT_EVENT, from);
+    if (ak_store_scan_from(a->store, AK_CF_AUDIT, &prefix, 1, fk, sizeof fk, false, next_cb, &nc) != 0) {
+      json_decref(nc.event);
+      return -1;
+    }
+    if (!nc.found) return 0;
+    uint8_t rk[AK_AUDIT_ROW_KEY_LEN];
+    row_key(rk, AK_AUDIT_ROW, nc.seq);
+    char *v = NULL;
+    size_t vl = 0;
+    int rc = ak_store_get(a->store, AK_CF_AUDIT, rk, sizeof rk, &v, &vl);
+    json_t *row = rc == 0 ? json_loadb(v, vl, 0, NULL) : NULL;
+    free(v);
+    if (rc < 0 || !row) {
+      /* the row's batch wrote both: a missing row is a store that cannot be read */
+      json_decref(nc.event);
+      ak_log(AK_LOG_ERROR, "audit", "a lifecycle event's audit row cannot be read", "seq=%llu",
+             (unsigned long long)nc.seq);
+      return -1;
+    }
+    const char *outcome = json_string_value(json_object_get(row, "outcome"));
+    if (outcome && !strcmp(outcome, "failed")) { /* the change did not happen: no event */
+      json_decref(row);
+      json_decref(nc.event);
+      from = nc.seq + 1;
+      continue;
+    }
+    ev->seq = nc.seq;
+    ev->row = row;
+    if (outcome && !strcmp(outcome, "pending")) { /* not settled yet: nothing at or after it goes */
+      json_decref(nc.event);
+      return 2;
+    }
+    ev->event = nc.event;
+    return 1;
   }
-  if (!nc.found) return 0;
-  uint8_t rk[AK_AUDIT_ROW_KEY_LEN];
-  row_key(rk, AK_AUDIT_ROW, nc.seq);
-  char *v = NULL;
-  size_t vl = 0;
-  int rc = ak_store_get(a->store, AK_CF_AUDIT, rk, sizeof rk, &v, &vl);
-  json_t *row = rc == 0 ? json_loadb(v, vl, 0, NULL) : NULL;
-  free(v);
-  if (rc < 0 || !row) {
-    /* the row's batch wrote both: a missing row is a store that cannot be read */
-    json_decref(nc.event);
-    ak_log(AK_LOG_ERROR, "audit", "a lifecycle event's audit row cannot be read", "seq=%llu",
-           (unsigned long long)nc.seq);
-    return -1;
-  }
-  ev->seq = nc.seq;
-  ev->row = row;
-  ev->event = nc.event;
-  return 1;
 }
 
 void ak_audit_event_clear(ak_audit_event_t *ev) {

@@ -160,8 +160,11 @@ typedef struct ak_audit_event {
   json_t *row;
   json_t *event;
 } ak_audit_event_t;
-/* The first flagged row with from <= seq < below. 1 (filled), 0 (none), -1 (store error;
- * a damaged entity row is logged and skipped). */
+/* The first flagged row with from <= seq < below. 1 (filled), 0 (none), 2 (the first is
+ * a pending row of a dual write: ev->seq and ev->row only; nothing at or after it may go
+ * before it settles, and ak_audit_finish signals the publisher), -1 (store error; a
+ * damaged entity row is logged and skipped). A row settled "failed" (the change was not
+ * made) is no event and is passed over; "ok" and "interrupted" rows are events. */
 int ak_audit_outbox_next(ak_audit_t *a, uint64_t from, uint64_t below, ak_audit_event_t *ev);
 void ak_audit_event_clear(ak_audit_event_t *ev);
 /* The event id of row seq: 16 bytes (a UUID, version 8) keyed by the store's own audit

@@ -185,3 +185,37 @@ Test(lifecycle, retries_run_out_the_event_is_dropped_and_the_cursor_moves) {
       text);
   free(text);
 }
+
+/* A dual write (a change that lives elsewhere: routes, a shared source store) flags its
+ * pending row: nothing at or after it goes before its verdict; "failed" is no event, "ok"
+ * is published, in seq order. */
+Test(lifecycle, a_pending_row_holds_the_outbox_until_its_verdict) {
+  open_echo();
+  uint64_t p1 = 0, p2 = 0;
+  json_t *entity = json_pack("{s:s}", "name", "r1");
+  ak_audit_entry_t e = {.who = &who, .action = "route.create", .tenant = "acme", .subject = "route:acme/r1",
+                        .after = "x", .after_len = 1, .outcome = "pending", .seq_out = &p1,
+                        .event = "io.ankusa.route.created", .entity = entity};
+  cr_assert_eq(ak_audit_record(fx.inst->audit, &e), 0);                 /* seq 1, pending */
+  cr_assert_eq(change("source:acme/a", "io.ankusa.source.created"), 0); /* seq 2 */
+  e.seq_out = &p2;
+  e.subject = "route:acme/r2";
+  cr_assert_eq(ak_audit_record(fx.inst->audit, &e), 0); /* seq 3, pending */
+  json_decref(entity);
+  cr_assert_eq(ak_lifecycle_drain_once(fx.inst->lifecycle), 0);
+  char ids[16][AK_UUID_STR_LEN], want[AK_UUID_STR_LEN];
+  cr_expect_eq(echo_ids(ids, 16), 0, "the pending row holds every later event");
+  cr_expect_eq(ak_lifecycle_cursor(fx.inst->lifecycle), 1);
+  cr_assert_eq(ak_audit_finish(fx.inst->audit, p1, "failed", NULL, 0, NULL), 0);
+  cr_assert_eq(ak_lifecycle_drain_once(fx.inst->lifecycle), 0);
+  cr_assert_eq(echo_ids(ids, 16), 1, "a failed change is no event; the next one goes");
+  id_of(2, want);
+  cr_expect_str_eq(ids[0], want);
+  cr_expect_eq(ak_lifecycle_cursor(fx.inst->lifecycle), 3);
+  cr_assert_eq(ak_audit_finish(fx.inst->audit, p2, "ok", "y", 1, NULL), 0);
+  cr_assert_eq(ak_lifecycle_drain_once(fx.inst->lifecycle), 0);
+  cr_assert_eq(echo_ids(ids, 16), 2);
+  id_of(3, want);
+  cr_expect_str_eq(ids[1], want);
+  cr_expect_eq(ak_lifecycle_cursor(fx.inst->lifecycle), 4);
+}

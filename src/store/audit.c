@@ -146,6 +146,10 @@ ak_audit_t *ak_audit_open(ak_instance_t *inst, char **err) {
   pthread_mutex_init(&a->mu, NULL);
   pthread_cond_init(&a->cv, NULL);
   a->prune_every_ms = PRUNE_EVERY_MS;
+  /* the outbox is on from the first prune (which runs as this thread starts, before the
+   * lifecycle module opens): read from the config, not left to the publisher */
+  const json_t *lcs = inst->cfg ? json_object_get(json_object_get(inst->cfg->effective, "lifecycle"), "sinks") : NULL;
+  a->outbox = json_array_size(lcs) > 0;
 #ifdef AK_TEST_HOOKS
   a->fail = getenv("ANKUSA_TEST_AUDIT_FAIL");
   a->clock_file = getenv("ANKUSA_TEST_AUDIT_CLOCK_FILE");

@@ -143,10 +143,11 @@ uint64_t ak_audit_next_seq(ak_audit_t *a);
 
 /* ------------------------------------------------------ the lifecycle outbox ---- */
 
-/* Turn the outbox on (flagged entries write their entity; retention stops at the
- * cursor) and set what a commit of a flagged row calls (after the write, never under the
- * trail's order; NULL: nothing). Called again with NULL when the publisher stops: the
- * outbox stays on, so a change made while it is down is published at the next start. */
+/* The outbox is on from ak_audit_open when the config has lifecycle.sinks (so even the
+ * first prune, at open, stops at the cursor). This turns it on too (tests, tools) and sets
+ * what a commit of a flagged row calls (after the write, never under the trail's order;
+ * NULL: nothing). Called again with NULL when the publisher stops: the outbox stays on,
+ * so a change made while it is down is published at the next start. */
 void ak_audit_outbox_enable(ak_audit_t *a, void (*notify)(void *ctx), void *ctx);
 bool ak_audit_outbox_on(ak_audit_t *a);
 /* m:lifecycle_cursor: the lowest seq not yet published (1 when absent). 0 or -1. */

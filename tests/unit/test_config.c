@@ -515,6 +515,9 @@ Test(config, later_sections_refuse_the_feature) {
              "nats, redis, sqs, google_pubsub" TEST_SINKS);
   ak_config_free(load_ok("lifecycle:\n  sinks: [{type: log}]\n"));
   ak_config_free(load_ok("lifecycle:\n  sinks: [{type: kafka, brokers: k, topic: t}]\n"));
+  /* the lifecycle events' source id is reserved: no source id can hold a ':' */
+  expect_err("sources:\n  \"ankusa:lifecycle\": {sinks: [{type: log}]}\n",
+             "sources: invalid source id \"ankusa:lifecycle\"; expected [A-Za-z0-9_-]{1,64}");
 }
 
 Test(config, later_sections_validated) {

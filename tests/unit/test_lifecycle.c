@@ -219,3 +219,22 @@ Test(lifecycle, a_pending_row_holds_the_outbox_until_its_verdict) {
   cr_expect_str_eq(ids[1], want);
   cr_expect_eq(ak_lifecycle_cursor(fx.inst->lifecycle), 4);
 }
+
+/* A stop between a dual write's two halves: the next open settles the pending row
+ * "interrupted" (the change may have been applied), and its event goes out then. */
+Test(lifecycle, an_interrupted_row_is_published_after_the_restart) {
+  open_echo();
+  uint64_t p = 0;
+  ak_audit_entry_t e = {.who = &who, .action = "route.delete", .tenant = "acme", .subject = "route:acme/r1",
+                        .before = "x", .before_len = 1, .outcome = "pending", .seq_out = &p,
+                        .event = "io.ankusa.route.deleted"};
+  cr_assert_eq(ak_audit_record(fx.inst->audit, &e), 0);
+  cr_assert_eq(ak_lifecycle_drain_once(fx.inst->lifecycle), 0);
+  char ids[4][AK_UUID_STR_LEN], want[AK_UUID_STR_LEN];
+  cr_expect_eq(echo_ids(ids, 4), 0);
+  ak_fx_reopen(&fx);
+  cr_assert_eq(ak_lifecycle_drain_once(fx.inst->lifecycle), 0);
+  cr_assert_eq(echo_ids(ids, 4), 1);
+  id_of(p, want);
+  cr_expect_str_eq(ids[0], want);
+}

@@ -313,8 +313,6 @@ def test_later_section_restating_defaults_loads(tmp_path, section):
 LATER_REFUSED = [
     pytest.param("routes: {enabled: true}\n", {},
                  "  routes.enabled: true is not supported yet; set it to false or remove it", id="routes-enabled"),
-    pytest.param("lifecycle:\n  sinks: [{type: log}]\n", {},
-                 "  lifecycle: not supported yet (lifecycle events); remove the section", id="lifecycle-sinks"),
     pytest.param("lifecycle: {}\n", {}, '  lifecycle: missing required key "sinks"', id="lifecycle-without-sinks"),
     pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true"},
                  "  routes.enabled (from ANKUSA_ROUTES_ENABLED): true is not supported yet; set it to false or "

@@ -39,6 +39,9 @@ int ak_sources_api_rotate(const ak_config_t *cfg, struct ak_store *st, struct ak
 extern const ak_module_t ak_mod_source_store;
 /* source_store.type is persistent: the admin API's sources are served and kept. */
 bool ak_source_store_persistent(const ak_config_t *cfg);
+/* source_store.type is redis: the admin API's sources are served and kept in a Redis the
+ * fleet shares (admin/source_store_redis.h). */
+bool ak_source_store_redis(const ak_config_t *cfg);
 
 /* Handlers (api.h), after the router checked the scope and the path tenant: {tenant} is
  * a valid tenant id in the caller's scope; {name} the source's name. */

@@ -236,7 +236,6 @@ typedef struct ak_srcstore {
   ak_instance_t *inst;
   ak_srcredis_t *r;
   _Atomic bool loaded;          /* a load succeeded: the table holds every shared source */
-  uint64_t boot_version;        /* the version the boot loaded (when loaded at open) */
   bool settled;                 /* the sync thread's: the trail's pending rows settled */
   bool down_logged;             /* the sync thread's */
 } ak_srcstore_t;
@@ -1392,7 +1391,8 @@ static int redis_open(ak_instance_t *inst, char **err) {
   }
   ss->inst = inst;
   inst->srcstore = ss;
-  if (redis_load(ss, false, &ss->boot_version) != 0)
+  uint64_t version;
+  if (redis_load(ss, false, &version) != 0)
     ak_log(AK_LOG_WARNING, "sources", "the shared source store is unavailable at start: the config file's sources "
            "serve, the shared ones answer 503 store_unavailable until it is read", "store=%s namespace=%s",
            ak_srcredis_addr(ss->r), ns);
@@ -1419,7 +1419,9 @@ static int source_store_open(ak_instance_t *inst, char **err) {
 
 static int source_store_start(ak_instance_t *inst, char **err) {
   ak_srcstore_t *ss = inst->srcstore;
-  if (ss && ak_srcredis_start(ss->r, atomic_load(&ss->loaded), ss->boot_version) != 0) {
+  /* the thread's first load is at once, whatever the boot read: it settles the trail's
+   * pending rows (the trail opens after this module) */
+  if (ss && ak_srcredis_start(ss->r, false, 0) != 0) {
     *err = strdup("source_store: cannot start its thread");
     return AK_MODULE_FAILED;
   }

@@ -487,6 +487,7 @@ static int redis_load(ak_srcstore_t *ss, bool settle, uint64_t *version) {
   if (ss->down_logged) ak_log(AK_LOG_INFO, "sources", "the shared source store is readable again", "store=%s",
                               ak_srcredis_addr(ss->r));
   ss->down_logged = false;
+  ak_sources_set_incomplete(inst->sources, false);
   if (!atomic_exchange(&ss->loaded, true))
     ak_log(AK_LOG_INFO, "sources", "shared sources loaded from the source store", "store=%s sources=%zu version=%llu",
            ak_srcredis_addr(ss->r), n, (unsigned long long)*version);
@@ -1391,6 +1392,7 @@ static int redis_open(ak_instance_t *inst, char **err) {
   }
   ss->inst = inst;
   inst->srcstore = ss;
+  ak_sources_set_incomplete(inst->sources, true);
   uint64_t version;
   if (redis_load(ss, false, &version) != 0)
     ak_log(AK_LOG_WARNING, "sources", "the shared source store is unavailable at start: the config file's sources "

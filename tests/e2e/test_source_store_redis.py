@@ -200,8 +200,14 @@ def test_redis_down_at_boot_then_up(tmp_path, ankusa):
         g = admin_json(a, "GET", "/v1/tenants/acme/sources/anything")
         assert g.status == 503 and g.json["error"] == "store_unavailable", g
         assert "the shared source store is unavailable at start" in a.log_text()
+        h = a.post("/webhooks/anything", b"{}")
+        assert h.status == 503 and h.json["error"] == "store_unavailable", h
+        ready = a.get("/ready")
+        assert ready.status == 200 and "not read yet" in ready.json["source_store"], ready
         r.start()
         within(lambda: admin_json(a, "GET", "/v1/tenants/acme/sources/anything").status == 404, 5.0, "loaded")
+        assert a.post("/webhooks/anything", b"{}").status == 404
+        assert "source_store" not in a.get("/ready").json
         # a Redis row named like a config file's source is refused on this node, logged
         b = ankusa(config=store(r), name="b", sources={})
         assert admin_json(b, "POST", "/v1/tenants/acme/sources", dict(name="from_file", **spec())).status == 201

@@ -6,11 +6,12 @@ across the fleet; the dual write's pending audit row is settled at the next boot
 reading Redis (a kill -9 before the write: failed, after it: ok, changed meanwhile by the
 other node: interrupted); Redis down: writes 503 with nothing changed, the cache serves;
 secrets never reach Redis in the clear and the url's password never reaches a log."""
+import json
 import time
 
 import pytest
 
-from helpers import SOURCE_STORE_KEY, admin_json, wait_until
+from helpers import SOURCE_STORE_KEY, admin_json, run_cli, wait_until
 from redis_server import RedisServer
 
 NS = "ankusa:sources:default"
@@ -218,3 +219,18 @@ def test_redis_down_at_boot_then_up(tmp_path, ankusa):
             assert PASSWORD not in n.log_text()
     finally:
         r.close()
+
+
+def test_print_config_names_the_redis_store_and_hides_the_url(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"source_store": {"url": f"redis://:{PASSWORD}@cache:6379/1",
+                                                "secret_key": SOURCE_STORE_KEY},
+                               "sources": {"x": {"sinks": LOG}}}))
+    p = run_cli("print-config", "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    assert PASSWORD not in p.stdout and SOURCE_STORE_KEY not in p.stdout
+    c = json.loads(p.stdout)
+    assert c["source_store"]["type"] == "redis"  # a url without a type means redis
+    assert c["source_store"]["module"] == "Ankusa.SourceStore.Redis"
+    p = run_cli("check-config", "--config", str(cfg))
+    assert p.returncode == 0 and PASSWORD not in p.stdout + p.stderr, p

@@ -34,6 +34,7 @@ struct ak_srcredis {
   pthread_t th;
   bool started;
   _Atomic bool stop;
+  _Atomic bool poke;         /* ak_srcredis_reload_soon */
   bool have_last;
   uint64_t last;
   bool sub_down_logged;
@@ -362,6 +363,10 @@ static void *sync_main(void *arg) {
   int64_t next_tick = 0, next_dial = 0;
   while (!atomic_load(&r->stop)) {
     int64_t now = mono_ms();
+    if (atomic_exchange(&r->poke, false)) {
+      r->have_last = false; /* the next check reloads whatever the version says */
+      next_tick = now;
+    }
     if (!r->sub && now >= next_dial) {
       if (sub_connect(r) == 0) next_tick = now; /* whatever was published meanwhile: read the version now */
       else next_dial = now + RETRY_MS;
@@ -399,6 +404,8 @@ static void *sync_main(void *arg) {
   }
   return NULL;
 }
+
+void ak_srcredis_reload_soon(ak_srcredis_t *r) { atomic_store(&r->poke, true); }
 
 int ak_srcredis_start(ak_srcredis_t *r, bool have_last, uint64_t last) {
   r->have_last = have_last;

@@ -64,6 +64,10 @@ ak_srcredis_rc_t ak_srcredis_put(ak_srcredis_t *r, const char *name, const char 
 /* Stop the sync thread (when started) and wait for it; before the table or the audit
  * trail its reload uses are closed. */
 void ak_srcredis_stop(ak_srcredis_t *r);
+/* Any thread: the sync thread reloads soon (at its next turn, retried until it succeeds)
+ * even if the version did not move: a write whose answer never came left its audit row
+ * pending, and the load settles it. */
+void ak_srcredis_reload_soon(ak_srcredis_t *r);
 /* Start the sync thread; last: the version already loaded (have_last false: none). 0 or -1. */
 int ak_srcredis_start(ak_srcredis_t *r, bool have_last, uint64_t last);
 

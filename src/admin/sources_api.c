@@ -310,6 +310,8 @@ static int store_change_redis(ak_instance_t *inst, const ak_audit_who_t *who, co
     ak_audit_finish(inst->audit, seq, "ok", after, after ? strlen(after) : 0, NULL);
     rc = SR_OK;
   } else if (w == AK_SRCREDIS_UNKNOWN) {
+    ss->settled = false; /* under the write lock, as the sync thread reads it */
+    ak_srcredis_reload_soon(ss->r);
     ak_log(AK_LOG_ERROR, "sources", "a change to the source store got no answer: it may or may not be applied; "
            "the next load settles its audit row", "action=%s tenant=%s name=%s seq=%llu reason=\"%s\"", action,
            tenant, name, (unsigned long long)seq, why);
@@ -646,7 +648,11 @@ int ak_sources_api_load(ak_instance_t *inst, char **err) {
     ak_log(AK_LOG_WARNING, "sources",
            "stored sources have secrets sealed with a previous key: run `ankusa rotate-secrets` (node stopped) "
            "before removing it from source_store.previous_secret_keys", "sources=%zu", lc.stale_rows);
-  if (lc.n && !ak_source_store_persistent(inst->cfg))
+  if (lc.n && ak_source_store_redis(inst->cfg))
+    ak_log(AK_LOG_WARNING, "sources",
+           "the store holds sources created over the admin API, not served: source_store.type is redis (the "
+           "shared store's sources are served)", "stored=%zu", lc.n);
+  else if (lc.n && !ak_source_store_persistent(inst->cfg))
     ak_log(AK_LOG_WARNING, "sources",
            "the store holds sources created over the admin API, not served: source_store.type is static",
            "stored=%zu", lc.n);

@@ -138,19 +138,23 @@ static redisContext *dial(const ak_srcredis_t *r, char *why, size_t wl) {
 }
 
 /* One command on the command connection (mu held). The reply (free it), or NULL with why:
- * the connection is dropped, and *sent says whether the command may have reached Redis. */
+ * the connection is dropped, and *sent says whether the command may have reached Redis.
+ * A read (sent == NULL) that fails on a connection made earlier is tried once more on a
+ * new one: a Redis restarted since the last command closed it. */
 static redisReply *command(ak_srcredis_t *r, int argc, const char **argv, const size_t *lens, bool *sent,
                            char *why, size_t wl) {
   if (sent) *sent = false;
-  if (!r->cmd && !(r->cmd = dial(r, why, wl))) return NULL;
-  if (sent) *sent = true;
-  redisReply *rep = redisCommandArgv(r->cmd, argc, argv, lens);
-  if (!rep) {
+  for (int attempt = 0;; attempt++) {
+    bool fresh = !r->cmd;
+    if (!r->cmd && !(r->cmd = dial(r, why, wl))) return NULL;
+    if (sent) *sent = true;
+    redisReply *rep = redisCommandArgv(r->cmd, argc, argv, lens);
+    if (rep) return rep;
     snprintf(why, wl, "%s: %s", r->addr, r->cmd->errstr[0] ? r->cmd->errstr : "no answer");
     redisFree(r->cmd);
     r->cmd = NULL;
+    if (sent || fresh || attempt) return NULL;
   }
-  return rep;
 }
 
 /* --------------------------------------------------------------------- reads ---- */

@@ -254,3 +254,13 @@ def test_a_write_from_a_stale_cache_is_a_conflict(redis, ankusa):
     r = admin_json(a, "DELETE", "/v1/tenants/acme/sources/stale")
     assert r.status == 409 and r.json["error"] == "source_conflict", r
     assert serves(a, "stale")
+
+
+def test_a_node_cut_off_the_channel_catches_up_when_it_resubscribes(redis, ankusa):
+    a = ankusa(config=store(redis), name="a")
+    b = ankusa(config=store(redis), name="b")
+    # the change channel's connections dropped; a's write is broadcast to nobody
+    assert redis.cmd("CLIENT", "KILL", "TYPE", "pubsub") >= 2
+    assert admin_json(a, "POST", "/v1/tenants/acme/sources", dict(name="unheard", **spec())).status == 201
+    # tick_ms is a minute: b reads the version when it is back on the channel
+    within(lambda: serves(b, "unheard"), 4.0, "b catches up after resubscribing")

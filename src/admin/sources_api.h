@@ -1,4 +1,5 @@
-/* Sources managed over the admin API (source_store.type persistent): the endpoints
+/* Sources managed over the admin API (source_store.type persistent, or redis: the rows in
+ * a Redis the fleet shares, admin/source_store_redis.h, docs/shared-stores.md): the endpoints
  * GET|POST /v1/tenants/{tenant}/sources and GET|PUT|DELETE
  * /v1/tenants/{tenant}/sources/{name}, their rows in the node's store (default CF,
  * s:<tenant>\0<name>, docs/storage.md) and reading them back at boot. A spec is checked by

@@ -264,3 +264,32 @@ def test_a_node_cut_off_the_channel_catches_up_when_it_resubscribes(redis, ankus
     assert admin_json(a, "POST", "/v1/tenants/acme/sources", dict(name="unheard", **spec())).status == 201
     # tick_ms is a minute: b reads the version when it is back on the channel
     within(lambda: serves(b, "unheard"), 4.0, "b catches up after resubscribing")
+
+
+def test_lifecycle_events_of_the_redis_store_wait_for_the_verdict(redis, ankusa):
+    from receiver import Receiver
+    lrx = Receiver()
+    try:
+        cfg = {**store(redis), "lifecycle": {"sinks": [{"type": "http", "url": lrx.url}]}}
+        a = ankusa(config=cfg, name="a")
+        assert admin_json(a, "POST", "/v1/tenants/acme/sources", dict(name="ev", **spec())).status == 201
+        assert admin_json(a, "PUT", "/v1/tenants/acme/sources/ev", spec("ev-second-secret")).status == 200
+        # a kill before the write: failed, no event; a kill after it: ok, its event after the restart
+        a.stop()
+        a.env = {"ANKUSA_TEST_SOURCE_STORE_KILL_AT": "after_pending"}
+        a.start()
+        killed_request(a, "DELETE", "/v1/tenants/acme/sources/ev", None)
+        a.env = {"ANKUSA_TEST_SOURCE_STORE_KILL_AT": "after_write"}
+        a.start()
+        killed_request(a, "DELETE", "/v1/tenants/acme/sources/ev", None)
+        a.env = {}
+        a.start()
+        got = lambda: [json.loads(d.body)["type"] for d in lrx.snapshot() if d.status == 204]
+        wait_until(lambda: len(got()) >= 3, timeout=10, what="three events")
+        time.sleep(0.3)
+        assert got() == ["io.ankusa.source.created", "io.ankusa.source.updated", "io.ankusa.source.deleted"]
+        assert [r["outcome"] for r in audit(a, "source.delete")] == ["ok", "failed"]  # newest first
+        raw = b"".join(d.body for d in lrx.snapshot())
+        assert VERIFY_SECRET.encode() not in raw and b"ev-second-secret" not in raw
+    finally:
+        lrx.close()

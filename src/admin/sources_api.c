@@ -15,7 +15,12 @@
  *
  * Names are unique on the node, across tenants and the config file's sources, whatever
  * http.routing is: hooks, delivery rows, the dead-letter set, the pen and dedupe keys all
- * name their source by name. */
+ * name their source by name.
+ *
+ * With source_store.type redis the same rows live in a Redis the fleet shares
+ * (source_store_redis.h): a change is a dual write in the audit trail (a pending row, the
+ * checked write, the verdict) instead of one batch, and the table is the cache every node
+ * reloads on a change's broadcast or its tick ("the redis store" below). */
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <stdatomic.h>

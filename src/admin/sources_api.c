@@ -15,13 +15,21 @@
  *
  * Names are unique on the node, across tenants and the config file's sources, whatever
  * http.routing is: hooks, delivery rows, the dead-letter set, the pen and dedupe keys all
- * name their source by name. */
+ * name their source by name.
+ *
+ * With source_store.type redis the same rows live in a Redis the fleet shares
+ * (source_store_redis.h): a change is a dual write in the audit trail (a pending row, the
+ * checked write, the verdict) instead of one batch, and the table is the cache every node
+ * reloads on a change's broadcast or its tick ("the redis store" below). */
 #include <errno.h>
 #include <openssl/crypto.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "admin/sources_api.h"
+#include "admin/source_store_redis.h"
 #include "dispatch/dispatch.h"
 #include "core/clock.h"
 #include "core/envelope.h"
@@ -56,6 +64,7 @@ static json_t *record(const char *tenant, const char *name, const json_t *spec, 
 }
 
 static const ak_sealed_keyring_t *keyring(const ak_config_t *cfg);
+static bool writable(const ak_config_t *cfg);
 
 /* "source:<tenant>/<name>": the row every sealed value of it is bound to (the audit subject) */
 static void row_context(char out[200], const char *tenant, const char *name) {
@@ -220,6 +229,280 @@ static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const ch
   return rc;
 }
 
+/* ------------------------------------------------------------ the redis store ---- */
+
+/* source_store.type redis (docs/shared-stores.md). The table is the cache of the rows in
+ * Redis: a writer changes Redis first (a dual write in the audit trail: a synced pending
+ * row, the checked write, the row finished) and then its own table; every other node
+ * reloads on the change's broadcast or its next tick. Writers and reloads both hold the
+ * table's write lock, so a reload never sees a write half done and a pending row of this
+ * run is never settled by this run's reload. */
+typedef struct ak_srcstore {
+  ak_instance_t *inst;
+  ak_srcredis_t *r;
+  _Atomic bool loaded;          /* a load succeeded: the table holds every shared source */
+  bool settled;                 /* the sync thread's: the trail's pending rows settled */
+  bool down_logged;             /* the sync thread's */
+} ak_srcstore_t;
+
+/* Test builds: ANKUSA_TEST_SOURCE_STORE_KILL_AT=after_pending|after_write kills the node
+ * between the halves of a dual write (tests/e2e/test_source_store_redis.py). */
+static void kill_at(const char *point) {
+#ifdef AK_TEST_HOOKS
+  const char *k = getenv("ANKUSA_TEST_SOURCE_STORE_KILL_AT");
+  if (k && !strcmp(k, point)) _exit(9);
+#else
+  (void)point;
+#endif
+}
+
+enum { SR_OK = 0, SR_UNAVAILABLE = -1, SR_CONFLICT = 1, SR_TAKEN = 2 };
+
+/* The change in Redis: rec (plain spec; sealed here) replaces the row of name, or deletes
+ * it (NULL), when the stored row is tenant's at revision expect (0: none). Under the
+ * table's write lock. SR_OK, SR_CONFLICT (changed meanwhile on another node: nothing
+ * written), SR_TAKEN (another tenant's name), SR_UNAVAILABLE (nothing written, or a
+ * write whose answer never came: its pending row is settled by the next load). */
+static int store_change_redis(ak_instance_t *inst, const ak_audit_who_t *who, const char *action,
+                              const char *tenant, const char *name, const json_t *rec, uint64_t expect,
+                              uint64_t revision, const char *event, const json_t *entity) {
+  ak_srcstore_t *ss = inst->srcstore;
+  char why[400] = "";
+  json_t *sealed = rec ? record_with(inst->cfg, rec, true, NULL) : NULL;
+  char *val = sealed ? json_dumps(sealed, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(sealed);
+  /* hashed as the next boot will hash what it reads back */
+  char *after = val ? audit_text_of_row(inst->cfg, val, strlen(val)) : NULL;
+  char *cur = NULL, *before = NULL;
+  size_t cl = 0;
+  json_t *detail = NULL;
+  int rc = SR_UNAVAILABLE;
+  if (rec && (!val || !after)) goto out;
+  if (ak_srcredis_get(ss->r, name, &cur, &cl, why, sizeof why) != 0) {
+    ak_log(AK_LOG_WARNING, "sources", "the source store is unavailable: change not made",
+           "action=%s tenant=%s name=%s reason=\"%s\"", action, tenant, name, why);
+    goto out;
+  }
+  if (cur) {
+    json_t *j = json_loadb(cur, cl, 0, NULL);
+    const char *t = json_string_value(json_object_get(j, "tenant"));
+    uint64_t rv = (uint64_t)json_integer_value(json_object_get(j, "revision"));
+    rc = !t || strcmp(t, tenant) ? SR_TAKEN : rv != expect ? SR_CONFLICT : SR_OK;
+    json_decref(j);
+    if (rc != SR_OK) goto out;
+    rc = SR_UNAVAILABLE;
+    if (!(before = audit_text_of_row(inst->cfg, cur, cl))) goto out;
+  } else if (expect) {
+    rc = SR_CONFLICT; /* deleted on another node */
+    goto out;
+  }
+  char subject[200];
+  snprintf(subject, sizeof subject, "source:%s/%s", tenant, name);
+  uint64_t seq = 0;
+  detail = json_pack("{s:s}", "settle", "subject");
+  ak_audit_entry_t e = {.who = who, .action = action, .tenant = tenant, .subject = subject, .before = before,
+                        .before_len = before ? strlen(before) : 0, .after = after,
+                        .after_len = after ? strlen(after) : 0, .revision = (int64_t)revision,
+                        .outcome = "pending", .detail = detail, .seq_out = &seq, .event = event,
+                        .entity = entity};
+  if (!detail || ak_audit_record(inst->audit, &e) != 0) goto out;
+  kill_at("after_pending");
+  uint64_t version = 0;
+  ak_srcredis_rc_t w = ak_srcredis_put(ss->r, name, tenant, expect, val, val ? strlen(val) : 0, &version, why,
+                                       sizeof why);
+  kill_at("after_write");
+  if (w == AK_SRCREDIS_WRITTEN) {
+    ak_audit_finish(inst->audit, seq, "ok", after, after ? strlen(after) : 0, NULL);
+    rc = SR_OK;
+  } else if (w == AK_SRCREDIS_UNKNOWN) {
+    ss->settled = false; /* under the write lock, as the sync thread reads it */
+    ak_srcredis_reload_soon(ss->r);
+    ak_log(AK_LOG_ERROR, "sources", "a change to the source store got no answer: it may or may not be applied; "
+           "the next load settles its audit row", "action=%s tenant=%s name=%s seq=%llu reason=\"%s\"", action,
+           tenant, name, (unsigned long long)seq, why);
+  } else {
+    /* not written: the subject is as it was */
+    ak_audit_finish(inst->audit, seq, "failed", before, before ? strlen(before) : 0, NULL);
+    rc = w == AK_SRCREDIS_TAKEN ? SR_TAKEN : w == AK_SRCREDIS_CONFLICT ? SR_CONFLICT : SR_UNAVAILABLE;
+    if (rc == SR_UNAVAILABLE)
+      ak_log(AK_LOG_WARNING, "sources", "the source store is unavailable: change not made",
+             "action=%s tenant=%s name=%s reason=\"%s\"", action, tenant, name, why);
+  }
+out:
+  json_decref(detail);
+  free(val);
+  free(after);
+  free(cur);
+  free(before);
+  return rc;
+}
+
+/* One row of Redis into the table (write lock held); seen collects the names. */
+static void apply_row(ak_instance_t *inst, const ak_srcredis_row_t *row, json_t *seen, size_t *changed) {
+  json_object_set_new(seen, row->name, json_true());
+  json_t *rec = json_loadb(row->row, row->len, JSON_REJECT_DUPLICATES, NULL);
+  const char *name = json_string_value(json_object_get(rec, "name"));
+  const char *tenant = json_string_value(json_object_get(rec, "tenant"));
+  json_int_t ver = json_integer_value(json_object_get(rec, "v"));
+  char label[200];
+  snprintf(label, sizeof label, "%s/%s", tenant ? tenant : "?", row->name);
+  ak_source_t *existing = NULL;
+  json_t *spec = NULL, *checked = NULL;
+  char *why = NULL, *warning = NULL;
+  if (!rec || ver != RECORD_VERSION || !name || !tenant || strcmp(name, row->name) ||
+      !json_is_object(json_object_get(rec, "spec"))) {
+    ak_log(AK_LOG_ERROR, "sources", "a shared source's row is damaged: not served", "source=%s", label);
+    goto out;
+  }
+  int64_t created = json_integer_value(json_object_get(rec, "created_at"));
+  int64_t updated = json_integer_value(json_object_get(rec, "updated_at"));
+  uint64_t revision = (uint64_t)json_integer_value(json_object_get(rec, "revision"));
+  existing = ak_sources_get(inst->sources, name, strlen(name));
+  if (existing && existing->origin == AK_SOURCE_CONFIG) {
+    ak_log(AK_LOG_ERROR, "sources", "a shared source has the name of a source of the config file: refused here, "
+           "the config file's is served", "source=%s config_tenant=%s", label, existing->cfg.tenant);
+    goto out;
+  }
+  bool same_identity = existing && !strcmp(existing->cfg.tenant, tenant) && existing->born_ms == created;
+  if (same_identity && existing->revision == revision && existing->updated_ms == updated) goto out; /* cached */
+  ak_sealed_stats_t st;
+  if (!(spec = open_spec(inst->cfg, rec, label, &st, &why))) {
+    ak_log(AK_LOG_ERROR, "sources", "a shared source cannot be opened: not served", "reason=\"%s\"",
+           why ? why : "?");
+    goto out;
+  }
+  if (ak_sources_check_spec(inst->cfg, name, spec, AK_SOURCE_CHECK_STORED, &checked, &warning, &why) != 0) {
+    ak_log(AK_LOG_ERROR, "sources", "a shared source is not valid under this node's configuration: not served",
+           "source=%s reason=\"%s\"", label, why ? why : "?");
+    goto out;
+  }
+  if (warning)
+    ak_log(AK_LOG_WARNING, "sources", "shared source breaks the trust rule; served as stored", "source=%s rule=\"%s\"",
+           label, warning);
+  ak_source_meta_t m = {.origin = AK_SOURCE_API, .prev = same_identity ? existing : NULL, .born_ms = created,
+                        .updated_ms = updated, .revision = revision};
+  char berr[512] = "";
+  ak_source_t *s = ak_sources_make(inst->sources, name, checked, &m, berr, sizeof berr);
+  if (!s || ak_sources_reserve(inst->sources) != 0) {
+    ak_log(AK_LOG_ERROR, "sources", "a shared source cannot be built: not served", "source=%s reason=\"%s\"", label,
+           s ? "out of memory" : berr);
+    ak_source_release(s);
+    goto out;
+  }
+  ak_source_release(ak_sources_put(inst->sources, s));
+  (*changed)++;
+out:
+  ak_source_release(existing);
+  json_decref(checked);
+  json_decref(spec);
+  json_decref(rec);
+  free(why);
+  free(warning);
+}
+
+/* Every row into the table (write lock held): new and changed rows built, the API sources
+ * whose row is gone removed. */
+static void redis_apply(ak_instance_t *inst, const ak_srcredis_row_t *rows, size_t n) {
+  json_t *seen = json_object();
+  size_t changed = 0, removed = 0;
+  for (size_t i = 0; i < n; i++) apply_row(inst, &rows[i], seen, &changed);
+  ak_source_t **v = NULL;
+  size_t m = ak_sources_list(inst->sources, NULL, &v);
+  for (size_t i = 0; i < m && seen; i++)
+    if (v[i]->origin == AK_SOURCE_API && !json_object_get(seen, v[i]->cfg.id)) {
+      ak_source_release(ak_sources_remove(inst->sources, v[i]->cfg.id));
+      removed++;
+    }
+  ak_sources_list_free(v, m);
+  json_decref(seen);
+  if (changed || removed)
+    ak_log(AK_LOG_INFO, "sources", "shared sources loaded", "rows=%zu changed=%zu removed=%zu", n, changed, removed);
+}
+
+typedef struct {
+  ak_instance_t *inst;
+  const ak_srcredis_row_t *rows;
+  size_t n;
+} settle_ctx_t;
+
+static bool same_hash(const char *x, const char *y) { return (!x && !y) || (x && y && !strcmp(x, y)); }
+
+/* A pending row of a change to a shared source, settled by what Redis holds now. */
+static void settle_one(void *ctx, uint64_t seq, const char *subject, const char *before_hash,
+                       const char *after_hash) {
+  settle_ctx_t *sc = ctx;
+  const char *tn = subject + strlen("source:"), *slash = strchr(tn, '/');
+  if (!slash) return;
+  const ak_srcredis_row_t *row = NULL;
+  for (size_t i = 0; i < sc->n && !row; i++)
+    if (!strcmp(sc->rows[i].name, slash + 1)) row = &sc->rows[i];
+  json_t *rec = row ? json_loadb(row->row, row->len, 0, NULL) : NULL;
+  const char *rt = json_string_value(json_object_get(rec, "tenant"));
+  if (rec && (!rt || strlen(rt) != (size_t)(slash - tn) || memcmp(rt, tn, strlen(rt)))) row = NULL; /* another tenant's */
+  char *text = row ? audit_text_of_row(sc->inst->cfg, row->row, row->len) : NULL;
+  char h[65] = "";
+  if (text) ak_audit_hash(sc->inst->audit, text, strlen(text), h);
+  const char *cur = text && h[0] ? h : NULL;
+  bool unreadable = row && !cur;
+  const char *outcome = unreadable ? "interrupted" : same_hash(cur, after_hash) ? "ok"
+                      : same_hash(cur, before_hash) ? "failed" : "interrupted";
+  json_t *detail = json_pack("{s:s}", "settle", "subject");
+  char now_txt[64];
+  if (!row) snprintf(now_txt, sizeof now_txt, "absent");
+  else if (unreadable) snprintf(now_txt, sizeof now_txt, "unreadable");
+  else snprintf(now_txt, sizeof now_txt, "revision %lld", (long long)json_integer_value(json_object_get(rec, "revision")));
+  if (detail && !strcmp(outcome, "interrupted")) {
+    json_object_set_new(detail, "current", json_string(now_txt));
+    json_object_set_new(detail, "intended_after_hash", after_hash ? json_string(after_hash) : json_null());
+  }
+  if (ak_audit_finish(sc->inst->audit, seq, outcome, text, text ? strlen(text) : 0, detail) == 0)
+    ak_log(strcmp(outcome, "interrupted") ? AK_LOG_INFO : AK_LOG_WARNING, "sources",
+           strcmp(outcome, "interrupted") ? "a change to a shared source left pending by a stop is settled"
+                                          : "a change to a shared source was interrupted by a stop and the source "
+                                            "changed meanwhile: its current state is in the audit row",
+           "seq=%llu subject=%s outcome=%s current=\"%s\"", (unsigned long long)seq, subject, outcome, now_txt);
+  json_decref(detail);
+  json_decref(rec);
+  free(text);
+}
+
+/* Read Redis and apply it; the first time on the sync thread, settle the trail's pending
+ * rows too. 0 with *version, or -1. Takes the table's write lock. */
+static int redis_load(ak_srcstore_t *ss, bool settle, uint64_t *version) {
+  ak_instance_t *inst = ss->inst;
+  ak_srcredis_row_t *rows = NULL;
+  size_t n = 0;
+  char why[400] = "";
+  ak_sources_write_lock(inst->sources);
+  int rc = ak_srcredis_fetch(ss->r, version, &rows, &n, why, sizeof why);
+  if (rc == 0) {
+    redis_apply(inst, rows, n);
+    if (settle && !ss->settled) {
+      settle_ctx_t sc = {.inst = inst, .rows = rows, .n = n};
+      if (ak_audit_pending_each(inst->audit, "source:", settle_one, &sc) >= 0) ss->settled = true;
+    }
+  }
+  ak_sources_write_unlock(inst->sources);
+  ak_srcredis_rows_free(rows, n);
+  if (rc != 0) {
+    if (!ss->down_logged)
+      ak_log(AK_LOG_WARNING, "sources", "cannot read the shared source store: the cached sources keep serving",
+             "reason=\"%s\"", why);
+    ss->down_logged = true;
+    return -1;
+  }
+  if (ss->down_logged) ak_log(AK_LOG_INFO, "sources", "the shared source store is readable again", "store=%s",
+                              ak_srcredis_addr(ss->r));
+  ss->down_logged = false;
+  ak_sources_set_incomplete(inst->sources, false);
+  if (!atomic_exchange(&ss->loaded, true))
+    ak_log(AK_LOG_INFO, "sources", "shared sources loaded from the source store", "store=%s sources=%zu version=%llu",
+           ak_srcredis_addr(ss->r), n, (unsigned long long)*version);
+  return 0;
+}
+
+static int redis_reload(void *ctx, uint64_t *version) { return redis_load(ctx, true, version); }
+
 /* ------------------------------------------------------------------ boot ---- */
 
 typedef struct {
@@ -370,7 +653,11 @@ int ak_sources_api_load(ak_instance_t *inst, char **err) {
     ak_log(AK_LOG_WARNING, "sources",
            "stored sources have secrets sealed with a previous key: run `ankusa rotate-secrets` (node stopped) "
            "before removing it from source_store.previous_secret_keys", "sources=%zu", lc.stale_rows);
-  if (lc.n && !ak_source_store_persistent(inst->cfg))
+  if (lc.n && ak_source_store_redis(inst->cfg))
+    ak_log(AK_LOG_WARNING, "sources",
+           "the store holds sources created over the admin API, not served: source_store.type is redis (the "
+           "shared store's sources are served)", "stored=%zu", lc.n);
+  else if (lc.n && !ak_source_store_persistent(inst->cfg))
     ak_log(AK_LOG_WARNING, "sources",
            "the store holds sources created over the admin API, not served: source_store.type is static",
            "stored=%zu", lc.n);
@@ -534,6 +821,26 @@ static void exists(ak_admin_call_t *c, const char *name) {
   reply_error(c, 409, "source_exists", msg);
 }
 
+/* A change the store did not make: 503, or (redis) 409 when another node changed the
+ * source since this node read it, or holds the name for another tenant. */
+static void change_refused(ak_admin_call_t *c, int rc, const char *name, bool create_only) {
+  char msg[300];
+  if (rc == SR_TAKEN || (rc == SR_CONFLICT && create_only)) {
+    exists(c, name);
+  } else if (rc == SR_CONFLICT) {
+    snprintf(msg, sizeof msg, "sources.%s was changed on another node since this node read it: nothing changed; "
+             "read it again and retry", name);
+    reply_error(c, 409, "source_conflict", msg);
+  } else {
+    ak_admin_error(c, 503, "store_unavailable");
+  }
+}
+
+/* redis, before the first load: the table does not hold the shared sources yet */
+static bool not_loaded(const ak_instance_t *inst) {
+  return inst->srcstore && !atomic_load(&inst->srcstore->loaded);
+}
+
 /* ------------------------------------------------------------------ writes ---- */
 
 /* The body as a spec for tenant/name: "name" (when present) must be name, "tenant" (when
@@ -635,11 +942,16 @@ static void write_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audit
     goto out;
   }
   rec = record(tenant, name, spec, s->born_ms, s->updated_ms, s->revision);
+  const char *action = old ? "source.update" : "source.create";
+  const char *event = old ? "io.ankusa.source.updated" : "io.ankusa.source.created";
   json_t *entity = rec ? view(inst, s) : NULL; /* the lifecycle event's: redacted */
-  if (!entity || store_change(inst, who, old ? "source.update" : "source.create", tenant, name, rec, s->revision,
-                              old ? "io.ankusa.source.updated" : "io.ankusa.source.created", entity) != 0) {
+  int src = !entity ? -1
+            : inst->srcstore ? store_change_redis(inst, who, action, tenant, name, rec, old ? old->revision : 0,
+                                                  s->revision, event, entity)
+                             : store_change(inst, who, action, tenant, name, rec, s->revision, event, entity);
+  if (src != 0) {
     json_decref(entity);
-    ak_admin_error(c, 503, "store_unavailable");
+    change_refused(c, src, name, create_only);
     goto out;
   }
   json_decref(entity);
@@ -782,11 +1094,14 @@ static void delete_source(ak_instance_t *inst, ak_admin_call_t *c, const ak_audi
     }
   }
   json_t *entity = view(inst, s); /* the lifecycle event's: the last state, redacted */
-  if (!entity ||
-      store_change(inst, who, "source.delete", tenant, name, NULL, s->revision + 1, "io.ankusa.source.deleted",
-                   entity) != 0) {
+  int src = !entity ? -1
+            : inst->srcstore ? store_change_redis(inst, who, "source.delete", tenant, name, NULL, s->revision,
+                                                  s->revision + 1, "io.ankusa.source.deleted", entity)
+                             : store_change(inst, who, "source.delete", tenant, name, NULL, s->revision + 1,
+                                            "io.ankusa.source.deleted", entity);
+  if (src != 0) {
     json_decref(entity);
-    ak_admin_error(c, 503, "store_unavailable");
+    change_refused(c, src, name, false);
     goto out;
   }
   json_decref(entity);
@@ -808,6 +1123,10 @@ void ak_sources_api_list(ak_admin_call_t *c, const ak_admin_path_t *path) {
     ak_admin_error(c, 404, "not_found");
     return;
   }
+  if (not_loaded(inst)) {
+    ak_admin_error(c, 503, "store_unavailable");
+    return;
+  }
   ak_source_t **v = NULL;
   size_t n = ak_sources_list(inst->sources, path->tenant, &v);
   json_t *arr = json_array();
@@ -823,7 +1142,7 @@ void ak_sources_api_create(ak_admin_call_t *c, const ak_admin_path_t *path) {
     ak_admin_error(c, 404, "not_found");
     return;
   }
-  if (!ak_source_store_persistent(inst->cfg)) {
+  if (!writable(inst->cfg)) {
     read_only(c, NULL);
     return;
   }
@@ -838,6 +1157,10 @@ void ak_sources_api_get(ak_admin_call_t *c, const ak_admin_path_t *path) {
     return;
   }
   ak_source_t *s = ak_sources_get(inst->sources, path->name, strlen(path->name));
+  if (!s && not_loaded(inst)) {
+    ak_admin_error(c, 503, "store_unavailable");
+    return;
+  }
   if (!s || strcmp(s->cfg.tenant, path->tenant) != 0) {
     ak_source_release(s);
     ak_admin_error(c, 404, "source_not_found");
@@ -854,7 +1177,7 @@ void ak_sources_api_put(ak_admin_call_t *c, const ak_admin_path_t *path) {
     ak_admin_error(c, 404, "not_found");
     return;
   }
-  if (!ak_source_store_persistent(inst->cfg)) {
+  if (!writable(inst->cfg)) {
     read_only(c, NULL);
     return;
   }
@@ -868,7 +1191,7 @@ void ak_sources_api_delete(ak_admin_call_t *c, const ak_admin_path_t *path) {
     ak_admin_error(c, 404, "not_found");
     return;
   }
-  if (!ak_source_store_persistent(inst->cfg)) {
+  if (!writable(inst->cfg)) {
     read_only(c, NULL);
     return;
   }
@@ -878,10 +1201,13 @@ void ak_sources_api_delete(ak_admin_call_t *c, const ak_admin_path_t *path) {
 /* ------------------------------------------------------------------- the module ---- */
 
 typedef struct {
+  const char *url;              /* bound (redis) */
+  const char *ns;               /* bound (redis) */
+  int64_t tick_ms;              /* bound (redis; 0: null) */
   const char *secret_key;       /* bound */
   const char *secret_key_file;  /* bound */
   ak_strlist_t previous;        /* bound */
-  bool persistent;
+  bool persistent, redis;
   ak_sealed_keyring_t ring;     /* secret_key (or the file's) first, then previous_secret_keys */
 } source_store_cfg_t;
 
@@ -891,14 +1217,19 @@ typedef struct {
 static const ak_opt_t source_store_rows[] = {
   {.key = "type", .type = AK_OPT_ENUM, .enum_vals = "static|persistent|redis", .flags = AK_OPTF_NULLABLE,
    .doc = "static: the config file's sources only, the API refuses writes; persistent: also sources "
-          "created over the admin API, kept in the node's store; redis: not supported yet. "
+          "created over the admin API, kept in the node's store; redis: also sources created over the admin "
+          "API, kept in a Redis every node of a fleet shares (docs/shared-stores.md). "
           "Default static (redis when url is set)"},
   {.key = "url", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET,
-   .env = "ANKUSA_SOURCE_STORE_URL", .doc = "redis only: the shared store"},
-  {.key = "namespace", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE,
-   .doc = "redis only: key namespace (ankusa:sources:<instance>)"},
+   .env = "ANKUSA_SOURCE_STORE_URL", AK_AT(source_store_cfg_t, url),
+   .doc = "redis only: the shared store, redis://[[user]:password@]host[:port][/db] (required with redis)"},
+  {.key = "namespace", .type = AK_OPT_STRING, .min = 1, .max = 100,
+   .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN | AK_OPTF_HAS_MAX, AK_AT(source_store_cfg_t, ns),
+   .doc = "redis only: key namespace (ankusa:sources:<instance>); nodes that share sources share it"},
   {.key = "tick_ms", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "redis only: how often the shared store is re-read (30000)"},
+   AK_AT(source_store_cfg_t, tick_ms),
+   .doc = "redis only: how often the store's version is re-read, in case a change's broadcast was missed "
+          "(30000)"},
   /* secrets at rest: the key that seals the secrets of API-managed sources in the store */
   {.key = "secret_key", .type = AK_OPT_STRING, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET,
    .env = "ANKUSA_SOURCE_STORE_SECRET_KEY", AK_AT(source_store_cfg_t, secret_key),
@@ -929,14 +1260,20 @@ static void source_store_check(ak_check_t *c, json_t *ss, json_t *root) {
   const char *t = json_string_value(json_object_get(ss, "type"));
   if (!t) return;
   if (!strcmp(t, "redis")) {
-    ak_check_error(c, "source_store.type: \"redis\" is not supported yet%s; use static or persistent",
-         json_is_null(type) ? " (a url without a type means redis)" : "");
-    return;
+    const char *url = json_string_value(json_object_get(ss, "url"));
+    ak_redis_url_t u;
+    char why[200];
+    if (!url || !*url)
+      ak_check_error(c, "source_store.url: required with type redis (redis://[[user]:password@]host[:port][/db])");
+    else if (ak_redis_url_parse(url, &u, why, sizeof why) != 0)
+      ak_check_error(c, "source_store.url: %s", why);
+    OPENSSL_cleanse(&u, sizeof u);
+  } else {
+    static const char *const redis_only[] = {"url", "namespace", "tick_ms"};
+    for (size_t i = 0; i < sizeof redis_only / sizeof redis_only[0]; i++)
+      if (!json_is_null(json_object_get(ss, redis_only[i])) && json_object_get(ss, redis_only[i]))
+        ak_check_error(c, "source_store.%s: only valid with type redis, not %s", redis_only[i], t);
   }
-  static const char *const redis_only[] = {"url", "namespace", "tick_ms"};
-  for (size_t i = 0; i < sizeof redis_only / sizeof redis_only[0]; i++)
-    if (!json_is_null(json_object_get(ss, redis_only[i])) && json_object_get(ss, redis_only[i]))
-      ak_check_error(c, "source_store.%s: only valid with type redis, not %s", redis_only[i], t);
 
   /* the key text is checked here (never echoed); a key file is read by finish */
   ak_sealed_key_t k;
@@ -956,11 +1293,12 @@ static void source_store_check(ak_check_t *c, json_t *ss, json_t *root) {
       ak_check_error(c, "source_store.previous_secret_keys[%zu]: not a key: expected the base64 of exactly 32 "
                         "bytes", i);
   OPENSSL_cleanse(&k, sizeof k);
-  if (!strcmp(t, "persistent") && !key && !file)
-    ak_check_error(c, "source_store.secret_key: required with type persistent: the secrets of API-managed "
-                      "sources are encrypted with it in the store. Make a key with `openssl rand -base64 32` and "
+  if ((!strcmp(t, "persistent") || !strcmp(t, "redis")) && !key && !file)
+    ak_check_error(c, "source_store.secret_key: required with type %s: the secrets of API-managed "
+                      "sources are encrypted with it in the store%s. Make a key with `openssl rand -base64 32` and "
                       "set it as source_store.secret_key, in the environment as ANKUSA_SOURCE_STORE_SECRET_KEY, "
-                      "or in a file named by source_store.secret_key_file");
+                      "or in a file named by source_store.secret_key_file", t,
+                   strcmp(t, "redis") ? "" : " (every node of the fleet needs the same key)");
 }
 
 
@@ -997,6 +1335,7 @@ static int source_store_finish(void *typed, const json_t *section, const json_t 
   source_store_cfg_t *sc = typed;
   const char *t = json_string_value(json_object_get(section, "type"));
   sc->persistent = t && !strcmp(t, "persistent");
+  sc->redis = t && !strcmp(t, "redis");
   bool has_key = sc->secret_key && *sc->secret_key, has_file = sc->secret_key_file && *sc->secret_key_file;
   if (!has_key && !has_file) return 0; /* a static store needs none (the check asks it of persistent) */
   sc->ring.v = calloc(1 + sc->previous.n, sizeof *sc->ring.v);
@@ -1032,6 +1371,47 @@ bool ak_source_store_persistent(const ak_config_t *cfg) {
   return sc && sc->persistent;
 }
 
+bool ak_source_store_redis(const ak_config_t *cfg) {
+  const source_store_cfg_t *sc = ak_config_of(cfg, &ak_mod_source_store);
+  return sc && sc->redis;
+}
+
+static bool writable(const ak_config_t *cfg) {
+  return ak_source_store_persistent(cfg) || ak_source_store_redis(cfg);
+}
+
+/* redis: the store's client, and a first load. Redis down is not a reason to refuse the
+ * boot: the config file's sources serve, the shared ones answer 503 until the sync
+ * thread's first load. */
+static int redis_open(ak_instance_t *inst, char **err) {
+  const source_store_cfg_t *sc = ak_config_of(inst->cfg, &ak_mod_source_store);
+  ak_redis_url_t u;
+  char why[200], ns[200];
+  if (ak_redis_url_parse(sc->url, &u, why, sizeof why) != 0) { /* the check refused it already */
+    if (asprintf(err, "source_store.url: %s", why) < 0) *err = NULL;
+    return -1;
+  }
+  if (sc->ns) snprintf(ns, sizeof ns, "%s", sc->ns);
+  else snprintf(ns, sizeof ns, "ankusa:sources:%s", inst->name ? inst->name : "default");
+  ak_srcstore_t *ss = calloc(1, sizeof *ss);
+  if (ss) ss->r = ak_srcredis_new(&u, ns, sc->tick_ms ? sc->tick_ms : 30000, redis_reload, ss);
+  OPENSSL_cleanse(&u, sizeof u);
+  if (!ss || !ss->r) {
+    free(ss);
+    *err = strdup("source_store: out of memory");
+    return -1;
+  }
+  ss->inst = inst;
+  inst->srcstore = ss;
+  ak_sources_set_incomplete(inst->sources, true);
+  uint64_t version;
+  if (redis_load(ss, false, &version) != 0)
+    ak_log(AK_LOG_WARNING, "sources", "the shared source store is unavailable at start: the config file's sources "
+           "serve, the shared ones answer 503 store_unavailable until it is read", "store=%s namespace=%s",
+           ak_srcredis_addr(ss->r), ns);
+  return 0;
+}
+
 /* After the config file's sources (the sources module), before every module that
  * attaches per-source state or scans hooks of a source: the stored ones are served too. */
 static int source_store_open(ak_instance_t *inst, char **err) {
@@ -1043,10 +1423,34 @@ static int source_store_open(ak_instance_t *inst, char **err) {
     free(why);
     return AK_MODULE_FAILED;
   }
-  if (ak_sources_count(inst->sources) == 0 && !ak_source_store_persistent(inst->cfg))
+  if (ak_source_store_redis(inst->cfg) && redis_open(inst, err) != 0) return AK_MODULE_FAILED;
+  if (ak_sources_count(inst->sources) == 0 && !writable(inst->cfg))
     ak_log(AK_LOG_WARNING, "config", "no sources configured: every POST will get 404", "config=%s",
            inst->cfg->path ? inst->cfg->path : "(none)");
   return 0;
+}
+
+static int source_store_start(ak_instance_t *inst, char **err) {
+  ak_srcstore_t *ss = inst->srcstore;
+  /* the thread's first load is at once, whatever the boot read: it settles the trail's
+   * pending rows (the trail opens after this module) */
+  if (ss && ak_srcredis_start(ss->r, false, 0) != 0) {
+    *err = strdup("source_store: cannot start its thread");
+    return AK_MODULE_FAILED;
+  }
+  return 0;
+}
+
+static void source_store_stop(ak_instance_t *inst) {
+  if (inst->srcstore) ak_srcredis_stop(inst->srcstore->r);
+}
+
+static void source_store_close(ak_instance_t *inst) {
+  ak_srcstore_t *ss = inst->srcstore;
+  if (!ss) return;
+  inst->srcstore = NULL;
+  ak_srcredis_free(ss->r);
+  free(ss);
 }
 
 const ak_module_t ak_mod_source_store = {
@@ -1060,4 +1464,7 @@ const ak_module_t ak_mod_source_store = {
   .finish = source_store_finish,
   .release = source_store_release,
   .open = source_store_open,
+  .start = source_store_start,
+  .stop = source_store_stop,
+  .close = source_store_close,
 };

@@ -1,4 +1,5 @@
-/* Sources managed over the admin API (source_store.type persistent): the endpoints
+/* Sources managed over the admin API (source_store.type persistent, or redis: the rows in
+ * a Redis the fleet shares, admin/source_store_redis.h, docs/shared-stores.md): the endpoints
  * GET|POST /v1/tenants/{tenant}/sources and GET|PUT|DELETE
  * /v1/tenants/{tenant}/sources/{name}, their rows in the node's store (default CF,
  * s:<tenant>\0<name>, docs/storage.md) and reading them back at boot. A spec is checked by
@@ -39,6 +40,9 @@ int ak_sources_api_rotate(const ak_config_t *cfg, struct ak_store *st, struct ak
 extern const ak_module_t ak_mod_source_store;
 /* source_store.type is persistent: the admin API's sources are served and kept. */
 bool ak_source_store_persistent(const ak_config_t *cfg);
+/* source_store.type is redis: the admin API's sources are served and kept in a Redis the
+ * fleet shares (admin/source_store_redis.h). */
+bool ak_source_store_redis(const ak_config_t *cfg);
 
 /* Handlers (api.h), after the router checked the scope and the path tenant: {tenant} is
  * a valid tenant id in the caller's scope; {name} the source's name. */

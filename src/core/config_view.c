@@ -284,7 +284,8 @@ json_t *ak_config_view(const ak_config_t *cfg) {
   merge_into(out, "source_store",
              json_pack("{s:s,s:{s:o}}", "module",
                        store && !strcmp(store, "persistent") ? "Ankusa.SourceStore.Persistent"
-                                                             : "Ankusa.SourceStore.Static",
+                       : store && !strcmp(store, "redis")      ? "Ankusa.SourceStore.Redis"
+                                                               : "Ankusa.SourceStore.Static",
                        "opts", "sources", srcs));
 
   json_t *retry = get2(out, "dispatch", "retry");

@@ -32,6 +32,7 @@ struct ak_backup_mod;
 struct ak_intake;
 struct ak_publish;
 struct ak_lifecycle;
+struct ak_srcstore;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -62,6 +63,7 @@ typedef struct ak_instance {
   struct ak_intake *intake;     /* the intake log of wal.type dual (intake/module.h); NULL otherwise */
   struct ak_backup_mod *backup;  /* the backup uploader (backup/module.h); NULL unless backup.enabled */
   struct ak_publish *publish;   /* wal.type none: the direct publisher (edge/publish.h); else NULL */
+  struct ak_srcstore *srcstore;  /* source_store.type redis (admin/sources_api.c); else NULL */
   struct ak_claim_stores *claims; /* the claim stores (sinks/claimpack.h), opened by the claim_check module
                                      (admin/claims.c) on a dispatch or claim_check node; else NULL */
   struct ak_lifecycle *lifecycle; /* the lifecycle publisher (lifecycle/publisher.h); NULL unless lifecycle.sinks */

@@ -38,6 +38,7 @@ struct ak_sources {
   pthread_mutex_t gauge_mu;     /* counts and gauges follow the changes in order */
   pthread_mutex_t write_mu;     /* ak_sources_write_lock */
   ak_series_t *g_total, *g_api, *g_without_dedupe;
+  _Atomic bool incomplete;      /* ak_sources_set_incomplete */
 };
 
 /* ------------------------------------------------------------------ versions ---- */
@@ -162,6 +163,10 @@ ak_source_t *ak_sources_get(ak_sources_t *t, const char *name, size_t len) {
   pthread_rwlock_unlock(&t->lock);
   return s;
 }
+
+void ak_sources_set_incomplete(ak_sources_t *t, bool incomplete) { atomic_store(&t->incomplete, incomplete); }
+
+bool ak_sources_incomplete(ak_sources_t *t) { return t && atomic_load(&t->incomplete); }
 
 size_t ak_sources_count(ak_sources_t *t) {
   pthread_rwlock_rdlock(&t->lock);

@@ -159,6 +159,11 @@ void ak_source_release(ak_source_t *s);
 size_t ak_sources_list(ak_sources_t *t, const char *tenant, ak_source_t ***out);
 void ak_sources_list_free(ak_source_t **v, size_t n);
 size_t ak_sources_count(ak_sources_t *t);
+/* A shared source store (source_store.type redis) not read yet: a name the table lacks
+ * may exist, so the edge answers 503 store_unavailable for it, not 404, and /ready says so.
+ * Set by the store's owner (admin/sources_api.c); any thread reads it. */
+void ak_sources_set_incomplete(ak_sources_t *t, bool incomplete);
+bool ak_sources_incomplete(ak_sources_t *t);
 
 /* ------------------------------------------------------------------ writers ---- */
 

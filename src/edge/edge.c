@@ -720,6 +720,10 @@ static void on_head(void *ctx, ak_hreq_t *r) {
   ak_source_t *sv = ak_sources_get(inst->sources, route.source_id, strlen(route.source_id));
   const ak_source_cfg_t *src = sv ? &sv->cfg : NULL;
   const char *tenant;
+  if (!sv && ak_sources_incomplete(inst->sources)) { /* the shared source store is not read yet */
+    refuse(e, r, 503, R_STORE_UNAVAILABLE, "store_unavailable", 1, t0);
+    return;
+  }
   if (!sv || ak_route_bind_source(e->hc, &route, src, &tenant) != AK_ROUTE_OK) {
     ak_source_release(sv);
     refuse(e, r, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);

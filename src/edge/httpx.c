@@ -43,6 +43,9 @@ void ak_http_ready(ak_instance_t *inst, ak_hreq_t *r, unsigned *status_out) {
   *status_out = ok ? 200 : 503;
   if (ok) {
     json_t *j = json_pack("{s:s,s:s,s:s}", "status", "ready", "instance", inst->name, "store", "ok");
+    /* ready for the config file's sources; the shared ones answer 503 until read */
+    if (ak_sources_incomplete(inst->sources))
+      json_object_set_new(j, "source_store", json_string("unavailable: the shared sources are not read yet"));
     ak_http_json(r, 200, j, 0);
     return;
   }

@@ -94,11 +94,12 @@ typedef struct {
   size_t n, cap;
 } seqs_t;
 
+#define SETTLE_BY_SUBJECT "s" /* a pending marker's value: its subject's owner settles it */
+
 static int pending_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
-  (void)v;
-  (void)vl;
   seqs_t *s = ctx;
   if (kl != AK_AUDIT_ROW_KEY_LEN) return 0;
+  if (vl == 1 && v[0] == SETTLE_BY_SUBJECT[0]) return 0; /* ak_audit_pending_each's */
   if (s->n == s->cap) {
     size_t nc = s->cap ? 2 * s->cap : 16;
     uint64_t *nv = realloc(s->v, nc * sizeof *nv);
@@ -112,6 +113,7 @@ static int pending_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 
 static int finish(ak_audit_t *a, uint64_t seq, const char *outcome, bool set_after, const void *after,
                   size_t after_len, json_t *detail);
+static bool settled_by_subject(const ak_audit_entry_t *e);
 
 /* A row a kill left pending: the change may or may not have been applied. */
 static int settle_interrupted(ak_audit_t *a) {
@@ -329,7 +331,8 @@ int ak_audit_put(ak_audit_t *a, ak_batch_t *wb, const ak_audit_entry_t *e) {
   ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, text, strlen(text));
   if (e->outcome && !strcmp(e->outcome, "pending")) {
     row_key(k, AK_AUDIT_PENDING, seq);
-    ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, "", 0);
+    ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, settled_by_subject(e) ? SETTLE_BY_SUBJECT : "",
+                 settled_by_subject(e) ? 1 : 0);
   }
   if (etext) {
     row_key(k, AK_AUDIT_EVENT, seq);
@@ -446,6 +449,70 @@ static int finish(ak_audit_t *a, uint64_t seq, const char *outcome, bool set_aft
 int ak_audit_finish(ak_audit_t *a, uint64_t seq, const char *outcome, const void *after, size_t after_len,
                     json_t *detail) {
   return a ? finish(a, seq, outcome, true, after, after_len, detail) : 0;
+}
+
+/* ------------------------------------------------- settled by the subject's owner ---- */
+
+static bool settled_by_subject(const ak_audit_entry_t *e) {
+  const char *s = json_string_value(json_object_get(e->detail, "settle"));
+  return e->outcome && !strcmp(e->outcome, "pending") && s && !strcmp(s, "subject");
+}
+
+typedef struct {
+  uint64_t *v;
+  size_t n, cap;
+} owner_seqs_t;
+
+static int owner_pending_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  owner_seqs_t *s = ctx;
+  if (kl != AK_AUDIT_ROW_KEY_LEN || vl != 1 || v[0] != SETTLE_BY_SUBJECT[0]) return 0;
+  if (s->n == s->cap) {
+    size_t nc = s->cap ? 2 * s->cap : 16;
+    uint64_t *nv = realloc(s->v, nc * sizeof *nv);
+    if (!nv) return 1;
+    s->v = nv;
+    s->cap = nc;
+  }
+  s->v[s->n++] = ak_get_u64((const uint8_t *)k + 1);
+  return 0;
+}
+
+int ak_audit_pending_each(ak_audit_t *a, const char *prefix, ak_audit_pending_fn cb, void *ctx) {
+  if (!a) return 0;
+  owner_seqs_t s = {0};
+  uint8_t tag = AK_AUDIT_PENDING;
+  if (ak_store_scan(a->store, AK_CF_AUDIT, &tag, 1, owner_pending_cb, &s) != 0) {
+    free(s.v);
+    return -1;
+  }
+  int n = 0;
+  size_t pl = strlen(prefix);
+  for (size_t i = 0; i < s.n; i++) { /* no scan open: cb may finish the row */
+    uint8_t k[AK_AUDIT_ROW_KEY_LEN];
+    row_key(k, AK_AUDIT_ROW, s.v[i]);
+    char *v = NULL;
+    size_t vl = 0;
+    if (ak_store_get(a->store, AK_CF_AUDIT, k, sizeof k, &v, &vl) != 0) {
+      free(v);
+      continue;
+    }
+    json_t *row = json_loadb(v, vl, 0, NULL);
+    free(v);
+    const char *subject = json_string_value(json_object_get(row, "subject"));
+    if (subject && !strncmp(subject, prefix, pl)) {
+      cb(ctx, s.v[i], subject, json_string_value(json_object_get(row, "before_hash")),
+         json_string_value(json_object_get(row, "after_hash")));
+      n++;
+    }
+    json_decref(row);
+  }
+  free(s.v);
+  return n;
+}
+
+void ak_audit_hash(ak_audit_t *a, const void *bytes, size_t len, char hex_out[65]) {
+  hex_out[0] = 0;
+  if (a) hmac_hex(a, bytes, len, hex_out);
 }
 
 /* ---------------------------------------------------------------------- query ---- */

@@ -26,7 +26,8 @@
  * A change that is not one batch (a quarantine release, committed by the writer in its
  * own batches) is a dual write: a row with outcome "pending" first (ak_audit_record),
  * then the change, then ak_audit_finish with the outcome; a node killed in between finds
- * the row pending at the next open and marks it "interrupted".
+ * the row pending at the next open and marks it "interrupted" (unless its subject's owner
+ * settles it: ak_audit_pending_each).
  *
  * The lifecycle outbox (lifecycle.sinks set: src/lifecycle/ calls ak_audit_outbox_enable
  * at open): an entry with an event type is flagged for publication: the row carries
@@ -109,6 +110,21 @@ int ak_audit_record(ak_audit_t *a, const ak_audit_entry_t *e);
  * does not exist any more), detail (replaces the pending row's). */
 int ak_audit_finish(ak_audit_t *a, uint64_t seq, const char *outcome, const void *after, size_t after_len,
                     json_t *detail);
+
+/* Pending rows settled by their subject's owner instead of by ak_audit_open (a change to
+ * a store outside this node, which the next boot can read: the Redis source store). The
+ * pending row of such a change carries detail {"settle":"subject", ...}; ak_audit_open
+ * leaves it pending, and the owner, once it can read the subject, calls
+ * ak_audit_pending_each and settles each row with ak_audit_finish: the subject's current
+ * state hashes (ak_audit_hash) to after_hash "ok", to before_hash "failed", else
+ * "interrupted". cb gets the row's seq, subject and hashes (NULL: the state did not
+ * exist); it may call ak_audit_finish. Rows whose subject starts with prefix, in seq
+ * order. The number of rows, or -1 when the trail cannot be read. */
+typedef void (*ak_audit_pending_fn)(void *ctx, uint64_t seq, const char *subject, const char *before_hash,
+                                    const char *after_hash);
+int ak_audit_pending_each(ak_audit_t *a, const char *prefix, ak_audit_pending_fn cb, void *ctx);
+/* The keyed hash the trail keeps for state bytes (64 hex digits and a NUL); "" on failure. */
+void ak_audit_hash(ak_audit_t *a, const void *bytes, size_t len, char hex_out[65]);
 
 /* GET /v1/audit. after_seq: rows with a larger seq, oldest first (a cursor: pass back
  * next_after_seq); else newest first, below before_seq when set. Filters: action, tenant

@@ -18,22 +18,22 @@ import secrets as pysecrets
 
 import pytest
 
-from helpers import BIN, run_cli, wait_until
+from helpers import BIN, SOURCE_STORE_KEY, run_cli, wait_until
 from nats_server import user_nkey
 
 # A row whose section asks for a feature not built yet is refused at load (exit 78);
 # its value is then checked against the refusal's text only. Each feature's issue
 # removes its row from here when the row starts to load.
 REFUSED = {
-    "section:source_store source_store.url": "a url means the redis source store (not built yet)",
 }
 
 # Rows that load alone but not beside others: claim_check.store and claim_check.stores
 # exclude each other, so the node carries the stores' rows and these are checked alone.
-SOLO_ONLY = ("claim_check.store.",)
+SOLO_ONLY = ("claim_check.store.", "source_store.url")  # the url means redis; the node is persistent
 
 # Siblings a row needs beside it to load (the rest of its mapping).
 SECTION_CONTEXT = {
+    "source_store.url": {"secret_key": SOURCE_STORE_KEY},
     "intake.sasl.password": {"mechanism": "plain", "username": "leak"},
     "admin.principals[].token_sha256": {"name": "leaker", "tenants": ["*"], "scopes": [
         "sources:read", "sources:write", "dlq:read", "replays:read", "quarantine:read", "rate_limits:read",

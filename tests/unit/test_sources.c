@@ -439,8 +439,21 @@ Test(source_check, source_store_section) {
   ak_config_t *bad = NULL;
   const char *y1 = "source_store: {url: 'redis://h:6379'}\n";
   cr_assert_eq(ak_config_load_string(ak_modules(), y1, strlen(y1), env, &bad, &err), -1);
-  cr_expect_str_eq(err, "source_store.type: \"redis\" is not supported yet (a url without a type means redis); "
-                        "use static or persistent");
+  cr_expect(strstr(err, "source_store.secret_key: required with type redis") != NULL, "%s", err);
+  free(err);
+  /* a url without a type means redis; with a key it loads */
+  ak_config_t *rc = load("source_store: {url: 'redis://:pw@h:6379/2', secret_key: "
+                         "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=}\n");
+  cr_expect(ak_source_store_redis(rc));
+  cr_expect(!ak_source_store_persistent(rc));
+  ak_config_free(rc);
+  const char *y4 = "source_store: {type: redis, secret_key: AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=}\n";
+  cr_assert_eq(ak_config_load_string(ak_modules(), y4, strlen(y4), env, &bad, &err), -1);
+  cr_expect(strstr(err, "source_store.url: required with type redis") != NULL, "%s", err);
+  free(err);
+  const char *y5 = "source_store: {url: 'http://h', secret_key: AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=}\n";
+  cr_assert_eq(ak_config_load_string(ak_modules(), y5, strlen(y5), env, &bad, &err), -1);
+  cr_expect(strstr(err, "source_store.url: ") != NULL && !strstr(err, "http://h"), "%s", err);
   free(err);
   const char *y2 = "source_store: {type: persistent, tick_ms: 5, secret_key: AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=}\n";
   cr_assert_eq(ak_config_load_string(ak_modules(), y2, strlen(y2), env, &bad, &err), -1);

@@ -40,8 +40,8 @@
  *   - the lifecycle publisher at the very end: it opens (and flags the audit trail's
  *     changes) before anything starts, after the HTTP client and the egress guard its sinks
  *     use, and stops first, before the sinks' clients close.
- * The sections of features not built yet (core/later.c) keep the places their modules
- * will take. */
+ *   - the route guard after the audit trail (its seeds are audited) and long before the
+ *     ingest listener whose heads it judges; its admin listener right after the admin one. */
 #include "modules.h"
 #include "admin/admin.h"
 #include "admin/claims.h"
@@ -50,7 +50,6 @@
 #include "archive/replay_reader.h"
 #include "backup/module.h"
 #include "core/gauges.h"
-#include "core/later.h"
 #include "core/log.h"
 #include "core/node.h"
 #include "core/sources.h"
@@ -69,6 +68,7 @@
 #include "queue/quarantine.h"
 #include "queue/sweeper.h"
 #include "queue/writer.h"
+#include "routes/routes.h"
 #include "sinks/egress.h"
 #include "sinks/sink.h"
 #include "store/audit.h"

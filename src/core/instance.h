@@ -33,6 +33,7 @@ struct ak_intake;
 struct ak_publish;
 struct ak_lifecycle;
 struct ak_srcstore;
+struct ak_routes;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -67,6 +68,7 @@ typedef struct ak_instance {
   struct ak_claim_stores *claims; /* the claim stores (sinks/claimpack.h), opened by the claim_check module
                                      (admin/claims.c) on a dispatch or claim_check node; else NULL */
   struct ak_lifecycle *lifecycle; /* the lifecycle publisher (lifecycle/publisher.h); NULL unless lifecycle.sinks */
+  struct ak_routes *routes;     /* the route guard (routes/routes.h); NULL unless routes.enabled on an edge node */
 } ak_instance_t;
 
 #endif

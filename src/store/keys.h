@@ -35,6 +35,10 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
 #define AK_KEY_RATE_LIMIT "rl:"
 /* s:<tenant>\0<name> -> a source created over the admin API (JSON, admin/sources_api.c) */
 #define AK_KEY_SOURCE "s:"
+/* rt:<id> -> a route of the route guard (JSON, routes/store.c); m:ip_rules -> the guard's
+ * global IP rules once set over the route admin API (JSON {default, rules}) */
+#define AK_KEY_ROUTE "rt:"
+#define AK_KEY_IP_RULES "m:ip_rules"
 /* m:format -> u32: the store's layout version (AK_STORE_FORMAT); absent = 1, the layout
  * with a delivery row and a due key per delivery (store.c migrates it at open) */
 #define AK_STORE_FORMAT 2

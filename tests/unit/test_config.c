@@ -484,7 +484,8 @@ Test(config, later_sections_restating_defaults_load) {
               "{\"port\":4101,\"ip\":\"127.0.0.1\",\"pack_max_bytes\":16777216,\"retention_days\":7,"
               "\"sweep_interval_ms\":3600000,\"stores\":[]}");
   expect_json(json_object_get(json_object_get(eff, "routes"), "seed"),
-              "[{\"id\":\"r1\",\"path\":\"/webhooks/:id\",\"methods\":[\"POST\"],\"enabled\":true,\"metadata\":{}}]");
+              "[{\"id\":\"r1\",\"path\":\"/webhooks/:id\",\"methods\":[\"POST\"],\"enabled\":true,\"metadata\":{},"
+              "\"tenant\":null}]");
   ak_config_free(cfg);
   /* a url without a type means redis (the original's rule) */
   cfg = load_ok("routes: {store: {url: \"redis://cache:6379\"}}\n");
@@ -494,9 +495,21 @@ Test(config, later_sections_restating_defaults_load) {
 }
 
 Test(config, later_sections_refuse_the_feature) {
-  expect_err("routes:\n  enabled: true\n", "routes.enabled: true is not supported yet; set it to false or remove it");
-  expect_err("routes: {enabled: \"TRUE\"}\n",
-             "routes.enabled: true is not supported yet; set it to false or remove it");
+  /* the route guard is built; its shared (redis) store is not: refused when the guard is on */
+  ak_config_free(load_ok("routes:\n  enabled: true\n"));
+  expect_err("routes: {enabled: \"TRUE\", store: {url: \"redis://c:6379\"}}\n",
+             "routes.store.type: redis is not supported yet (a shared route store); use ets (this node's store) or "
+             "remove routes.store");
+  expect_err("routes: {seed: [{id: a, path: /x/%2F}]}\n", "routes.seed[0].path: must not contain %2F");
+  expect_err("routes: {seed: [{id: a, path: /x/../y}]}\n", "routes.seed[0].path: must not contain a . or .. segment");
+  expect_err("routes: {seed: [{id: a, path: /x}, {id: a, path: /y}]}\n",
+             "routes.seed[1].id: \"a\" is already routes.seed[0]");
+  expect_err("routes: {ip_rules: {rules: [{action: deny, cidr: \"::ffff:10.0.0.0/104\"}]}}\n",
+             "routes.ip_rules.rules[0].cidr: \"::ffff:10.0.0.0/104\" is inside ::ffff:0:0/96 (IPv4-mapped): write the "
+             "IPv4 CIDR instead");
+  expect_err("routes: {trusted_proxies: [\"::ffff:0:0/96\"]}\n",
+             "routes.trusted_proxies[0]: \"::ffff:0:0/96\" is inside ::ffff:0:0/96 (IPv4-mapped): write the IPv4 CIDR "
+             "instead");
   /* backup is built: enabled needs its signing key (the manifests are signed) */
   expect_err("backup:\n  enabled: true\n",
              "backup.signing_key: required when backup.enabled is true (the manifests are signed; 32 random bytes or "
@@ -617,9 +630,9 @@ Test(config, later_env_overrides) {
   expect_json(json_object_get(json_object_get(eff, "claim_check"), "ip"), "\"::1\"");
   expect_json(json_object_get(json_object_get(eff, "backup"), "enabled"), "false");
   ak_config_free(cfg);
-  const char *e1[] = {"ANKUSA_ROUTES_ENABLED=true", NULL};
-  expect_err_env("", e1, "routes.enabled (from ANKUSA_ROUTES_ENABLED): true is not supported yet; set it to false or "
-                 "remove it");
+  const char *e1[] = {"ANKUSA_ROUTES_ENABLED=true", "ANKUSA_ROUTES_STORE_URL=redis://cache:6379", NULL};
+  expect_err_env("", e1, "routes.store.type: redis is not supported yet (a shared route store); use ets (this node's "
+                 "store) or remove routes.store");
   const char *e2[] = {"ANKUSA_BACKUP_ENABLED=yes", NULL};
   expect_err_env("", e2, "backup.enabled (from ANKUSA_BACKUP_ENABLED): expected a boolean, got \"yes\"");
   const char *e3[] = {"ANKUSA_STORAGE_TYPE=s3", NULL};
@@ -1119,7 +1132,7 @@ Test(config, all_errors_in_document_order) {
   expect_err("log:\n  level: loud\n"
              "bogus: 1\n"
              "http:\n  port: 70000\n  routing: tenant_path\n  max_body_bytes: x\n"
-             "routes:\n  enabled: true\n"
+             "routes:\n  enabled: true\n  max_routes: 0\n"
              "sources:\n"
              "  a:\n    sinks: []\n"
              "  b:\n    tenant: ${NOPE}\n    sinks: [{type: kafka}]\n"
@@ -1128,7 +1141,7 @@ Test(config, all_errors_in_document_order) {
              "unknown key \"bogus\"\n"
              "http.port must be between 0 and 65535, got 70000\n"
              "http.max_body_bytes: expected an integer, got \"x\"\n"
-             "routes.enabled: true is not supported yet; set it to false or remove it\n"
+             "routes.max_routes must be positive, got 0\n"
              "sources.a.sinks: must not be empty\n"
              "sources.b.tenant: ${NOPE} is not set\n"
              "sources.b.sinks[0]: missing required key \"brokers\"\n"

@@ -45,6 +45,7 @@
 #include "modules.h"
 #include "admin/admin.h"
 #include "admin/claims.h"
+#include "admin/routes_api.h"
 #include "admin/sources_api.h"
 #include "archive/compactor.h"
 #include "archive/replay_reader.h"
@@ -103,6 +104,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_archive,
   &ak_mod_archive_replay,
   &ak_mod_admin,
+  &ak_mod_routes_admin,
   &ak_mod_listener,
   &ak_mod_edge,
   &ak_mod_publish,

@@ -42,6 +42,11 @@ struct ak_admin {
   bool stopped;
   int port;
   ak_node_gauges_t *gauges; /* the store gauges (node_api.h) */
+  const ak_admin_route_t *table; /* the routes it serves (admin/router.h) */
+  size_t ntable;
+  const char *key; /* its config section, for messages: "admin", "routes.admin" */
+  const char *ip;
+  int cfg_port;
 };
 
 /* One admin request, from its head to its on_done (the layer's request data). */
@@ -103,7 +108,7 @@ static const ak_principal_t *caller(ak_admin_t *a, ak_hreq_t *r) {
  * decoded path, NULL for one no route can match. true when it answered. */
 static bool admit(ak_admin_t *a, admin_req_t *ar, const char *method, const char *path, ak_admin_call_t *call) {
   bool path_known = false;
-  ar->route = path ? ak_admin_route_match(method, path, &ar->path, &path_known) : NULL;
+  ar->route = path ? ak_admin_route_match_in(a->table, a->ntable, method, path, &ar->path, &path_known) : NULL;
   call->route = ar->route;
   if (!ar->route || ar->route->scope != AK_SCOPE_OPEN) {
     ar->principal = caller(a, call->req);
@@ -290,9 +295,22 @@ static const ak_hhandler_t admin_handler = {
 };
 
 ak_admin_t *ak_admin_new(ak_instance_t *inst) {
+  size_t n;
+  const ak_admin_route_t *t = ak_admin_routes(&n);
+  const ak_admin_cfg_t *cfg = ak_admin_cfg(inst->cfg);
+  return ak_admin_new_listener(inst, "admin", cfg->ip, (int)cfg->port, t, n);
+}
+
+ak_admin_t *ak_admin_new_listener(ak_instance_t *inst, const char *key, const char *ip, int port,
+                                  const ak_admin_route_t *table, size_t n) {
   ak_admin_t *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   a->inst = inst;
+  a->table = table;
+  a->ntable = n;
+  a->key = key;
+  a->ip = ip;
+  a->cfg_port = port;
   pthread_mutex_init(&a->settings_mu, NULL);
   char *err = NULL;
   a->auth = ak_auth_new(ak_admin_cfg(inst->cfg)->principals, &err);
@@ -309,11 +327,10 @@ ak_admin_t *ak_admin_new(ak_instance_t *inst) {
 /* One loop: handlers make RocksDB calls and block, and operator traffic is light; the
  * ingest listener's loops never serve it. */
 int ak_admin_start(ak_admin_t *a, char **err) {
-  const ak_admin_cfg_t *cfg = ak_admin_cfg(a->inst->cfg);
   ak_hserver_cfg_t hc = {
-    .name = "admin",
-    .ip = cfg->ip,
-    .port = (int)cfg->port,
+    .name = a->key,
+    .ip = a->ip,
+    .port = a->cfg_port,
     .loops = 1,
     .limits = {.max_connections = 256},
     .handler = &admin_handler,
@@ -322,7 +339,7 @@ int ak_admin_start(ak_admin_t *a, char **err) {
   char *why = NULL;
   a->srv = ak_hserver_new(&hc, &why);
   if (!a->srv || ak_hserver_start(a->srv, &why) != 0) {
-    if (asprintf(err, "cannot listen on admin.ip %s admin.port %d: %s", cfg->ip, (int)cfg->port,
+    if (asprintf(err, "cannot listen on %s.ip %s %s.port %d: %s", a->key, a->ip, a->key, a->cfg_port,
                  why ? why : "in use, or no permission") < 0)
       *err = NULL;
     free(why);
@@ -334,10 +351,10 @@ int ak_admin_start(ak_admin_t *a, char **err) {
   if (ak_auth_count(a->auth) == 0)
     ak_log(AK_LOG_WARNING, "admin",
            "admin.principals is empty: the admin API answers without authentication, on loopback only",
-           "admin_ip=%s admin_port=%d", cfg->ip, a->port);
+           "admin_ip=%s admin_port=%d listener=%s", a->ip, a->port, a->key);
   else
-    ak_log(AK_LOG_INFO, "admin", "admin API requires a bearer token", "principals=%zu admin_ip=%s admin_port=%d",
-           ak_auth_count(a->auth), cfg->ip, a->port);
+    ak_log(AK_LOG_INFO, "admin", "admin API requires a bearer token", "principals=%zu admin_ip=%s admin_port=%d listener=%s",
+           ak_auth_count(a->auth), a->ip, a->port, a->key);
   return 0;
 }
 

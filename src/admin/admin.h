@@ -30,6 +30,11 @@ typedef struct ak_admin ak_admin_t;
 
 /* NULL when the principals cannot be built (logged). */
 ak_admin_t *ak_admin_new(ak_instance_t *inst);
+struct ak_admin_route;
+/* Another listener on the same machinery (principals, checks, X-Request-Id, audit who)
+ * serving its own route table: key names its config section in messages ("routes.admin"). */
+ak_admin_t *ak_admin_new_listener(ak_instance_t *inst, const char *key, const char *ip, int port,
+                                  const struct ak_admin_route *table, size_t n);
 int ak_admin_start(ak_admin_t *a, char **err);
 int ak_admin_port(const ak_admin_t *a);
 void ak_admin_stop(ak_admin_t *a);

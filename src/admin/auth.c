@@ -13,7 +13,7 @@ static const char *const scope_names[AK_SCOPE_COUNT] = {
     "sources:read",    "sources:write",    "dlq:read",         "replays:read",      "replays:write",
     "quarantine:read", "quarantine:write", "rate_limits:read", "rate_limits:write", "audit:read",
     "tenants:write",   "log_level:write",  "config:read",      "hooks:read",        "claims:read",
-    "metrics:read",
+    "metrics:read", "routes:read", "routes:write",
 };
 
 struct ak_auth {

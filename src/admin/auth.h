@@ -16,7 +16,7 @@
 #define AK_AUTH_SCOPE_NAMES                                                                              \
   "sources:read|sources:write|dlq:read|replays:read|replays:write|quarantine:read|quarantine:write|"   \
   "rate_limits:read|rate_limits:write|audit:read|tenants:write|log_level:write|config:read|hooks:read|" \
-  "claims:read|metrics:read"
+  "claims:read|metrics:read|routes:read|routes:write"
 
 typedef enum {
   AK_SCOPE_OPEN = -1, /* no token needed (/health, /ready) */
@@ -36,6 +36,8 @@ typedef enum {
   AK_SCOPE_HOOKS_READ,
   AK_SCOPE_CLAIMS_READ,
   AK_SCOPE_METRICS_READ,
+  AK_SCOPE_ROUTES_READ,  /* the route admin API (4003) */
+  AK_SCOPE_ROUTES_WRITE,
   AK_SCOPE_COUNT
 } ak_scope_t;
 

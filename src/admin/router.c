@@ -12,6 +12,7 @@
 #include "admin/ratelimits_api.h"
 #include "admin/replays_api.h"
 #include "admin/router.h"
+#include "admin/routes_api.h"
 #include "admin/sources_api.h"
 
 /* Every endpoint, its scope and handler; docs/admin-api.md is this table. GET rows also
@@ -46,6 +47,26 @@ static const ak_admin_route_t routes[] = {
     {"PUT", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_WRITE, 0, ak_sources_api_put},
     {"DELETE", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_WRITE, 0, ak_sources_api_delete},
 };
+
+/* The route admin listener (routes.admin, 4003): docs/openapi/routes.v1.yaml is this
+ * table. /admin/routes/test comes before /admin/routes/{id} (a POST there is the dry run). */
+static const ak_admin_route_t routes_api[] = {
+    {"GET", "/health", AK_SCOPE_OPEN, 0, ak_routes_api_health},
+    {"GET", "/admin/routes", AK_SCOPE_ROUTES_READ, 0, ak_routes_api_list},
+    {"POST", "/admin/routes", AK_SCOPE_ROUTES_WRITE, 0, ak_routes_api_create},
+    {"POST", "/admin/routes/test", AK_SCOPE_ROUTES_READ, AK_ROUTE_NODE, ak_routes_api_test},
+    {"GET", "/admin/routes/{id}", AK_SCOPE_ROUTES_READ, 0, ak_routes_api_get},
+    {"PUT", "/admin/routes/{id}", AK_SCOPE_ROUTES_WRITE, 0, ak_routes_api_put},
+    {"PATCH", "/admin/routes/{id}", AK_SCOPE_ROUTES_WRITE, 0, ak_routes_api_patch},
+    {"DELETE", "/admin/routes/{id}", AK_SCOPE_ROUTES_WRITE, 0, ak_routes_api_delete},
+    {"GET", "/admin/ip-rules", AK_SCOPE_ROUTES_READ, AK_ROUTE_NODE, ak_routes_api_ip_get},
+    {"PUT", "/admin/ip-rules", AK_SCOPE_ROUTES_WRITE, AK_ROUTE_NODE, ak_routes_api_ip_put},
+};
+
+const ak_admin_route_t *ak_admin_routes_api(size_t *n) {
+  *n = sizeof routes_api / sizeof routes_api[0];
+  return routes_api;
+}
 
 const ak_admin_route_t *ak_admin_routes(size_t *n) {
   *n = sizeof routes / sizeof routes[0];
@@ -84,20 +105,25 @@ static bool path_match(const char *pattern, const char *url, ak_admin_path_t *pa
   return !*p && !*u;
 }
 
-const ak_admin_route_t *ak_admin_route_match(const char *method, const char *url, ak_admin_path_t *path,
-                                             bool *path_known) {
+const ak_admin_route_t *ak_admin_route_match_in(const ak_admin_route_t *table, size_t n, const char *method,
+                                                const char *url, ak_admin_path_t *path, bool *path_known) {
   *path_known = false;
   memset(path, 0, sizeof *path);
   const char *m = !strcmp(method, "HEAD") ? "GET" : method;
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+  for (size_t i = 0; i < n; i++) {
     ak_admin_path_t got;
     memset(&got, 0, sizeof got);
-    if (!path_match(routes[i].pattern, url, &got)) continue;
+    if (!path_match(table[i].pattern, url, &got)) continue;
     *path_known = true;
-    if (!strcmp(routes[i].method, m)) {
+    if (!strcmp(table[i].method, m)) {
       *path = got;
-      return &routes[i];
+      return &table[i];
     }
   }
   return NULL;
+}
+
+const ak_admin_route_t *ak_admin_route_match(const char *method, const char *url, ak_admin_path_t *path,
+                                             bool *path_known) {
+  return ak_admin_route_match_in(routes, sizeof routes / sizeof routes[0], method, url, path, path_known);
 }

@@ -19,4 +19,10 @@ const ak_admin_route_t *ak_admin_routes(size_t *n);
 const ak_admin_route_t *ak_admin_route_match(const char *method, const char *url, ak_admin_path_t *path,
                                              bool *path_known);
 
+/* The same against another listener's table (the route admin API, 4003). */
+const ak_admin_route_t *ak_admin_route_match_in(const ak_admin_route_t *table, size_t n, const char *method,
+                                                const char *url, ak_admin_path_t *path, bool *path_known);
+/* The route admin listener's rows (admin/routes_api.c's handlers); *n of them. */
+const ak_admin_route_t *ak_admin_routes_api(size_t *n);
+
 #endif

@@ -69,6 +69,7 @@ typedef struct ak_instance {
                                      (admin/claims.c) on a dispatch or claim_check node; else NULL */
   struct ak_lifecycle *lifecycle; /* the lifecycle publisher (lifecycle/publisher.h); NULL unless lifecycle.sinks */
   struct ak_routes *routes;     /* the route guard (routes/routes.h); NULL unless routes.enabled on an edge node */
+  struct ak_admin *routes_admin; /* its admin listener (admin/routes_api.h), with inst->routes */
 } ak_instance_t;
 
 #endif

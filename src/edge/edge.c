@@ -44,6 +44,7 @@
 #include "queue/dedupe.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
+#include "routes/routes.h"
 #include "verify/verifier.h"
 
 enum { ST_READING = 0, ST_FLEET, ST_SUBMITTED, ST_ANSWERED };
@@ -58,7 +59,9 @@ typedef enum {
   R_BAD_REQUEST, R_NOT_IMPLEMENTED, R_HEADERS_TOO_LARGE, R_URI_TOO_LONG, R_REQUEST_TIMEOUT, R_HTTP_VERSION,
   R_CONNECTION_LIMIT,
   /* wal.type none: a sink refused, or the deadline passed (the body says store_unavailable) */
-  R_PUBLISH_FAILED, R_PUBLISH_TIMEOUT, R_COUNT
+  R_PUBLISH_FAILED, R_PUBLISH_TIMEOUT,
+  /* the route guard (routes/routes.h), in ak_guard_t order */
+  R_ROUTE_NOT_FOUND, R_METHOD_NOT_ALLOWED, R_ROUTE_DISABLED, R_IP_DENIED, R_COUNT
 } refuse_t;
 static const char *const refuse_names[R_COUNT] = {
   "payload_too_large", "dedupe_quota", "unknown_source", "not_found", "invalid_header", "body_read_failed",
@@ -66,7 +69,8 @@ static const char *const refuse_names[R_COUNT] = {
   "quarantine_rate_limited", "quarantine_full", "quarantine_overload", "dedupe_pending",
   "intake_unavailable", "intake_pending",
   "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
-  "http_version_not_supported", "connection_limit", "publish_failed", "publish_timeout"};
+  "http_version_not_supported", "connection_limit", "publish_failed", "publish_timeout",
+  "route_not_found", "method_not_allowed", "route_disabled", "ip_denied"};
 
 /* Refusals of the limits (edge/admission.h, edge/quota.h, the writer's tenant share). */
 typedef enum { L_RATE_LIMITED = 0, L_IP, L_NODE, L_SOURCE, L_TENANT_OVERLOAD, L_COUNT } limit_t;
@@ -692,6 +696,17 @@ static void on_head(void *ctx, ak_hreq_t *r) {
       unsigned st;
       ak_http_ready(inst, r, &st);
       count(e, st, 0);
+      return;
+    }
+  }
+  /* the route guard first (routes.enabled), on the head alone: nothing is read past it */
+  if (inst->routes) {
+    ak_guard_result_t g;
+    ak_routes_check(inst->routes, r, &g);
+    if (g.decision != AK_GUARD_ALLOW) {
+      const char *code;
+      unsigned st = ak_routes_refusal(inst->routes, g.decision, &code);
+      refuse(e, r, st, (refuse_t)(R_ROUTE_NOT_FOUND + (g.decision - AK_GUARD_ROUTE_NOT_FOUND)), code, 0, t0);
       return;
     }
   }

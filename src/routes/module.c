@@ -99,9 +99,23 @@ static const ak_opt_t routes_rows[] = {
 
 static bool has_text(const json_t *obj, const char *key) { return json_is_string(json_object_get(obj, key)); }
 
+/* 127.0.0.0/8, ::1 (the admin listener's rule for an API without principals). */
+static bool loopback(const char *ip) {
+  ak_netaddr_t a, one;
+  if (!ip || !ak_netaddr_parse(ip, strlen(ip), &a)) return false;
+  static const uint8_t mapped[12] = {[10] = 0xff, [11] = 0xff};
+  ak_netaddr_parse("::1", 3, &one);
+  return !memcmp(a.a, one.a, 16) || (!memcmp(a.a, mapped, 12) && a.a[12] == 127);
+}
+
 static void routes_check(ak_check_t *c, json_t *routes, json_t *root) {
-  (void)root;
   int64_t ttl, gc;
+  const char *aip = json_string_value(json_object_get(json_object_get(routes, "admin"), "ip"));
+  json_t *ps = json_object_get(json_object_get(root, "admin"), "principals");
+  if (json_is_true(json_object_get(routes, "enabled")) && json_array_size(ps) == 0 && aip && !loopback(aip))
+    ak_check_error(c, "routes.admin.ip: %s is not a loopback address; without admin.principals the route admin API has "
+                      "no authentication and listens on loopback only (127.0.0.1, ::1): add admin.principals or bind "
+                      "127.0.0.1", aip);
   json_t *cache = json_object_get(routes, "cache");
   if (ak_check_int_at(cache, "ttl_ms", &ttl) && ak_check_int_at(cache, "gc_interval_ms", &gc) && ttl >= gc)
     ak_check_error(c, "routes.cache.ttl_ms must be below routes.cache.gc_interval_ms (%lld), got %lld",

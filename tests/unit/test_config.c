@@ -412,7 +412,7 @@ Test(config, admin_principals_errors) {
              "admin.principals[0].scopes[0]: unknown value \"root\"; expected one of sources:read, sources:write, "
              "dlq:read, replays:read, replays:write, quarantine:read, quarantine:write, rate_limits:read, "
              "rate_limits:write, audit:read, tenants:write, log_level:write, config:read, hooks:read, claims:read, "
-             "metrics:read");
+             "metrics:read, routes:read, routes:write");
   expect_err("admin:\n  principals: [{name: a, token_sha256: " HASH_A ", scopes: [audit:read]}]\n",
              "admin.principals[0]: missing required key \"tenants\"");
   expect_err("admin:\n  principals: [{name: a, token_sha256: " HASH_A ", scopes: [], tenants: \"*\"}]\n",

@@ -2,7 +2,7 @@
 # Builds the libFuzzer harnesses under fuzz/ into build-fuzz/ and runs each for a while.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 20 s each; targets: route envelope config
 #                                              uuid verify token dedupe http marker segment
-#                                              redis_url claim backup_manifest;
+#                                              redis_url claim backup_manifest rpath;
 #                                              "fuzz_verify" = "verify")
 # Each harness stops at SECONDS or FUZZ_RUNS executions (10,000,000), whichever comes
 # first; FUZZ_JOBS harnesses run at once (1). The campaign: FUZZ_SECONDS=1800 make fuzz.
@@ -21,7 +21,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
 fi
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("${@#fuzz_}")
-[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment redis_url claim backup_manifest)
+[ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(route envelope config uuid verify token dedupe http marker segment redis_url claim backup_manifest rpath)
 
 if ! command -v clang >/dev/null 2>&1; then
   bash scripts/deps.sh || exit 2
@@ -56,6 +56,8 @@ declare -A SRCS=(
   [claim]="$CONFIG_SRCS"
   # the backup manifest and LATEST formats (read back from a blob store)
   [backup_manifest]="src/backup/manifest.c src/core/buf.c"
+  # the route guard's path rule and pattern matching (routes.enabled: every request path)
+  [rpath]="src/routes/pattern.c"
 )
 
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=

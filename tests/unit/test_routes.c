@@ -292,6 +292,7 @@ static ak_routes_t *mk(const char *seed, const char *global) {
   if (!MEM.rows) MEM.rows = json_object();
   MEM.base = (ak_rstore_t){.load = mem_load, .apply = mem_apply, .free = mem_free};
   json_t *sd = seed ? json_loads(seed, 0, NULL) : json_array();
+  json_decref((json_t *)CFG.seed); /* the previous node's, freed before this one was made */
   CFG.seed = sd;
   json_t *g = global ? json_loads(global, 0, NULL) : NULL;
   char err[300];

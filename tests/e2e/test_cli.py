@@ -311,12 +311,13 @@ def test_later_section_restating_defaults_loads(tmp_path, section):
 
 # Each asks for a feature not built yet: exit 78, the key named, "not supported yet".
 LATER_REFUSED = [
-    pytest.param("routes: {enabled: true}\n", {},
-                 "  routes.enabled: true is not supported yet; set it to false or remove it", id="routes-enabled"),
+    pytest.param("routes: {enabled: true, store: {type: redis}}\n", {},
+                 "  routes.store.type: redis is not supported yet (a shared route store); use ets (this node's store) "
+                 "or remove routes.store", id="routes-redis-store"),
     pytest.param("lifecycle: {}\n", {}, '  lifecycle: missing required key "sinks"', id="lifecycle-without-sinks"),
-    pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true"},
-                 "  routes.enabled (from ANKUSA_ROUTES_ENABLED): true is not supported yet; set it to false or "
-                 "remove it", id="routes-enabled-env"),
+    pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true", "ANKUSA_ROUTES_STORE_URL": "redis://r:6379"},
+                 "  routes.store.type: redis is not supported yet (a shared route store); use ets (this node's store) "
+                 "or remove routes.store", id="routes-redis-store-env"),
 ]
 
 

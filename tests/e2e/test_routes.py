@@ -86,11 +86,12 @@ def test_deny_by_default_before_any_body_byte(ankusa):
     assert bodies_read(s) == read0, "a refused request's body was read"
     # what a route allows goes on to the rest of ingest: stored, or the edge's own 404
     assert s.post("/webhooks/demo", b'{"a":1}').status == 201
+    assert s.post("/webhooks/demo?a=1", b'{"a":1}').status == 201  # the query plays no part
     # past the guard, the edge's own answers (path routing: no tenant segment; no catch URL at /p)
     assert s.post("/webhooks/acme/acme_src", b'{"a":1}').json == {"error": "unknown_source"}
     r = s.post("/p/x", b"{}")
     assert r.status == 404 and r.json == {"error": "not_found"}
-    assert bodies_read(s) == read0 + 1
+    assert bodies_read(s) == read0 + 2
     # the probes are not routes
     assert s.get("/health").status == 200
     # a refusal is logged (log_sample 1) without its query string

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "admin/router.h"
 #include "core/netaddr.h"
 #include "routes/cache.h"
 #include "routes/iprules.h"
@@ -462,4 +463,44 @@ Test(routes_guard, stored_ip_rules_beat_the_config, .init = reset) {
   cr_expect_eq(dec(rs, "POST", "/a", "198.51.100.1", NULL), AK_GUARD_IP_DENIED);
   cr_expect_eq(dec(rs, "POST", "/a", "10.1.1.1", NULL), AK_GUARD_ALLOW);
   ak_routes_free(rs);
+}
+
+/* ------------------------------------------------------- the 4003 table ---- */
+
+Test(routes_api_table, every_endpoint_names_its_scope) {
+  struct {
+    const char *method, *url;
+    ak_scope_t scope;
+    bool node;
+    const char *id;
+  } want[] = {
+    {"GET", "/health", AK_SCOPE_OPEN, false, ""},
+    {"GET", "/admin/routes", AK_SCOPE_ROUTES_READ, false, ""},
+    {"POST", "/admin/routes", AK_SCOPE_ROUTES_WRITE, false, ""},
+    {"POST", "/admin/routes/test", AK_SCOPE_ROUTES_READ, true, ""},
+    {"GET", "/admin/routes/test", AK_SCOPE_ROUTES_READ, false, "test"}, /* a route named test */
+    {"GET", "/admin/routes/r.1", AK_SCOPE_ROUTES_READ, false, "r.1"},
+    {"PUT", "/admin/routes/r1", AK_SCOPE_ROUTES_WRITE, false, "r1"},
+    {"PATCH", "/admin/routes/r1", AK_SCOPE_ROUTES_WRITE, false, "r1"},
+    {"DELETE", "/admin/routes/r1", AK_SCOPE_ROUTES_WRITE, false, "r1"},
+    {"GET", "/admin/ip-rules", AK_SCOPE_ROUTES_READ, true, ""},
+    {"PUT", "/admin/ip-rules", AK_SCOPE_ROUTES_WRITE, true, ""},
+  };
+  size_t n;
+  const ak_admin_route_t *t = ak_admin_routes_api(&n);
+  cr_expect_eq(n, sizeof want / sizeof *want - 1, "a new row needs its expectation here");
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+    ak_admin_path_t path;
+    bool known;
+    const ak_admin_route_t *r = ak_admin_route_match_in(t, n, want[i].method, want[i].url, &path, &known);
+    cr_assert_not_null(r, "%s %s", want[i].method, want[i].url);
+    cr_expect_eq(r->scope, want[i].scope, "%s %s", want[i].method, want[i].url);
+    cr_expect_eq(!!(r->flags & AK_ROUTE_NODE), want[i].node, "%s %s", want[i].method, want[i].url);
+    cr_expect_str_eq(path.id, want[i].id);
+  }
+  ak_admin_path_t path;
+  bool known;
+  cr_expect_null(ak_admin_route_match_in(t, n, "GET", "/v1/audit", &path, &known), "the 4002 table is not served");
+  cr_expect_null(ak_admin_route_match_in(t, n, "POST", "/admin/ip-rules", &path, &known));
+  cr_expect(known);
 }

@@ -1,5 +1,5 @@
-/* Route path patterns: compile a pattern ("/webhooks/:tenant/github", "/hooks/" with a star segment) and
- * match a request path against it, and the rule every path must pass (a pattern at config
+/* Route path patterns: compile a pattern ("/webhooks/:tenant/github", or "/hooks/" plus a
+ * star segment) and match a request path against it, and the rule every path must pass (a pattern at config
  * or API time, a request path at match time): starts with '/', no empty segment, no "."
  * or ".." segment, no %2F (an encoded slash would let one segment pose as two). A pattern
  * segment is a literal, ":name" (exactly one non-empty segment) or, last only, "*" (one or

@@ -1,10 +1,10 @@
 /* Route path patterns: compile a pattern ("/webhooks/:tenant/github", or "/hooks/" plus a
- * star segment) and match a request path against it, and the rule every path must pass (a pattern at config
- * or API time, a request path at match time): starts with '/', no empty segment, no "."
- * or ".." segment, no %2F (an encoded slash would let one segment pose as two). A pattern
- * segment is a literal, ":name" (exactly one non-empty segment) or, last only, "*" (one or
- * more segments). Pure: no state, no I/O; untrusted request bytes only ever meet
- * ak_rpath_valid and ak_rpattern_match. */
+ * star segment) and match a request path against it, and the rule every path must pass
+ * (a pattern at config or API time, a request path at match time): starts with '/', no
+ * empty segment, no "." or ".." segment, no %2F (an encoded slash would let one segment
+ * pose as two). A pattern segment is a literal, ":name" (exactly one non-empty segment)
+ * or, last only, "*" (one or more segments). Pure: no state, no I/O; untrusted request
+ * bytes only ever meet ak_rpath_valid and ak_rpattern_match. */
 #ifndef AK_ROUTES_PATTERN_H
 #define AK_ROUTES_PATTERN_H
 

@@ -282,9 +282,14 @@ ak_routes_rc_t ak_routes_change(ak_routes_t *rs, const ak_routes_change_t *ch, c
   else snprintf(subject, sizeof subject, "route:%s", nr ? nr->id : old->id);
   const char *action = ch->op == AK_RCH_IP_RULES ? "ip_rules.put" : ch->op == AK_RCH_DELETE ? "route.delete"
                        : old ? "route.update" : "route.create";
+  /* the lifecycle event of a route change (written only while lifecycle.sinks is set): the
+   * route as the API shows it (no secret in a route), its last state for a delete */
+  const char *event = ch->op == AK_RCH_IP_RULES ? NULL : ch->op == AK_RCH_DELETE ? "io.ankusa.route.deleted"
+                      : old ? "io.ankusa.route.updated" : "io.ankusa.route.created";
   ak_audit_entry_t ae = {.who = ch->who, .action = action, .tenant = tenant, .tenants = other ? &other : NULL,
                          .ntenants = other ? 1 : 0, .subject = subject, .before = before, .before_len = blen,
-                         .after = after, .after_len = alen};
+                         .after = after, .after_len = alen, .event = event,
+                         .entity = event ? (nr ? nr->json : old->json) : NULL};
   ak_rstore_item_t item = {.id = ch->op == AK_RCH_IP_RULES ? NULL : (nr ? nr->id : old->id), .value = after,
                            .len = alen};
   ak_rsnap_t *ns = next_snap(rs, s, old ? old->id : NULL, nr, ng);

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from helpers import LOG, free_ports, http_request, principal, run_cli
+from helpers import LOG, LOOPBACK, free_ports, http_request, principal, run_cli
+from receiver import Receiver
 
 TOKENS = {"root": "tok-routes-root-Hq81Lx", "acme": "tok-routes-acme-Tz27Pw", "reader": "tok-routes-read-Kc53Vn"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,6 +199,31 @@ def test_route_admin_without_principals_binds_loopback_only(tmp_path):
     r = run_cli("check-config", "--config", str(cfg))
     assert r.returncode == 78, r
     assert "routes.admin.ip: 0.0.0.0 is not a loopback address" in r.stderr
+
+
+def test_route_changes_are_lifecycle_events(ankusa):
+    rx = Receiver()
+    try:
+        cfg = rconfig()
+        cfg.update(LOOPBACK)
+        cfg["lifecycle"] = {"sinks": [{"type": "http", "url": rx.url}]}
+        cfg["dispatch"] = {"retry": {"base_ms": 50, "max_ms": 200, "max_attempts": 84, "jitter": False},
+                           "breaker_failures": 0}
+        s = ankusa(config=cfg)
+        assert ra(s, "POST", "/admin/routes", {"id": "ev", "path": "/webhooks/acme/x"}).status == 201
+        assert ra(s, "PATCH", "/admin/routes/ev", {"enabled": False}).status == 200
+        assert ra(s, "DELETE", "/admin/routes/ev").status == 204
+        assert ra(s, "PUT", "/admin/ip-rules", {"default": "allow", "rules": []}).status == 200  # no event type
+        rx.wait_for(lambda ds: len([d for d in ds if d.status == 204]) >= 3, what="three lifecycle events")
+        evs = [json.loads(d.body) for d in rx.snapshot() if d.status == 204]
+        assert [(e["type"], e["subject"]) for e in evs] == [
+            ("io.ankusa.route.created", "route:ev"), ("io.ankusa.route.updated", "route:ev"),
+            ("io.ankusa.route.deleted", "route:ev")]
+        assert evs[0]["data"]["entity"]["path"] == "/webhooks/acme/x" and evs[0]["data"]["tenant"] == "acme"
+        assert evs[1]["data"]["entity"]["enabled"] is False
+        assert evs[2]["data"]["entity"]["id"] == "ev"  # the last state
+    finally:
+        rx.close()
 
 
 # ---------------------------------------------------------------- the contract ----

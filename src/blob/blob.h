@@ -68,7 +68,7 @@ ak_blob_t *ak_blob_local_new(const char *root, char *err, size_t errlen);
 struct json_t;
 struct ak_httpc;
 /* The remote adapters (blob/s3.c, blob/gcs.c). cfg is the validated s3 or gcs block of a
- * store mapping (core/later.c's rows: bucket, region, endpoint, credentials...; gcs: bucket,
+ * store mapping (core/blobcfg.c's rows: bucket, region, endpoint, credentials...; gcs: bucket,
  * endpoint, auth, token); they speak HTTP through httpc (the node's shared client), which
  * outlives them. NULL with err (secret-free) on failure. */
 ak_blob_t *ak_blob_s3_new(const struct json_t *cfg, struct ak_httpc *httpc, char *err, size_t errlen);

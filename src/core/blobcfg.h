@@ -1,5 +1,5 @@
 /* Config rows shared by every blob store mapping: the storage section (archive/),
- * claim_check.store and backup.store (core/later.c). See core/blobcfg.c. */
+ * claim_check.store and backup.store. See core/blobcfg.c. */
 #ifndef AK_CORE_BLOBCFG_H
 #define AK_CORE_BLOBCFG_H
 

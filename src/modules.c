@@ -35,6 +35,10 @@
  *     stops (and takes its fetch back from them) before either is gone;
  *   - the direct publisher of wal.type none after the edge, so it stops first: what still
  *     waits on a sink is answered before the ingest listeners stop;
+ *   - the tenant erase after the dispatcher (its drain and hooks stages run on the
+ *     dispatch thread; it stops first) and before the listeners: its open rebuilds the
+ *     closing set from the progress rows before the dispatcher claims or the edge accepts
+ *     anything, and its start resumes an erase a kill interrupted;
  *   - the writer last of the stateful modules, so it is the first to stop: it commits and
  *     answers everything queued before the ingest listener waits for its last answers;
  *   - the lifecycle publisher at the very end: it opens (and flags the audit trail's
@@ -74,6 +78,7 @@
 #include "sinks/sink.h"
 #include "store/audit.h"
 #include "store/store.h"
+#include "tenant/erase.h"
 #include "verify/verifier.h"
 
 static const ak_module_t *const modules[] = {
@@ -103,6 +108,7 @@ static const ak_module_t *const modules[] = {
   &ak_mod_storage,
   &ak_mod_archive,
   &ak_mod_archive_replay,
+  &ak_mod_erase,
   &ak_mod_admin,
   &ak_mod_routes_admin,
   &ak_mod_listener,

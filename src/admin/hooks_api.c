@@ -11,6 +11,7 @@
 #include "core/envelope.h"
 #include "core/log.h"
 #include "store/store.h"
+#include "tenant/erase.h"
 
 static json_t *strn(const char *s, size_t n) { return json_stringn_nocheck(s ? s : "", s ? n : 0); }
 
@@ -55,7 +56,8 @@ void *ak_hooks_api_json(const ak_envelope_t *env, int with_body) {
 /* GET /v1/hooks/{id}: read by id (its sealed seq, else the 'i' index; ak_store_find_hook),
  * and when the store no longer holds it, from the archive (the catalogue, the segment's
  * index, one ranged read): the same answer either way. A hook retention deleted is 404
- * expired. The blob read runs on the admin thread: admin calls are rare and bounded by the
+ * expired; one of an erased tenant received before its erase is 410 gone (the archive keeps
+ * it in its multi-tenant segment until retention). The blob read runs on the admin thread: admin calls are rare and bounded by the
  * adapter's timeouts.
  * Another tenant's hook is "not found" to a scoped caller: an id names no tenant, so
  * nothing is forbidden, and existence is not told. */
@@ -104,6 +106,14 @@ void ak_hooks_api_get(ak_admin_call_t *call, const ak_admin_path_t *path) {
     free(v);
     ak_log(AK_LOG_ERROR, "admin", "stored hook record is damaged", "id=%s", path->id);
     ak_admin_error(call, 500, "hook_damaged");
+    return;
+  }
+  int64_t erased_at = 0;
+  int er = ak_tenant_erased(call->inst, env.tenant, env.tenant_len, &erased_at);
+  if (er == 1 && env.received_at_ms <= erased_at && ak_tenant_scope_has(call->scope, env.tenant, env.tenant_len)) {
+    ak_envelope_clear(&env);
+    free(v);
+    ak_admin_error(call, 410, "gone");
     return;
   }
   json_t *j = ak_tenant_scope_has(call->scope, env.tenant, env.tenant_len) ? ak_hooks_api_json(&env, 1) : NULL;

@@ -14,6 +14,7 @@
 #include "admin/router.h"
 #include "admin/routes_api.h"
 #include "admin/sources_api.h"
+#include "admin/tenants_api.h"
 
 /* Every endpoint, its scope and handler; docs/admin-api.md is this table. GET rows also
  * answer HEAD. A row with {tenant} has its tenant checked against the caller's before
@@ -46,6 +47,8 @@ static const ak_admin_route_t routes[] = {
     {"GET", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_READ, 0, ak_sources_api_get},
     {"PUT", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_WRITE, 0, ak_sources_api_put},
     {"DELETE", "/v1/tenants/{tenant}/sources/{name}", AK_SCOPE_SOURCES_WRITE, 0, ak_sources_api_delete},
+    {"DELETE", "/v1/tenants/{tenant}", AK_SCOPE_TENANTS_WRITE, AK_ROUTE_NODE, ak_tenants_api_delete},
+    {"GET", "/v1/tenants/{tenant}/erase", AK_SCOPE_TENANTS_WRITE, 0, ak_tenants_api_erase_get},
 };
 
 /* The route admin listener (routes.admin, 4003): docs/openapi/routes.v1.yaml is this

@@ -5,6 +5,8 @@
 #define AK_CORE_INSTANCE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include "core/config.h"
 #include "core/ids.h"
 #include "core/metrics.h"
@@ -34,6 +36,7 @@ struct ak_publish;
 struct ak_lifecycle;
 struct ak_srcstore;
 struct ak_routes;
+struct ak_erase;
 
 typedef struct ak_instance {
   const char *name;            /* "default": Ankusa's YAML has no instance key */
@@ -70,6 +73,11 @@ typedef struct ak_instance {
   struct ak_lifecycle *lifecycle; /* the lifecycle publisher (lifecycle/publisher.h); NULL unless lifecycle.sinks */
   struct ak_routes *routes;     /* the route guard (routes/routes.h); NULL unless routes.enabled on an edge node */
   struct ak_admin *routes_admin; /* its admin listener (admin/routes_api.h), with inst->routes */
+  struct ak_erase *erase;       /* tenant erase jobs and the closing set (tenant/erase.h); NULL without a store */
+  /* Is this tenant being erased? Set by the erase module at open (tenant/erase.c) for the
+   * layers below it (the edge); NULL: no tenant is. Any thread. */
+  bool (*tenant_closing)(void *ctx, const char *tenant, size_t len);
+  void *tenant_closing_ctx;
 } ak_instance_t;
 
 #endif

@@ -231,6 +231,14 @@ struct ak_dispatch {
   void *settled_ctx;
   ak_dispatch_tick_fn tick;
   void *tick_ctx;
+  ak_dispatch_closed_fn closed;  /* set before start: tenants being erased (tenant/erase.h) */
+  void *closed_ctx;
+  /* ak_dispatch_call: one call at a time (callmu), run on the thread under mu's handshake */
+  pthread_mutex_t callmu;
+  pthread_cond_t calldone;       /* with mu */
+  ak_dispatch_call_fn call_fn;   /* under mu: the call waiting to run; NULL once it ran */
+  void *call_ctx;
+  int call_rc;                   /* under mu: 0 ran, -1 the thread stopped first */
 
   /* dispatch thread only (owner: the thread run() claims it for; boot's scan runs before) */
   ak_owner_t owner;
@@ -1050,6 +1058,10 @@ static uint64_t tenant_cursor(const ak_dispatch_t *d, const tenant_t *t) {
   if (t->lq_n && lq_at(t, 0)->seq < c) c = lq_at(t, 0)->seq;
   if (t->overflow_from && t->overflow_from < c) c = t->overflow_from;
   return c;
+}
+
+static bool tenant_closed(const ak_dispatch_t *d, const tenant_t *t) {
+  return d->closed && d->closed(d->closed_ctx, t->name, t->nlen);
 }
 
 /* ------------------------------------------------------------------ outcome writes ---- */
@@ -1928,6 +1940,12 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
     ak_histogram_observe(si->dur_err, dur);
   }
   if (k->breaker) ak_breaker_record(k->breaker, now, o->result);
+  if (tenant_closed(d, t)) { /* being erased: whatever the sink said, no retry or dead row comes back */
+    op_clear(d, r, now);
+    row_release(d, r);
+    tenant_place(d, t, now);
+    return;
+  }
   uint32_t n = r->attempts + 1;
   /* jitter needs spread, not secrecy: a RAND_bytes call per outcome was 8% of this
    * thread's CPU */
@@ -2101,6 +2119,14 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
     t->cursor_len = kl;
   }
 
+  if (tenant_closed(d, t)) { /* being erased: settled undelivered, no row of its own left */
+    if (rc == 0 && ak_envelope_decode(r->rec, r->rec_len, &r->env) != 0) memset(&r->env, 0, sizeof r->env);
+    op_clear(d, r, now);
+    row_release(d, r);
+    tenant_place(d, t, now);
+    free(r);
+    return CLAIM_OK;
+  }
   const char *why = NULL;
   int sk = -1;
   ak_source_t *src = NULL;
@@ -2741,6 +2767,8 @@ static void *run(void *arg) {
     d->notice_lost_from = 0;
     bool stopping = d->stop;
     int64_t stop_deadline = d->stop_deadline_ms;
+    ak_dispatch_call_fn call = d->call_fn;
+    void *call_ctx = d->call_ctx;
     pthread_mutex_unlock(&d->mu);
     int64_t now = ak_now_ms();
 
@@ -2759,6 +2787,15 @@ static void *run(void *arg) {
     }
     if (atomic_load(&d->cstack)) apply_checkins(d, now);
     check_timeouts(d, now);
+    if (call) { /* with every outcome so far written, so the call sees what they wrote */
+      flush(d);
+      call(d, call_ctx);
+      pthread_mutex_lock(&d->mu);
+      d->call_fn = NULL;
+      d->call_rc = 0;
+      pthread_cond_broadcast(&d->calldone);
+      pthread_mutex_unlock(&d->mu);
+    }
     while (d->nheap && d->heap[0]->next_due <= now) {
       tenant_t *t = d->heap[0];
       heap_remove(d, t);
@@ -2811,7 +2848,7 @@ static void *run(void *arg) {
     if (!ak_list_empty(&d->ready) && global_wants_claims(d) && !stopping) wake = now; /* more to claim */
     pthread_mutex_lock(&d->mu);
     if (!d->inbox.n && !d->nminbox && !d->notice_lost_from && !atomic_load(&d->ostack) && !atomic_load(&d->cstack) &&
-        !(d->stop && !stopping) &&
+        !(d->stop && !stopping) && !d->call_fn &&
         wake > now) {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
@@ -2828,6 +2865,11 @@ static void *run(void *arg) {
   }
   free(spare.v);
   publish(d, ak_now_ms());
+  pthread_mutex_lock(&d->mu);
+  d->call_fn = NULL; /* a call that came too late: refused (d->stop is set, no new one comes) */
+  d->call_rc = -1;
+  pthread_cond_broadcast(&d->calldone);
+  pthread_mutex_unlock(&d->mu);
   AK_OWNER_RELEASE(&d->owner); /* ak_dispatch_stop settles what is left, on its own thread */
   return NULL;
 }
@@ -2967,6 +3009,8 @@ ak_dispatch_t *ak_dispatch_new(ak_instance_t *inst, char *err, size_t errlen) {
   if (RAND_bytes((unsigned char *)&d->jitter_state, sizeof d->jitter_state) != 1)
     d->jitter_state = (uint64_t)ak_mono_ns() ^ ((uint64_t)getpid() << 32);
   pthread_mutex_init(&d->mu, NULL);
+  pthread_mutex_init(&d->callmu, NULL);
+  pthread_cond_init(&d->calldone, NULL);
   pthread_mutex_init(&d->smu, NULL);
   pthread_cond_init(&d->cv, NULL);
   d->retry = (ak_retry_policy_t){.base_ms = c->retry.base_ms, .max_ms = c->retry.max_ms,
@@ -3294,6 +3338,8 @@ void ak_dispatch_free(ak_dispatch_t *d) {
   pthread_mutex_destroy(&d->smu);
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->cv);
+  pthread_mutex_destroy(&d->callmu);
+  pthread_cond_destroy(&d->calldone);
   free(d);
 }
 
@@ -3381,6 +3427,66 @@ void ak_dispatch_on_replay_settled(ak_dispatch_t *d, ak_dispatch_settled_fn fn, 
 void ak_dispatch_on_tick(ak_dispatch_t *d, ak_dispatch_tick_fn fn, void *ctx) {
   d->tick = fn;
   d->tick_ctx = ctx;
+}
+
+/* ------------------------------------------------------------- tenant erase ---- */
+
+void ak_dispatch_set_closed(ak_dispatch_t *d, ak_dispatch_closed_fn fn, void *ctx) {
+  d->closed = fn;
+  d->closed_ctx = ctx;
+}
+
+int ak_dispatch_call(ak_dispatch_t *d, ak_dispatch_call_fn fn, void *ctx) {
+  pthread_mutex_lock(&d->callmu);
+  pthread_mutex_lock(&d->mu);
+  int rc = -1;
+  if (d->started && !d->stop) {
+    d->call_fn = fn;
+    d->call_ctx = ctx;
+    d->call_rc = -1;
+    pthread_cond_signal(&d->cv);
+    while (d->call_fn == fn && d->call_ctx == ctx) pthread_cond_wait(&d->calldone, &d->mu);
+    rc = d->call_rc;
+  }
+  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->callmu);
+  return rc;
+}
+
+int64_t ak_dispatch_tenant_busy(ak_dispatch_t *d, const char *tenant, size_t tlen) {
+  AK_ASSERT_OWNER(&d->owner);
+  tenant_t *t = ak_tmap_find(&d->tenants, tenant, tlen);
+  if (!t) return 0;
+  return t->inflight + (int64_t)t->lq_n + (t->overflow_from ? 1 : 0);
+}
+
+uint64_t ak_dispatch_reclaimed_to(ak_dispatch_t *d) {
+  AK_ASSERT_OWNER(&d->owner);
+  return d->reclaimed_to;
+}
+
+void ak_dispatch_count_erased(ak_dispatch_t *d, struct ak_batch *wb, uint64_t n) {
+  AK_ASSERT_OWNER(&d->owner);
+  count_reclaimed(d, wb, n);
+}
+
+void ak_dispatch_erased(ak_dispatch_t *d, const char *tenant, size_t tlen, uint64_t hooks, uint64_t dead) {
+  AK_ASSERT_OWNER(&d->owner);
+  reclaimed(d, hooks);
+  d->dead -= (int64_t)dead;
+  if (d->dead < 0) d->dead = 0;
+  tenant_t *t = ak_tmap_find(&d->tenants, tenant, tlen);
+  if (!t) return;
+  /* its exception rows are gone: nothing of it is due, its lanes are read again */
+  d->pending -= t->pending;
+  d->scheduled -= t->scheduled;
+  t->pending = t->scheduled = 0;
+  t->exc_due = INT64_MAX;
+  t->cursor_len = 0;
+  ak_list_foreach(it, &t->lanes) {
+    lane_t *l = ak_list_entry(it, lane_t, link);
+    if (!l->busy) l->head_known = false;
+  }
 }
 
 /* ------------------------------------------------------------------- the module ---- */

@@ -134,4 +134,28 @@ void ak_dispatch_archived_below(ak_dispatch_t *d, uint64_t seq);
 typedef void (*ak_dispatch_tick_fn)(void *ctx, int64_t now_ms);
 void ak_dispatch_on_tick(ak_dispatch_t *d, ak_dispatch_tick_fn fn, void *ctx);
 
+/* Tenant erase (tenant/erase.h). closed(ctx, tenant) says a tenant is being erased: its
+ * claimed rows are then settled without a delivery, and an attempt of it that finishes
+ * writes no retry or dead row (its delivery is simply cleared). Set before start; called
+ * on the dispatch thread, so it must be cheap and thread-safe. */
+typedef bool (*ak_dispatch_closed_fn)(void *ctx, const char *tenant, size_t tlen);
+void ak_dispatch_set_closed(ak_dispatch_t *d, ak_dispatch_closed_fn fn, void *ctx);
+/* Run fn(d, ctx) on the dispatch thread, after every outcome settled so far is written,
+ * and wait for it. One call at a time. 0 once it ran; -1 (not run) when the dispatcher
+ * is not running or stops first. */
+typedef void (*ak_dispatch_call_fn)(ak_dispatch_t *d, void *ctx);
+int ak_dispatch_call(ak_dispatch_t *d, ak_dispatch_call_fn fn, void *ctx);
+/* In a call: the tenant's claimed rows plus its deliveries still on the hook log (0: none
+ * running, none owed from the log). */
+int64_t ak_dispatch_tenant_busy(ak_dispatch_t *d, const char *tenant, size_t tlen);
+/* In a call: hooks below this seq are reclaimed unless a row of theirs kept them (m:reclaimed);
+ * above it, the reclaim pass counts a deleted hook off the store's hook count itself. */
+uint64_t ak_dispatch_reclaimed_to(ak_dispatch_t *d);
+/* In a call: n hooks deleted by an erase below the reclaim pass: m:hook_count:r into wb
+ * (the caller holds a pin); once wb is written, ak_dispatch_erased with the same n, the
+ * dead rows it deleted, and the tenant whose exception rows (due keys, dead and lane rows)
+ * are gone from the store. */
+void ak_dispatch_count_erased(ak_dispatch_t *d, struct ak_batch *wb, uint64_t n);
+void ak_dispatch_erased(ak_dispatch_t *d, const char *tenant, size_t tlen, uint64_t hooks, uint64_t dead);
+
 #endif

@@ -61,7 +61,9 @@ typedef enum {
   /* wal.type none: a sink refused, or the deadline passed (the body says store_unavailable) */
   R_PUBLISH_FAILED, R_PUBLISH_TIMEOUT,
   /* the route guard (routes/routes.h), in ak_guard_t order */
-  R_ROUTE_NOT_FOUND, R_METHOD_NOT_ALLOWED, R_ROUTE_DISABLED, R_IP_DENIED, R_COUNT
+  R_ROUTE_NOT_FOUND, R_METHOD_NOT_ALLOWED, R_ROUTE_DISABLED, R_IP_DENIED,
+  R_TENANT_ERASING, /* the tenant's erase runs (tenant/erase.h) */
+  R_COUNT
 } refuse_t;
 static const char *const refuse_names[R_COUNT] = {
   "payload_too_large", "dedupe_quota", "unknown_source", "not_found", "invalid_header", "body_read_failed",
@@ -70,7 +72,8 @@ static const char *const refuse_names[R_COUNT] = {
   "intake_unavailable", "intake_pending",
   "bad_request", "not_implemented", "request_header_fields_too_large", "uri_too_long", "request_timeout",
   "http_version_not_supported", "connection_limit", "publish_failed", "publish_timeout",
-  "route_not_found", "method_not_allowed", "route_disabled", "ip_denied"};
+  "route_not_found", "method_not_allowed", "route_disabled", "ip_denied",
+  "tenant_erasing"};
 
 /* Refusals of the limits (edge/admission.h, edge/quota.h, the writer's tenant share). */
 typedef enum { L_RATE_LIMITED = 0, L_IP, L_NODE, L_SOURCE, L_TENANT_OVERLOAD, L_COUNT } limit_t;
@@ -742,6 +745,11 @@ static void on_head(void *ctx, ak_hreq_t *r) {
   if (!sv || ak_route_bind_source(e->hc, &route, src, &tenant) != AK_ROUTE_OK) {
     ak_source_release(sv);
     refuse(e, r, 404, R_UNKNOWN_SOURCE, "unknown_source", 0, t0);
+    return;
+  }
+  if (inst->tenant_closing && inst->tenant_closing(inst->tenant_closing_ctx, tenant, strlen(tenant))) {
+    ak_source_release(sv);
+    refuse(e, r, 503, R_TENANT_ERASING, "tenant_erasing", 5, t0);
     return;
   }
   /* bound to a source born after the clock was read (or the clock stepped back): the

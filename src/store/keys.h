@@ -39,6 +39,13 @@ extern const char *const ak_cf_names[AK_CF_COUNT];
  * global IP rules once set over the route admin API (JSON {default, rules}) */
 #define AK_KEY_ROUTE "rt:"
 #define AK_KEY_IP_RULES "m:ip_rules"
+/* m:erase:<tenant> -> the progress of that tenant's erase (JSON, tenant/erase.c), from
+ * its start until its tombstone; m:erased:<tenant> -> the tombstone (the finished
+ * progress): a fetch of an archived hook of the tenant received before it is 410 gone */
+#define AK_KEY_ERASE "m:erase:"
+#define AK_KEY_ERASED "m:erased:"
+/* m:hook_count:e -> minus the hooks an erase deleted on a node without the dispatcher */
+#define AK_KEY_HOOK_COUNT_ERASED "m:hook_count:e"
 /* m:format -> u32: the store's layout version (AK_STORE_FORMAT); absent = 1, the layout
  * with a delivery row and a due key per delivery (store.c migrates it at open) */
 #define AK_STORE_FORMAT 2

@@ -3489,6 +3489,24 @@ void ak_dispatch_erased(ak_dispatch_t *d, const char *tenant, size_t tlen, uint6
   }
 }
 
+void ak_dispatch_forget_cursor(ak_dispatch_t *d, const char *tenant, size_t tlen, struct ak_batch *wb) {
+  AK_ASSERT_OWNER(&d->owner);
+  uint8_t key[3 + 255];
+  if (tlen > 255) return;
+  memcpy(key, AK_KEY_TENANT_CURSOR, 3);
+  memcpy(key + 3, tenant, tlen);
+  ak_batch_delete(wb, AK_CF_DEFAULT, key, 3 + tlen);
+  tenant_t *t = ak_tmap_find(&d->tenants, tenant, tlen);
+  if (!t) return;
+  for (size_t i = 0; i < d->ndirty; i++)
+    if (d->dirty[i] == t) {
+      d->dirty[i] = d->dirty[--d->ndirty];
+      break;
+    }
+  t->dirty = false;
+  t->cursor_written = tenant_cursor(d, t); /* not written again unless it moves */
+}
+
 /* ------------------------------------------------------------------- the module ---- */
 
 static const ak_opt_t dispatch_retry_rows[] = {

@@ -157,5 +157,9 @@ uint64_t ak_dispatch_reclaimed_to(ak_dispatch_t *d);
  * are gone from the store. */
 void ak_dispatch_count_erased(ak_dispatch_t *d, struct ak_batch *wb, uint64_t n);
 void ak_dispatch_erased(ak_dispatch_t *d, const char *tenant, size_t tlen, uint64_t hooks, uint64_t dead);
+/* In a call, once the reclaim pass is past every hook of the tenant (no group marker names
+ * it any more): its log cursor's delete into wb (the caller holds a pin and writes wb),
+ * and the cursor is not written again unless the tenant's log moves. */
+void ak_dispatch_forget_cursor(ak_dispatch_t *d, const char *tenant, size_t tlen, struct ak_batch *wb);
 
 #endif

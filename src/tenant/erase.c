@@ -360,6 +360,8 @@ typedef struct {
   bool done;
   int rc;
   uint64_t hooks, rows, dead;
+  uint64_t last_seq; /* the last hook deleted, +1 (0: none) */
+  bool cursor_gone;
 } hooks_step_t;
 
 typedef struct {
@@ -539,6 +541,7 @@ static void hooks_step(ak_dispatch_t *d, void *ctx) {
     s->rows += dk.n;
     keys_free(&dk);
     hooks++;
+    if (seq + 1 > s->last_seq) s->last_seq = seq + 1;
     if (seq < counted_below) counted++;
   }
   if (s->rc == 0 && ak_store_cursor_status(c) != 0) s->rc = -1;
@@ -576,6 +579,31 @@ static void hooks_step(ak_dispatch_t *d, void *ctx) {
   s->done = end;
 }
 
+/* Once the reclaim pass is past the tenant's last hook (its group markers, which name it,
+ * are gone), its log cursor dc:<tenant> goes too. */
+static void cursor_step(ak_dispatch_t *d, void *ctx) {
+  hooks_step_t *s = ctx;
+  ak_store_t *st = s->j->e->inst->store;
+  s->rc = 0;
+  if (ak_dispatch_reclaimed_to(d) < s->last_seq) return;
+  if (ak_store_pin(st) != 0) {
+    s->rc = -1;
+    return;
+  }
+  ak_batch_t *wb = ak_batch_new(st);
+  s->rc = -1;
+  if (wb) {
+    ak_dispatch_forget_cursor(d, s->j->tenant, s->j->tlen, wb);
+    ak_wf_class_t cls;
+    char *err = NULL;
+    s->rc = ak_store_write_pinned(st, wb, true, &cls, &err);
+    free(err);
+    ak_batch_free(wb);
+  }
+  ak_store_unpin(st);
+  if (s->rc == 0) s->cursor_gone = true;
+}
+
 static int stage_hooks(job_t *j) {
   ak_dispatch_t *d = j->e->inst->dispatch;
   hooks_step_t s = {.j = j};
@@ -587,6 +615,13 @@ static int stage_hooks(job_t *j) {
       hooks_step(NULL, &s);
     }
     if (s.rc != 0) return -1;
+  }
+  while (d && !s.cursor_gone) {
+    if (ak_dispatch_call(d, cursor_step, &s) != 0) return stopping(j->e) ? 1 : -1;
+    if (s.rc != 0) return -1;
+    if (s.cursor_gone) break;
+    if (stopping(j->e)) return 1;
+    nap(j->e, 100);
   }
   count_add(j->p, "hooks", (int64_t)s.hooks);
   count_add(j->p, "delivery_rows", (int64_t)s.rows);

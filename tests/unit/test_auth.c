@@ -183,6 +183,8 @@ static const want_t table[] = {
     {"GET", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_READ, false, "acme", NULL, "github"},
     {"PUT", "/v1/tenants/acme/sources/github", AK_SCOPE_SOURCES_WRITE, false, "acme", NULL, "github"},
     {"DELETE", "/v1/tenants/t-2/sources/github", AK_SCOPE_SOURCES_WRITE, false, "t-2", NULL, "github"},
+    {"DELETE", "/v1/tenants/acme", AK_SCOPE_TENANTS_WRITE, true, "acme", NULL, NULL},
+    {"GET", "/v1/tenants/acme/erase", AK_SCOPE_TENANTS_WRITE, false, "acme", NULL, NULL},
 };
 
 Test(routes, every_endpoint_names_its_scope) {

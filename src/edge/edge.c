@@ -48,7 +48,7 @@
 #include "verify/verifier.h"
 
 enum { ST_READING = 0, ST_FLEET, ST_SUBMITTED, ST_ANSWERED };
-enum { H_FLEET = 1, H_QUOTA, H_STATUS, H_NOMEM }; /* why admit_tail stopped short of the writer */
+enum { H_FLEET = 1, H_QUOTA, H_STATUS, H_NOMEM, H_ERASING }; /* why admit_tail stopped short of the writer */
 
 typedef enum {
   R_PAYLOAD_TOO_LARGE = 0, R_DEDUPE_QUOTA, R_UNKNOWN_SOURCE, R_NOT_FOUND, R_INVALID_HEADER, R_BODY_READ_FAILED,
@@ -629,6 +629,12 @@ static tail_t admit_tail(ak_edge_t *e, conn_t *c, bool on_loop) {
       c->halt = H_STATUS;
       return TAIL_ANSWER;
     }
+    /* checked again with the share held: an erase that starts now waits for this share
+     * (tenant/erase.c), one that started before is seen here */
+    if (inst->tenant_closing && inst->tenant_closing(inst->tenant_closing_ctx, c->ticket.tenant, c->ticket.tenant_len)) {
+      c->halt = H_ERASING;
+      return TAIL_ANSWER;
+    }
   }
   c->state = ST_SUBMITTED;
   /* suspend first: the writer may resume it before submit() returns */
@@ -669,6 +675,9 @@ static void answer_halt(ak_edge_t *e, conn_t *c) {
       return;
     case H_NOMEM:
       refuse_settled(e, c, 503, R_OVERLOAD, "overload", 1);
+      return;
+    case H_ERASING:
+      refuse_settled(e, c, 503, R_TENANT_ERASING, "tenant_erasing", 5);
       return;
     case H_STATUS:
     default:

@@ -61,6 +61,8 @@ typedef struct {
 struct ak_dedupe {
   ak_instance_t *inst;
   pthread_mutex_t mu;
+  pthread_mutex_t erase_mu;    /* a sweep pass and a tenant erase step never interleave: each
+                                  reads records, rewrites or deletes them, then forgets their keys */
   slot_t *slots;
   size_t cap, used;            /* cap: a power of two */
   ak_dedupe_claim_t *pending[PENDING_BUCKETS];
@@ -482,7 +484,7 @@ static int forget_one(const ak_dedupe_entry_t *e, void *ctx) {
   return 0;
 }
 
-long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx) {
+static long sweep_pass(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx) {
   sweep_t sw = {.now = now_ms(dx), .max = max};
   uint8_t from[9];
   from[0] = AK_IDX_DEDUPE;
@@ -536,6 +538,156 @@ done:
   return out;
 }
 
+long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx) {
+  pthread_mutex_lock(&dx->erase_mu);
+  long n = sweep_pass(dx, max, gate, gate_ctx);
+  pthread_mutex_unlock(&dx->erase_mu);
+  return n;
+}
+
+/* -------------------------------------------------------------- tenant erase ---- */
+
+typedef struct {
+  const uint8_t *tenant;
+  size_t tlen;
+  size_t max, n, cap;
+  rec_t *recs;
+  long keys;      /* the tenant's keys in them */
+  bool oom, bad;
+  uint8_t last[AK_DEDUPE_EKEY_MAX];
+  size_t last_len;
+} erase_t;
+
+static bool entry_of(const ak_dedupe_entry_t *e, const erase_t *er) {
+  const uint8_t *t;
+  size_t tl;
+  return ak_dedupe_scope_parse(e->scope, e->scope_len, &t, &tl) == 0 && tl == er->tlen &&
+         memcmp(t, er->tenant, tl) == 0;
+}
+
+static int count_mine(const ak_dedupe_entry_t *e, void *ctx) {
+  erase_t *er = ctx;
+  er->keys += entry_of(e, er);
+  return 0;
+}
+
+static int erase_collect(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  erase_t *er = ctx;
+  if (er->n >= er->max) return 1;
+  int64_t at;
+  long before = er->keys;
+  if (ak_dedupe_record_each((const uint8_t *)k, kl, (const uint8_t *)v, vl, &at, count_mine, er) < 0) {
+    er->bad = true;
+    return 1;
+  }
+  if (kl <= sizeof er->last) {
+    memcpy(er->last, k, kl);
+    er->last_len = kl;
+  }
+  if (er->keys == before) return 0;
+  uint8_t *kc = dup_bytes(k, kl), *vc = dup_bytes(v, vl);
+  if (!kc || !vc || ak_buf_grow(&er->recs, &er->cap, er->n + 1, sizeof *er->recs) != 0) {
+    free(kc);
+    free(vc);
+    er->oom = true;
+    return 1;
+  }
+  er->recs[er->n++] = (rec_t){kc, vc, kl, vl};
+  return 0;
+}
+
+typedef struct {
+  erase_t *er;
+  uint8_t *out;
+  size_t len;
+} rebuild_t;
+
+static int keep_other(const ak_dedupe_entry_t *e, void *ctx) {
+  rebuild_t *rb = ctx;
+  if (!entry_of(e, rb->er)) rb->len += ak_dedupe_entry_put(rb->out + rb->len, e->at, e->id, e->scope, e->scope_len);
+  return 0;
+}
+
+typedef struct {
+  ak_dedupe_t *dx;
+  erase_t *er;
+} forget_t;
+
+static int forget_mine(const ak_dedupe_entry_t *e, void *ctx) {
+  forget_t *f = ctx;
+  if (entry_of(e, f->er)) forget_one(e, f->dx);
+  return 0;
+}
+
+long ak_dedupe_erase_tenant(ak_dedupe_t *dx, const char *tenant, size_t tlen, size_t max, uint8_t *from,
+                            size_t *from_len) {
+  erase_t er = {.tenant = (const uint8_t *)tenant, .tlen = tlen, .max = max ? max : 1};
+  const char prefix = AK_IDX_DEDUPE;
+  pthread_mutex_lock(&dx->erase_mu);
+  int rc = ak_store_scan_from(dx->inst->store, AK_CF_DEDUPE, &prefix, 1, *from_len ? from : NULL, *from_len, false,
+                              erase_collect, &er);
+  long out = er.keys;
+  if (rc != 0 || er.oom || er.bad) {
+    out = -1;
+    goto done;
+  }
+  if (er.n) {
+    ak_batch_t *wb = ak_batch_new(dx->inst->store);
+    uint8_t *v = malloc(RECORD_MAX);
+    if (!wb || !v || ak_store_pin(dx->inst->store) != 0) {
+      ak_batch_free(wb);
+      free(v);
+      out = -1;
+      goto done;
+    }
+    for (size_t i = 0; i < er.n; i++) {
+      rec_t *r = &er.recs[i];
+      rebuild_t rb = {&er, v, 1};
+      v[0] = AK_DEDUPE_VALUE_V2;
+      int64_t at;
+      /* a v1 record holds one key (the tenant's): deleted like a v2 left empty */
+      if (r->vl && r->v[0] == AK_DEDUPE_VALUE_V2 && r->vl <= RECORD_MAX)
+        ak_dedupe_record_each(r->k, r->kl, r->v, r->vl, &at, keep_other, &rb);
+      if (rb.len > 1) ak_batch_put(wb, AK_CF_DEDUPE, r->k, r->kl, v, rb.len);
+      else ak_batch_delete(wb, AK_CF_DEDUPE, r->k, r->kl);
+    }
+    ak_wf_class_t cls;
+    char *err = NULL;
+    rc = ak_store_write_pinned(dx->inst->store, wb, true, &cls, &err);
+    ak_store_unpin(dx->inst->store);
+    ak_batch_free(wb);
+    free(v);
+    if (rc != 0) {
+      free(err);
+      out = -1;
+      goto done;
+    }
+    pthread_mutex_lock(&dx->mu);
+    forget_t f = {dx, &er};
+    for (size_t i = 0; i < er.n; i++) {
+      int64_t at;
+      ak_dedupe_record_each(er.recs[i].k, er.recs[i].kl, er.recs[i].v, er.recs[i].vl, &at, forget_mine, &f);
+    }
+    set_gauge(dx);
+    pthread_mutex_unlock(&dx->mu);
+  }
+  if (er.n >= er.max) { /* more may follow: the next call starts after the last record read */
+    memcpy(from, er.last, er.last_len);
+    from[er.last_len] = 0; /* the smallest key after it */
+    *from_len = er.last_len + 1;
+  } else {
+    *from_len = 0;
+  }
+done:
+  pthread_mutex_unlock(&dx->erase_mu);
+  for (size_t i = 0; i < er.n; i++) {
+    free(er.recs[i].k);
+    free(er.recs[i].v);
+  }
+  free(er.recs);
+  return out;
+}
+
 /* ---------------------------------------------------------------------- open ---- */
 
 typedef struct {
@@ -584,6 +736,7 @@ ak_dedupe_t *ak_dedupe_new(ak_instance_t *inst, char **err) {
   }
   dx->inst = inst;
   pthread_mutex_init(&dx->mu, NULL);
+  pthread_mutex_init(&dx->erase_mu, NULL);
   ak_tmap_init(&dx->tenants, sizeof(tcount_t));
   const ak_dedupe_cfg_t *dc = ak_dedupe_cfg(inst->cfg);
   dx->max_entries = dc && dc->max_entries > 0 ? dc->max_entries : INT64_MAX;
@@ -633,6 +786,7 @@ void ak_dedupe_free(ak_dedupe_t *dx) {
   ak_tmap_fini(&dx->tenants);
   tab_free(dx->slots, dx->cap);
   pthread_mutex_destroy(&dx->mu);
+  pthread_mutex_destroy(&dx->erase_mu);
   free(dx);
 }
 

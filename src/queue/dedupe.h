@@ -102,6 +102,15 @@ struct ak_write_req *ak_dedupe_settle(ak_dedupe_t *dx, struct ak_write_req *r);
 typedef void (*ak_dedupe_gate_fn)(void *ctx, size_t nread);
 long ak_dedupe_sweep(ak_dedupe_t *dx, size_t max, ak_dedupe_gate_fn gate, void *gate_ctx);
 
+/* Tenant erase (tenant/erase.c): the tenant's keys leave the store, each record that holds
+ * one deleted or, when other tenants' keys share it, rewritten without them (one synced
+ * batch), and then the index; at most max records a call, from the key in from (from_len
+ * 0: the first). On return from/from_len is where the next call starts (from_len 0: the
+ * last record was read; from holds AK_DEDUPE_EKEY_MAX + 1 bytes). Returns the keys removed,
+ * or -1 (nothing changed) when the store failed. Never runs beside a sweep pass. */
+long ak_dedupe_erase_tenant(ak_dedupe_t *dx, const char *tenant, size_t tlen, size_t max, uint8_t *from,
+                            size_t *from_len);
+
 /* Live keys on the node (committed plus pending). */
 int64_t ak_dedupe_count(ak_dedupe_t *dx);
 

@@ -281,6 +281,14 @@ ak_wr_status_t ak_writer_share_take(ak_writer_t *w, const char *tenant, size_t t
   return st;
 }
 
+int64_t ak_writer_share_held(ak_writer_t *w, const char *tenant, size_t tlen) {
+  int64_t records = 0, bytes = 0;
+  pthread_mutex_lock(&w->mu);
+  ak_tenantshare_held(w->tshare, tenant, tlen, &records, &bytes);
+  pthread_mutex_unlock(&w->mu);
+  return records;
+}
+
 void ak_writer_share_give(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes) {
   pthread_mutex_lock(&w->mu);
   ak_tenantshare_release(w->tshare, tenant, tlen, bytes);

@@ -155,6 +155,9 @@ int ak_writer_start(ak_writer_t *w);
 ak_wr_status_t ak_writer_share_take(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes);
 void ak_writer_share_give(ak_writer_t *w, const char *tenant, size_t tlen, size_t bytes);
 ak_wr_status_t ak_writer_submit(ak_writer_t *w, ak_write_req_t *req);
+/* The records the tenant's ingest requests hold in the queue (their shares, taken before
+ * submit, given back once answered): a tenant erase waits for none (tenant/erase.c). */
+int64_t ak_writer_share_held(ak_writer_t *w, const char *tenant, size_t tlen);
 /* Commit everything already queued, answer it, refuse new submissions, stop threads. */
 void ak_writer_stop(ak_writer_t *w);
 void ak_writer_free(ak_writer_t *w);

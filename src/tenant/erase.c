@@ -24,6 +24,8 @@
 #include "dispatch/dispatch.h"
 #include "edge/quota.h"
 #include "fleet/fleet.h"
+#include "queue/dedupe.h"
+#include "queue/dedupe_record.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
 #include "sinks/claimpack.h"
@@ -216,8 +218,16 @@ static void nap(ak_erase_t *e, int64_t ms) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* The tenant joined the closing set when the job was started or loaded: new requests are
+ * refused. Those that took their queue share before are waited for (committed or failed,
+ * within the writer's record deadline), so no hook of the tenant is committed after this. */
 static int stage_close(job_t *j) {
-  (void)j; /* the tenant joined the closing set when the job was started or loaded */
+  ak_writer_t *w = j->e->inst->writer;
+  if (!w) return 0;
+  while (ak_writer_share_held(w, j->tenant, j->tlen) > 0) {
+    if (stopping(j->e)) return 1;
+    nap(j->e, 20);
+  }
   return 0;
 }
 
@@ -646,9 +656,19 @@ static int stage_quarantine(job_t *j) {
   }
 }
 
-/* Its dedupe keys: not wired yet (docs/erase.md says what stays and how long). */
+/* Its dedupe keys, inside records shared with other tenants too (queue/dedupe.h). Its
+ * pending claims were settled before (close waited for its queue shares). */
 static int stage_dedupe(job_t *j) {
-  (void)j;
+  ak_dedupe_t *dx = j->e->inst->dedupe;
+  if (!dx) return 0;
+  uint8_t from[AK_DEDUPE_EKEY_MAX + 1];
+  size_t from_len = 0;
+  do {
+    long n = ak_dedupe_erase_tenant(dx, j->tenant, j->tlen, 256, from, &from_len);
+    if (n < 0) return -1;
+    count_add(j->p, "dedupe_keys", n);
+    if (stopping(j->e)) return 1;
+  } while (from_len);
   return 0;
 }
 

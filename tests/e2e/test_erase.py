@@ -4,6 +4,7 @@ rows`) but its tombstone and the audit trail; a kill -9 before any stage resumes
 next start; an attempt running while the erase starts cannot put a row back; other
 tenants are untouched and still delivered; a source re-created for the tenant works."""
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -20,12 +21,14 @@ SECRET = "gh-erase-secret-1"
 
 
 def spec(url):
-    return {"verify": {"type": "github", "secret": SECRET}, "sinks": [{"type": "http", "url": url}]}
+    return {"verify": {"type": "github", "secret": SECRET}, "sinks": [{"type": "http", "url": url}],
+            "dedupe": "github"}
 
 
-def post(node, source, body):
-    return node.post(f"/webhooks/{source}", body,
-                     {"Content-Type": "application/json", "X-Hub-Signature-256": github_sig(SECRET, body)})
+def post(node, source, body, delivery=None):
+    h = {"Content-Type": "application/json", "X-Hub-Signature-256": github_sig(SECRET, body)}
+    h["X-GitHub-Delivery"] = delivery or f"d-{uuid.uuid4().hex}"
+    return node.post(f"/webhooks/{source}", body, h)
 
 
 def escaped(b):
@@ -77,13 +80,16 @@ def setup_tenants(node, gone_url, keep_url, n=4):
     assert admin_json(node, "POST", f"/v1/tenants/{GONE}/sources", dict(name="gone_src", **spec(gone_url))).status == 201
     assert admin_json(node, "POST", f"/v1/tenants/{KEEP}/sources", dict(name="keep_src", **spec(keep_url))).status == 201
     ids, bodies = [], []
-    for i in range(n):
-        b = f'{{"secret_payload":"erase-me-{uuid.uuid4().hex}"}}'.encode()
-        r = post(node, "gone_src", b)
+    # both tenants' hooks in the same commits: their dedupe keys share records
+    gone = [(f'{{"secret_payload":"erase-me-{uuid.uuid4().hex}"}}'.encode(), f"{GONE}-dk-{i}") for i in range(n)]
+    with ThreadPoolExecutor(8) as ex:
+        keeps = list(ex.map(lambda i: post(node, "keep_src", f'{{"keep":{i}}}'.encode(), f"keep-dk-{i}"), range(n)))
+        gones = list(ex.map(lambda bd: post(node, "gone_src", bd[0], bd[1]), gone))
+    for r in keeps + gones:
         assert r.status == 201, r
+    for r, (b, _) in zip(gones, gone):
         ids.append(r.json["id"])
         bodies.append(b)
-        assert post(node, "keep_src", f'{{"keep":{i}}}'.encode()).status == 201
     return ids, bodies
 
 
@@ -111,6 +117,11 @@ def test_erase_leaves_no_trace_and_spares_other_tenants(ankusa):
         assert r.status == 404 and r.json["error"] == "unknown_source", r
         assert post(node, "keep_src", b'{"after":1}').status == 201
         ok.wait_for(lambda ds: any(d.body == b'{"after":1}' for d in ds))
+        # the other tenant's dedupe keys are kept (records shared with the erased tenant's
+        # were rewritten, not dropped)
+        r = post(node, "keep_src", b'{"keep":0}', "keep-dk-0")
+        assert r.status == 201 and r.json.get("duplicate") is True, r
+        assert done["counts"]["dedupe_keys"] == 4, done
         # an archived hook of it is 410 gone (the segment keeps it until retention); one the
         # compactor never read is simply not found
         answers = [admin_json(node, "GET", f"/v1/hooks/{i}") for i in ids]
@@ -122,12 +133,12 @@ def test_erase_leaves_no_trace_and_spares_other_tenants(ankusa):
         n_failing = len(failing.snapshot())
         # a source re-created for the tenant works again (the tombstone does not block it)
         assert admin_json(node, "POST", f"/v1/tenants/{GONE}/sources",
-                          dict(name="gone_src2", **spec(ok.url))).status == 201
-        r = post(node, "gone_src2", b'{"reborn":1}')
-        assert r.status == 201, r
+                          dict(name="gone_src", **spec(ok.url))).status == 201
+        r = post(node, "gone_src", b'{"reborn":1}', f"{GONE}-dk-0")  # its old key is forgotten
+        assert r.status == 201 and "duplicate" not in r.json, r
         assert node.hook(r.json["id"])["tenant_id"] == GONE
         ok.wait_for(lambda ds: any(d.body == b'{"reborn":1}' for d in ds))
-        assert admin_json(node, "DELETE", f"/v1/tenants/{GONE}/sources/gone_src2?dead_letter=true").status in (204, 409)
+        assert admin_json(node, "DELETE", f"/v1/tenants/{GONE}/sources/gone_src?dead_letter=true").status in (204, 409)
         node.stop()
         assert len(failing.snapshot()) == n_failing
         # erase the re-created tenant again offline-checked: rows of the first erase are gone
@@ -172,6 +183,8 @@ def test_kill9_before_a_stage_resumes_at_boot(ankusa, stage):
             r = post(node, "gone_src", b'{"while":1}')
             assert r.status == 503 and r.json["error"] == "tenant_erasing", r
             assert r.headers.get("retry-after"), r
+            assert node.metrics().value("ankusa_ingest_refused_total", instance="default",
+                                        reason="tenant_erasing") == 1
         assert post(node, "keep_src", b'{"during":1}').status == 201
         node.kill9()
         node.env = {}

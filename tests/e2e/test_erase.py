@@ -225,3 +225,32 @@ def test_static_sources_refuse_the_erase(ankusa):
     r = admin_json(node, "DELETE", "/v1/tenants/acme?confirm=acme")
     assert r.status == 409 and r.json["error"] == "tenant_has_static_sources" and r.json["sources"] == ["acme_src"], r
     assert admin_json(node, "GET", "/v1/tenants/acme/erase").status == 404
+
+
+@pytest.fixture
+def redis(tmp_path):
+    from redis_server import RedisServer
+    r = RedisServer(tmp_path / "redis")
+    r.start()
+    yield r
+    r.close()
+
+
+def test_fleet_buckets_of_the_tenant_are_deleted(ankusa, redis):
+    ok = Receiver()
+    try:
+        # a slow refill: a bucket key lives (TTL) until it is full again, well past the test
+        cfg = dict(CONFIG, rate_limits={"scope": "fleet", "default": {"rate": 0.05, "burst": 100}},
+                   fleet={"store": {"url": redis.url()}})
+        node = ankusa(config=cfg, sources={})
+        ids, bodies = setup_tenants(node, ok.url, ok.url, n=2)
+        wait_until(lambda: any(GONE in k for k in redis.keys()), what="the tenant's buckets in Redis")
+        assert any(KEEP in k for k in redis.keys())
+        erase(node)
+        wait_erased(node)
+        wait_until(lambda: not any(GONE in k for k in redis.keys()), what="the tenant's buckets deleted")
+        assert any(KEEP in k for k in redis.keys()), "the other tenant's buckets stay"
+        node.stop()
+        assert_no_trace(node, ids, bodies)
+    finally:
+        ok.close()

@@ -77,7 +77,8 @@ def wait_erased(node, tenant=GONE, timeout=30):
 
 
 def setup_tenants(node, gone_url, keep_url, n=4):
-    assert admin_json(node, "POST", f"/v1/tenants/{GONE}/sources", dict(name="gone_src", **spec(gone_url))).status == 201
+    assert admin_json(node, "POST", f"/v1/tenants/{GONE}/sources",
+                      dict(name="gone_src", on_verify_failure="quarantine", **spec(gone_url))).status == 201
     assert admin_json(node, "POST", f"/v1/tenants/{KEEP}/sources", dict(name="keep_src", **spec(keep_url))).status == 201
     ids, bodies = [], []
     # both tenants' hooks in the same commits: their dedupe keys share records
@@ -90,6 +91,15 @@ def setup_tenants(node, gone_url, keep_url, n=4):
     for r, (b, _) in zip(gones, gone):
         ids.append(r.json["id"])
         bodies.append(b)
+    # a forged one is held in the quarantine pen
+    forged = f'{{"forged":"erase-me-{uuid.uuid4().hex}"}}'.encode()
+    r = node.post("/webhooks/gone_src", forged, {"Content-Type": "application/json", "X-GitHub-Delivery": "f-1",
+                                                 "X-Hub-Signature-256": github_sig("wrong-secret", forged)})
+    assert r.status == 202, r
+    assert len(admin_json(node, "GET", "/v1/quarantine").json["entries"]) == 1
+    if r.json.get("id"):
+        ids.append(r.json["id"])
+    bodies.append(forged)
     return ids, bodies
 
 
@@ -102,6 +112,9 @@ def test_erase_leaves_no_trace_and_spares_other_tenants(ankusa):
         ok.wait_for(lambda ds: len(ds) >= 4)
         wait_until(lambda: len(failing.snapshot()) >= 4, what="the failing sink was tried")
         assert admin_json(node, "PUT", f"/v1/tenants/{GONE}/rate-limit", {"rate": 50, "burst": 50}).status == 200
+        # archived before the erase (4 hooks of each tenant; the pen holds no hook)
+        wait_until(lambda: (node.metrics().get("ankusa_compact_records_total", instance="default") or 0) >= 8,
+                   what="the hooks archived")
         # the confirmation is required, and a tenant-scoped principal cannot erase (route: node-wide)
         r = admin_json(node, "DELETE", f"/v1/tenants/{GONE}")
         assert r.status == 400 and r.json["error"] == "confirmation_required", r
@@ -111,7 +124,8 @@ def test_erase_leaves_no_trace_and_spares_other_tenants(ankusa):
         assert p["tenant"] == GONE and p["state"] == "running"
         done = wait_erased(node)
         assert done["stage"] == "done" and done["finished_at"] >= done["started_at"]
-        assert done["counts"]["sources"] == 1, done
+        assert done["counts"]["sources"] == 1 and done["counts"]["quarantined"] == 1, done
+        assert admin_json(node, "GET", "/v1/quarantine").json["entries"] == []
         # its source is gone; the other tenant still serves and is delivered
         r = post(node, "gone_src", b'{"late":1}')
         assert r.status == 404 and r.json["error"] == "unknown_source", r
@@ -124,9 +138,12 @@ def test_erase_leaves_no_trace_and_spares_other_tenants(ankusa):
         assert done["counts"]["dedupe_keys"] == 4, done
         # an archived hook of it is 410 gone (the segment keeps it until retention); one the
         # compactor never read is simply not found
-        answers = [admin_json(node, "GET", f"/v1/hooks/{i}") for i in ids]
-        assert all((r.status, r.json["error"]) in ((410, "gone"), (404, "hook_not_found")) for r in answers), answers
-        assert any(r.status == 410 for r in answers), "the archive cut segments every 200 ms: some were archived"
+        def fetched():
+            answers = [admin_json(node, "GET", f"/v1/hooks/{i}") for i in ids]
+            assert all((r.status, r.json["error"]) in ((410, "gone"), (404, "hook_not_found")) for r in answers), answers
+            return any(r.status == 410 for r in answers)
+        # the archive cuts a segment every 200 ms: hooks it read before the erase land in one
+        wait_until(fetched, timeout=10, what="an archived hook of the erased tenant answers 410")
         audit = admin_json(node, "GET", "/v1/audit?action=tenant.delete").json["entries"]
         assert len(audit) == 1 and audit[0]["subject"] == f"tenant:{GONE}", audit
         # no delivery of it after the erase

@@ -1929,6 +1929,13 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
   k->running--;
   t->running--;
   d->running--;
+  if (tenant_closed(d, t)) { /* being erased: whatever the sink said, no retry or dead row comes back */
+    op_clear(d, r, now);
+    if (r->has_replay && d->settled) d->settled(d->settled_ctx, r->replay_id, false);
+    row_release(d, r);
+    tenant_place(d, t, now);
+    return;
+  }
   if (o->result == AK_SINK_OK) {
     ak_counter_add(si->att_ok, 1);
     ak_histogram_observe(si->dur_ok, dur);
@@ -1940,12 +1947,6 @@ static void settle(ak_dispatch_t *d, row_t *r, const ak_sink_outcome_t *o, bool 
     ak_histogram_observe(si->dur_err, dur);
   }
   if (k->breaker) ak_breaker_record(k->breaker, now, o->result);
-  if (tenant_closed(d, t)) { /* being erased: whatever the sink said, no retry or dead row comes back */
-    op_clear(d, r, now);
-    row_release(d, r);
-    tenant_place(d, t, now);
-    return;
-  }
   uint32_t n = r->attempts + 1;
   /* jitter needs spread, not secrecy: a RAND_bytes call per outcome was 8% of this
    * thread's CPU */
@@ -2122,6 +2123,7 @@ static claim_rc_t claim_row(ak_dispatch_t *d, tenant_t *t, const cand_t *c, int 
   if (tenant_closed(d, t)) { /* being erased: settled undelivered, no row of its own left */
     if (rc == 0 && ak_envelope_decode(r->rec, r->rec_len, &r->env) != 0) memset(&r->env, 0, sizeof r->env);
     op_clear(d, r, now);
+    if (r->has_replay && d->settled) d->settled(d->settled_ctx, r->replay_id, false);
     row_release(d, r);
     tenant_place(d, t, now);
     free(r);
@@ -2509,6 +2511,11 @@ static void start_attempt(ak_dispatch_t *d, row_t *r, int64_t now) {
   k->t->running++;
   d->running++;
   r->d = d;
+  if (tenant_closed(d, k->t)) { /* claimed before its erase began: settled undelivered */
+    settle(d, r, &(ak_sink_outcome_t){.result = AK_SINK_OK}, false, now);
+    free(r);
+    return;
+  }
   if (si->inline_max >= 0 && (uint64_t)r->env.body_len > (uint64_t)si->inline_max) {
     if (!d->checkin) {
       ak_sink_outcome_t o = {.result = AK_SINK_RETRY};

@@ -249,4 +249,11 @@ int ak_blob_delete(ak_blob_t *b, const char *key, char *err, size_t errlen) {
   return op_end(b, OP_DELETE, t0, b->vt->del(b->self, k, err, errlen));
 }
 
+int ak_blob_prune(ak_blob_t *b, const char *prefix, char *err, size_t errlen) {
+  if (!b->vt->prune) return AK_BLOB_OK;
+  char k[AK_BLOB_KEY_MAX + 1];
+  if (!full_key(b, prefix, k, sizeof k, err, errlen)) return AK_BLOB_ERROR;
+  return b->vt->prune(b->self, k, err, errlen);
+}
+
 const char *ak_blob_type(const ak_blob_t *b) { return b->vt->type; }

@@ -50,6 +50,9 @@ typedef struct ak_blob_vtable {
               size_t errlen);
   /* Deleting a key that does not exist is OK. */
   int (*del)(void *self, const char *key, char *err, size_t errlen);
+  /* Optional (NULL: the store has no folders): remove the empty folders at and below the
+   * key prefix, which deleting their objects left behind (LocalFS). */
+  int (*prune)(void *self, const char *prefix, char *err, size_t errlen);
   void (*destroy)(void *self);
 } ak_blob_vtable_t;
 
@@ -118,5 +121,9 @@ int ak_blob_list(ak_blob_t *b, const char *prefix, const char *after, size_t max
                  size_t errlen);
 void ak_blob_list_clear(ak_blob_list_t *l);
 int ak_blob_delete(ak_blob_t *b, const char *key, char *err, size_t errlen);
+/* The empty folders at and below prefix (a key prefix without its last '/'), for a caller
+ * that deleted every object there and writes none there meanwhile (a tenant erase); OK on
+ * a store without folders. */
+int ak_blob_prune(ak_blob_t *b, const char *prefix, char *err, size_t errlen);
 
 #endif

@@ -9,6 +9,7 @@
  * bucket's millions. */
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,6 +362,34 @@ static int local_del(void *self, const char *key, char *err, size_t errlen) {
   return rc == 0 ? AK_BLOB_OK : fail(err, errlen, "delete", e);
 }
 
+static int rm_empty(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  if (flag == FTW_DP && rmdir(path) != 0 && errno != ENOTEMPTY && errno != EEXIST) return -1;
+  return 0;
+}
+
+/* Depth first: a folder goes once the folders inside it went; one with a file stays. */
+static int local_prune(void *self, const char *prefix, char *err, size_t errlen) {
+  local_t *l = self;
+  char *path = path_of(l, prefix);
+  if (!path) return fail(err, errlen, "path", ENOMEM);
+  struct stat st;
+  int rc = 0, e = 0;
+  if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    rc = nftw(path, rm_empty, 16, FTW_DEPTH | FTW_PHYS);
+    e = errno;
+    char *slash = strrchr(path, '/');
+    if (rc == 0 && slash) {
+      *slash = 0;
+      rc = ak_fsync_dir(path);
+      e = errno;
+    }
+  }
+  free(path);
+  return rc == 0 ? AK_BLOB_OK : fail(err, errlen, "prune", e);
+}
+
 static void local_destroy(void *self) {
   local_t *l = self;
   if (!l) return;
@@ -376,6 +405,7 @@ static const ak_blob_vtable_t local_vt = {
   .head = local_head,
   .list = local_list,
   .del = local_del,
+  .prune = local_prune,
   .destroy = local_destroy,
 };
 

@@ -700,6 +700,14 @@ static int stage_claims(job_t *j) {
       if (n == 0) break;
       if (stopping(j->e)) return 1;
     }
+    /* LocalFS: the folders named after the tenant go too */
+    char err[512] = "";
+    pfx[strlen(pfx) - 1] = 0;
+    if (ak_blob_prune(b, pfx, err, sizeof err) != AK_BLOB_OK) {
+      ak_log(AK_LOG_WARNING, "erase", "claim folders not removed; retried", "tenant=%s error=\"%s\"", j->tenant, err);
+      return -1;
+    }
+    pfx[strlen(pfx)] = '/';
   }
   return 0;
 }

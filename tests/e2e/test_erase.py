@@ -280,3 +280,34 @@ def test_fleet_buckets_of_the_tenant_are_deleted(ankusa, redis):
         assert_no_trace(node, ids, bodies)
     finally:
         ok.close()
+
+
+def test_claim_objects_of_the_tenant_are_deleted(ankusa, tmp_path):
+    ok = Receiver()
+    try:
+        root = tmp_path / "claims"
+        cfg = dict(CONFIG, node={"roles": ["edge", "dispatch", "storage", "claim_check"]},
+                   claim_check={"port": __import__("helpers").free_ports(1)[0], "ip": "127.0.0.1",
+                                "store": {"type": "local", "root": str(root)}})
+        node = ankusa(config=cfg, sources={})
+        echo = tmp_path / "echo.txt"
+        for t, name in ((GONE, "gone_src"), (KEEP, "keep_src")):
+            s = spec(ok.url)
+            # the test builds' echo sink checks in every body above 8 bytes
+            s["sinks"] = [{"type": "test_echo", "path": str(echo), "inline_max_bytes": 8}]
+            assert admin_json(node, "POST", f"/v1/tenants/{t}/sources", dict(name=name, **s)).status == 201
+            assert post(node, name, b'{"claimed":"' + t.encode() + b'"}').status == 201
+        wait_until(lambda: echo.exists() and len(echo.read_text().splitlines()) >= 2, what="both delivered by claim")
+
+        def claim_files(t):
+            return [p for p in root.rglob("*") if p.is_file() and f"tenant={t}" in str(p)]
+        assert claim_files(GONE) and claim_files(KEEP)
+        erase(node)
+        done = wait_erased(node)
+        assert done["counts"]["claims"] >= 1, done
+        assert not claim_files(GONE), "no claim object of the tenant is left"
+        left = [str(p) for p in root.rglob("*") if f"tenant={GONE}" in str(p)]
+        assert not left, f"not even a folder named after it: {left}"
+        assert claim_files(KEEP), "the other tenant's claims stay"
+    finally:
+        ok.close()

@@ -195,7 +195,8 @@ def test_erase_store_check_after_stop(ankusa, ordered):
         failing.close()
 
 
-@pytest.mark.parametrize("stage", ["drain", "sources", "hooks", "claims", "tombstone"])
+@pytest.mark.parametrize("stage", ["close", "drain", "sources", "rate_limit", "hooks", "quarantine", "dedupe", "claims",
+                                   "fleet", "routes", "lifecycle", "tombstone"])
 def test_kill9_before_a_stage_resumes_at_boot(ankusa, stage):
     failing = Receiver(behavior=lambda d, n: (503, {}, 0))
     ok = Receiver()
@@ -205,7 +206,7 @@ def test_kill9_before_a_stage_resumes_at_boot(ankusa, stage):
         erase(node)
         wait_until(lambda: admin_json(node, "GET", f"/v1/tenants/{GONE}/erase").json["stage"] == stage,
                    what=f"the erase held before {stage}")
-        if stage in ("drain", "sources"):  # closed, its sources still published: 503 tenant_erasing
+        if stage in ("close", "drain", "sources"):  # closed, its sources still published: 503 tenant_erasing
             r = post(node, "gone_src", b'{"while":1}')
             assert r.status == 503 and r.json["error"] == "tenant_erasing", r
             assert r.headers.get("retry-after"), r

@@ -29,6 +29,7 @@ typedef enum {
   AK_ERASE_FLEET,       /* its Redis buckets (rate_limits.scope fleet) */
   AK_ERASE_ROUTES,      /* its routes (wired by the integrator) */
   AK_ERASE_LIFECYCLE,   /* its lifecycle entities (wired by the integrator) */
+  AK_ERASE_COMPACT,     /* the families it had rows in are rewritten: deleted values leave the disk */
   AK_ERASE_TOMBSTONE,   /* tombstone + audit row, one synced batch */
   AK_ERASE_STAGES
 } ak_erase_stage_t;

@@ -196,7 +196,7 @@ def test_erase_store_check_after_stop(ankusa, ordered):
 
 
 @pytest.mark.parametrize("stage", ["close", "drain", "sources", "rate_limit", "hooks", "quarantine", "dedupe", "claims",
-                                   "fleet", "routes", "lifecycle", "tombstone"])
+                                   "fleet", "routes", "lifecycle", "compact", "tombstone"])
 def test_kill9_before_a_stage_resumes_at_boot(ankusa, stage):
     failing = Receiver(behavior=lambda d, n: (503, {}, 0))
     ok = Receiver()
@@ -310,5 +310,32 @@ def test_claim_objects_of_the_tenant_are_deleted(ankusa, tmp_path):
         left = [str(p) for p in root.rglob("*") if f"tenant={GONE}" in str(p)]
         assert not left, f"not even a folder named after it: {left}"
         assert claim_files(KEEP), "the other tenant's claims stay"
+    finally:
+        ok.close()
+
+
+def raw_store_holds(node, needle):
+    """Any file of the store directory (SSTs, blob files, the write-ahead log) holding needle."""
+    store = node.data_dir / "default" / "store"
+    return [p.name for p in store.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def test_erased_bodies_leave_the_store_files(ankusa):
+    ok = Receiver()
+    try:
+        node = ankusa(config=CONFIG, sources={})
+        ids, bodies = setup_tenants(node, ok.url, ok.url, n=1)
+        marker = uuid.uuid4().hex.encode()
+        big = b'{"big":"' + marker + b"-" + bytes(uuid.uuid4().hex, "ascii") * 160 + b'"}'  # a blob-file value
+        r = post(node, "gone_src", big)
+        assert r.status == 201, r
+        ok.wait_for(lambda ds: any(d.body == big for d in ds))
+        assert raw_store_holds(node, marker), "the body is in the store's files before the erase"
+        erase(node)
+        wait_erased(node)
+        assert not raw_store_holds(node, marker), "the erase's compaction took it off the disk"
+        node.stop()
+        assert not raw_store_holds(node, marker)
+        assert_no_trace(node, ids + [r.json["id"]], bodies + [big])
     finally:
         ok.close()

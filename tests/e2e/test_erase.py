@@ -339,3 +339,21 @@ def test_erased_bodies_leave_the_store_files(ankusa):
         assert_no_trace(node, ids + [r.json["id"]], bodies + [big])
     finally:
         ok.close()
+
+
+def test_sources_in_the_fleets_redis_store_are_deleted_first(ankusa, redis):
+    from helpers import SOURCE_STORE_KEY
+    ok = Receiver()
+    try:
+        cfg = dict(LOOPBACK, dispatch=FAST,
+                   source_store={"type": "redis", "url": redis.url(), "secret_key": SOURCE_STORE_KEY})
+        node = ankusa(config=cfg, sources={})
+        assert admin_json(node, "POST", f"/v1/tenants/{GONE}/sources", dict(name="gone_src", **spec(ok.url))).status == 201
+        r = admin_json(node, "DELETE", f"/v1/tenants/{GONE}?confirm={GONE}")
+        assert r.status == 409 and r.json["error"] == "tenant_has_shared_sources" and r.json["sources"] == ["gone_src"], r
+        assert admin_json(node, "GET", f"/v1/tenants/{GONE}/erase").status == 404, "nothing started"
+        assert admin_json(node, "DELETE", f"/v1/tenants/{GONE}/sources/gone_src").status == 204
+        erase(node)
+        assert wait_erased(node)["state"] == "done"
+    finally:
+        ok.close()

@@ -721,6 +721,110 @@ int ak_audit_outbox_next(ak_audit_t *a, uint64_t from, uint64_t below, ak_audit_
   }
 }
 
+/* ak_audit_erase_entities: the flagged rows naming the tenant, found by a scan of the
+ * event rows (each checked against its audit row's tenants) */
+typedef struct {
+  ak_audit_t *a;
+  const char *tenant;
+  uint64_t *seqs;
+  size_t n, cap;
+  bool failed;
+} erase_ctx_t;
+
+static bool row_names(const json_t *row, const char *tenant) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(json_object_get(row, "tenants"), i, t) if (!strcmp(json_string_value(t) ?: "", tenant)) return true;
+  return false;
+}
+
+static int erase_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  erase_ctx_t *ec = ctx;
+  if (kl != AK_AUDIT_ROW_KEY_LEN) return 0;
+  json_t *ev = json_loadb(v, vl, 0, NULL);
+  bool has_entity = json_is_object(ev) && !json_is_null(json_object_get(ev, "entity")) &&
+                    json_object_get(ev, "entity");
+  json_decref(ev);
+  if (!has_entity) return 0;
+  uint64_t seq = ak_get_u64((const uint8_t *)k + 1);
+  uint8_t rk[AK_AUDIT_ROW_KEY_LEN];
+  row_key(rk, AK_AUDIT_ROW, seq);
+  char *rv = NULL;
+  size_t rl = 0;
+  int rc = ak_store_get(ec->a->store, AK_CF_AUDIT, rk, sizeof rk, &rv, &rl);
+  json_t *row = rc == 0 ? json_loadb(rv, rl, 0, NULL) : NULL;
+  free(rv);
+  if (rc < 0) {
+    ec->failed = true;
+    return 1;
+  }
+  bool mine = row && row_names(row, ec->tenant);
+  json_decref(row);
+  if (!mine) return 0;
+  if (ec->n == ec->cap) {
+    size_t nc = ec->cap ? ec->cap * 2 : 64;
+    uint64_t *ns = realloc(ec->seqs, nc * sizeof *ns);
+    if (!ns) {
+      ec->failed = true;
+      return 1;
+    }
+    ec->seqs = ns;
+    ec->cap = nc;
+  }
+  ec->seqs[ec->n++] = seq;
+  return 0;
+}
+
+int ak_audit_erase_entities(ak_audit_t *a, const char *tenant, int64_t *erased) {
+  *erased = 0;
+  if (!a) return 0;
+  erase_ctx_t ec = {.a = a, .tenant = tenant};
+  uint8_t prefix = AK_AUDIT_EVENT;
+  if (ak_store_scan(a->store, AK_CF_AUDIT, &prefix, 1, erase_cb, &ec) != 0 || ec.failed) {
+    free(ec.seqs);
+    return -1;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < ec.n && rc == 0; i += 256) {
+    if (ak_store_pin(a->store) != 0) {
+      rc = -1;
+      break;
+    }
+    ak_batch_t *wb = ak_batch_new(a->store);
+    size_t end = i + 256 < ec.n ? i + 256 : ec.n;
+    for (size_t j = i; wb && j < end; j++) {
+      uint8_t k[AK_AUDIT_ROW_KEY_LEN];
+      row_key(k, AK_AUDIT_EVENT, ec.seqs[j]);
+      char *v = NULL;
+      size_t vl = 0;
+      /* re-read under the pin: the event keeps its type (still delivered, in order), its
+       * entity goes */
+      json_t *ev = ak_store_get_pinned(a->store, AK_CF_AUDIT, k, sizeof k, &v, &vl) == 0 ? json_loadb(v, vl, 0, NULL)
+                                                                                      : NULL;
+      free(v);
+      if (!json_is_object(ev)) {
+        json_decref(ev);
+        continue;
+      }
+      json_object_set_new(ev, "entity", json_null());
+      char *text = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+      json_decref(ev);
+      if (!text) {
+        rc = -1;
+        break;
+      }
+      ak_batch_put(wb, AK_CF_AUDIT, k, sizeof k, text, strlen(text));
+      free(text);
+      (*erased)++;
+    }
+    if (!wb || (rc == 0 && ak_store_write_pinned(a->store, wb, true, NULL, NULL) != 0)) rc = -1;
+    ak_batch_free(wb);
+    ak_store_unpin(a->store);
+  }
+  free(ec.seqs);
+  return rc;
+}
+
 void ak_audit_event_clear(ak_audit_event_t *ev) {
   json_decref(ev->row);
   json_decref(ev->event);

@@ -184,6 +184,9 @@ typedef struct ak_audit_event {
  * made) is no event and is passed over; "ok" and "interrupted" rows are events. */
 int ak_audit_outbox_next(ak_audit_t *a, uint64_t from, uint64_t below, ak_audit_event_t *ev);
 void ak_audit_event_clear(ak_audit_event_t *ev);
+/* A tenant erase: every flagged row naming tenant keeps its event (delivered in order, as
+ * before) but loses its entity. Synced. 0 with *erased (rows changed), or -1. */
+int ak_audit_erase_entities(ak_audit_t *a, const char *tenant, int64_t *erased);
 /* The event id of row seq: 16 bytes (a UUID, version 8) keyed by the store's own audit
  * key, so a redelivery and a replay of a row carry the same id and two stores never
  * share one. */

@@ -28,6 +28,8 @@
 #include "queue/dedupe_record.h"
 #include "queue/quarantine.h"
 #include "queue/writer.h"
+#include "routes/routes.h"
+#include "routes/table.h"
 #include "sinks/claimpack.h"
 #include "store/batch.h"
 #include "store/keys.h"
@@ -718,15 +720,64 @@ static int stage_fleet(job_t *j) {
   return 0;
 }
 
-/* The integrator wires the route store here (routes are pluggable and shared by a fleet). */
-static int erase_routes(job_t *j) {
-  (void)j;
-  return 0;
+/* rt:<id> rows of the tenant (a route's tenant: routes/table.h's rule), for a node whose
+ * guard is off: the rows stay in its store from a time it was on */
+typedef struct {
+  const char *tenant;
+  keys_t ks;
+} route_rows_t;
+
+static int route_row_cb(const char *k, size_t kl, const char *v, size_t vl, void *ctx) {
+  route_rows_t *rr = ctx;
+  json_t *j = json_loadb(v, vl, 0, NULL);
+  char err[160];
+  ak_rroute_t *r = j ? ak_rroute_from_json(j, NULL, err, sizeof err) : NULL;
+  bool mine = r && r->tenant && !strcmp(r->tenant, rr->tenant);
+  ak_rroute_unref(r);
+  json_decref(j);
+  return mine ? keys_add(&rr->ks, k, kl) : 0;
 }
 
-/* The integrator wires the lifecycle entities here. */
+/* Its routes. With the guard on, each is deleted through the route set's one change path
+ * (its store, local or shared, and the served set; a route.delete audit row, and its
+ * lifecycle event, as any delete); with it off, its rows in this node's store go. */
+static int erase_routes(job_t *j) {
+  ak_instance_t *inst = j->e->inst;
+  if (inst->routes) {
+    ak_rsnap_t *snap = ak_routes_snapshot(inst->routes);
+    int rc = 0;
+    for (size_t i = 0; snap && i < snap->n && rc == 0; i++) {
+      const ak_rroute_t *r = snap->v[i];
+      if (!r->tenant || strcmp(r->tenant, j->tenant)) continue;
+      ak_routes_change_t ch = {.op = AK_RCH_DELETE, .id = r->id};
+      char err[256] = "";
+      ak_routes_rc_t got = ak_routes_change(inst->routes, &ch, err, sizeof err, NULL, NULL);
+      if (got == AK_ROUTES_OK) count_add(j->p, "routes", 1);
+      else if (got != AK_ROUTES_NOT_FOUND) { /* gone meanwhile is fine; anything else is retried */
+        ak_log(AK_LOG_WARNING, "erase", "a route of the tenant could not be deleted; retried", "tenant=%s route=%s "
+               "error=\"%s\"", j->tenant, r->id, err);
+        rc = -1;
+      }
+    }
+    if (snap) ak_rsnap_unref(snap);
+    return rc;
+  }
+  route_rows_t rr = {.tenant = j->tenant};
+  int rc = ak_store_scan(inst->store, AK_CF_DEFAULT, AK_KEY_ROUTE, strlen(AK_KEY_ROUTE), route_row_cb, &rr) != 0 ||
+                   rr.ks.oom || delete_keys(inst->store, AK_CF_DEFAULT, &rr.ks) != 0
+               ? -1
+               : 0;
+  if (rc == 0) count_add(j->p, "routes", (int64_t)rr.ks.n);
+  keys_free(&rr.ks);
+  return rc;
+}
+
+/* Its lifecycle entities: the flagged audit rows naming it keep their events (delivered
+ * in order, as before) without the entity they carried. */
 static int erase_lifecycle(job_t *j) {
-  (void)j;
+  int64_t n = 0;
+  if (ak_audit_erase_entities(j->e->inst->audit, j->tenant, &n) != 0) return -1;
+  count_add(j->p, "lifecycle_entities", n);
   return 0;
 }
 
@@ -768,7 +819,10 @@ static int stage_tombstone(job_t *j) {
     ak_batch_delete(wb, AK_CF_DEFAULT, pk, pl);
     ak_batch_put(wb, AK_CF_DEFAULT, tk, tl, s, strlen(s));
     json_t *detail = json_deep_copy(json_object_get(j->p, "counts"));
-    ak_audit_entry_t ae = {.action = "tenant.delete", .tenant = j->tenant, .subject = subject, .detail = detail};
+    /* the lifecycle event io.ankusa.tenant.deleted: no entity (the row's subject and
+     * tenant name it; nothing else of it is left to carry) */
+    ak_audit_entry_t ae = {.action = "tenant.delete", .tenant = j->tenant, .subject = subject, .detail = detail,
+                           .event = "io.ankusa.tenant.deleted"};
     if (ak_audit_put(inst->audit, wb, &ae) == 0) {
       ak_wf_class_t cls;
       char *err = NULL;

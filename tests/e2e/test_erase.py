@@ -3,12 +3,13 @@ of the tenant in the store (read row by row through the store's iterator, `ankus
 rows`) but its tombstone and the audit trail; a kill -9 before any stage resumes at the
 next start; an attempt running while the erase starts cannot put a row back; other
 tenants are untouched and still delivered; a source re-created for the tenant works."""
+import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import LOOPBACK, PERSISTENT_STORE, admin_json, github_sig, run_cli, wait_until
+from helpers import LOOPBACK, PERSISTENT_STORE, admin_json, free_ports, github_sig, http_request, run_cli, wait_until
 from receiver import Receiver
 
 FAST = {"retry": {"base_ms": 200, "max_ms": 500, "max_attempts": 50, "jitter": False}, "breaker_failures": 0,
@@ -357,3 +358,55 @@ def test_sources_in_the_fleets_redis_store_are_deleted_first(ankusa, redis):
         assert wait_erased(node)["state"] == "done"
     finally:
         ok.close()
+
+
+def test_erase_takes_its_routes_and_lifecycle_entities(ankusa):
+    """With the route guard and lifecycle events on: the tenant's routes go (the other's
+    stay and serve), the events that carried its sources and routes keep their place in
+    the outbox but lose their entities, and io.ankusa.tenant.deleted is published."""
+    lrx, hrx = Receiver(), Receiver()
+    try:
+        (rport,) = free_ports(1)
+        cfg = dict(CONFIG, routes={"enabled": True, "admin": {"port": rport}},
+                   lifecycle={"sinks": [{"type": "http", "url": lrx.url}]})
+        node = ankusa(config=cfg, sources={})
+
+        def routes(method, path, body=None):
+            data = json.dumps(body).encode() if body is not None else None
+            return http_request(rport, method, path, body=data, headers={"Content-Type": "application/json"})
+
+        for tenant, name in ((GONE, "gone_src"), (KEEP, "keep_src")):
+            assert admin_json(node, "POST", f"/v1/tenants/{tenant}/sources",
+                              dict(name=name, **spec(hrx.url))).status == 201
+            r = routes("POST", "/admin/routes", {"id": f"r-{name}", "path": f"/webhooks/{name}", "tenant": tenant})
+            assert r.status == 201, r
+        assert post(node, "gone_src", b'{"routed":1}').status == 201
+        lrx.wait_for(lambda ds: len(ds) >= 4, what="the four creation events")
+        erase(node)
+        done = wait_erased(node)
+        assert done["counts"]["routes"] == 1, done
+        assert done["counts"]["lifecycle_entities"] >= 2, done  # its source's and its route's
+        assert routes("GET", "/admin/routes/r-gone_src").status == 404
+        assert routes("GET", "/admin/routes/r-keep_src").status == 200
+        assert node.post("/webhooks/gone_src", b"{}").status == 404       # no route any more
+        assert post(node, "keep_src", b'{"kept":1}').status == 201
+
+        def types():
+            return [json.loads(d.body)["type"] for d in lrx.snapshot() if d.status == 204]
+        wait_until(lambda: "io.ankusa.tenant.deleted" in types(), what="the tenant.deleted event")
+        evs = [json.loads(d.body) for d in lrx.snapshot() if d.status == 204]
+        gone_ev = [e for e in evs if e["type"] == "io.ankusa.tenant.deleted"]
+        assert len(gone_ev) == 1 and gone_ev[0]["subject"] == f"tenant:{GONE}", gone_ev
+        assert gone_ev[0]["data"]["tenant"] == GONE and gone_ev[0]["data"]["entity"] is None
+        assert any(e["type"] == "io.ankusa.route.deleted" and e["subject"].endswith("r-gone_src") for e in evs), \
+            [e["type"] for e in evs]
+        node.stop()
+        # the outbox's rows: none carries the erased tenant any more; the other's keep theirs
+        entity_rows = [line for line in store_rows(node) if line.split("\t")[0] == "audit"
+                       and line.split("\t")[1].startswith("e")]
+        assert entity_rows, "the outbox keeps its rows"
+        assert not [line for line in entity_rows if GONE in line or "gone_src" in line], entity_rows
+        assert any("keep_src" in line for line in entity_rows), entity_rows
+    finally:
+        lrx.close()
+        hrx.close()

@@ -1114,6 +1114,25 @@ out:
   ak_source_release(s);
 }
 
+/* inst->erase_shared_source: a tenant erase's delete of one source of the fleet's Redis
+ * store: the checked write with its dual-write audit row (and lifecycle event), then the
+ * served table. No delivery check: the erase has drained the tenant's deliveries. */
+static int erase_shared_source(ak_instance_t *inst, const char *tenant, const char *name) {
+  ak_source_t *s = ak_sources_get(inst->sources, name, strlen(name));
+  if (!s || s->origin != AK_SOURCE_API || strcmp(s->cfg.tenant, tenant) != 0) {
+    ak_source_release(s);
+    return 0; /* gone meanwhile (another node's change, loaded) */
+  }
+  json_t *entity = view(inst, s);
+  int rc = entity ? store_change_redis(inst, NULL, "source.delete", tenant, name, NULL, s->revision, s->revision + 1,
+                                       "io.ankusa.source.deleted", entity)
+                  : -1;
+  json_decref(entity);
+  if (rc == 0) ak_source_release(ak_sources_remove(inst->sources, name));
+  ak_source_release(s);
+  return rc == 0 ? 0 : -1;
+}
+
 /* ------------------------------------------------------------------ handlers ---- */
 
 /* GET /v1/tenants/{tenant}/sources */
@@ -1423,7 +1442,10 @@ static int source_store_open(ak_instance_t *inst, char **err) {
     free(why);
     return AK_MODULE_FAILED;
   }
-  if (ak_source_store_redis(inst->cfg) && redis_open(inst, err) != 0) return AK_MODULE_FAILED;
+  if (ak_source_store_redis(inst->cfg)) {
+    if (redis_open(inst, err) != 0) return AK_MODULE_FAILED;
+    inst->erase_shared_source = erase_shared_source;
+  }
   if (ak_sources_count(inst->sources) == 0 && !writable(inst->cfg))
     ak_log(AK_LOG_WARNING, "config", "no sources configured: every POST will get 404", "config=%s",
            inst->cfg->path ? inst->cfg->path : "(none)");

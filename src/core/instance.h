@@ -76,6 +76,10 @@ typedef struct ak_instance {
   struct ak_erase *erase;       /* tenant erase jobs and the closing set (tenant/erase.h); NULL without a store */
   /* Is this tenant being erased? Set by the erase module at open (tenant/erase.c) for the
    * layers below it (the edge); NULL: no tenant is. Any thread. */
+  /* source_store.type redis: a tenant erase deletes one API source of the fleet's store
+   * through it (admin/sources_api.c; the caller holds the sources table's write lock).
+   * 0, or -1 (nothing changed). NULL on other store types. */
+  int (*erase_shared_source)(struct ak_instance *inst, const char *tenant, const char *name);
   bool (*tenant_closing)(void *ctx, const char *tenant, size_t len);
   void *tenant_closing_ctx;
 } ak_instance_t;

@@ -323,7 +323,8 @@ static int delete_keys(ak_store_t *st, int cf, const keys_t *ks) {
 }
 
 /* Its API-managed sources: their store rows (s:<tenant>\0<name>) first, then the served
- * table, under the table's writer lock (no admin change interleaves). */
+ * table, under the table's writer lock (no admin change interleaves). With the fleet's
+ * Redis store each is deleted there (audited, published to every node). */
 static int stage_sources(job_t *j) {
   ak_instance_t *inst = j->e->inst;
   char pfx[300];
@@ -347,8 +348,15 @@ static int stage_sources(job_t *j) {
   if (rc == 0 && inst->sources) {
     ak_source_t **v = NULL;
     size_t n = ak_sources_list(inst->sources, j->tenant, &v);
-    for (size_t i = 0; i < n; i++)
-      if (v[i]->origin == AK_SOURCE_API) ak_source_release(ak_sources_remove(inst->sources, v[i]->cfg.id));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+      if (v[i]->origin != AK_SOURCE_API) continue;
+      if (inst->erase_shared_source) { /* the fleet's Redis store: deleted there, for every node */
+        if (inst->erase_shared_source(inst, j->tenant, v[i]->cfg.id) != 0) rc = -1;
+        else count_add(j->p, "sources", 1);
+      } else {
+        ak_source_release(ak_sources_remove(inst->sources, v[i]->cfg.id));
+      }
+    }
     ak_sources_list_free(v, n);
   }
   if (inst->sources) ak_sources_write_unlock(inst->sources);

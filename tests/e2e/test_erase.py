@@ -342,20 +342,30 @@ def test_erased_bodies_leave_the_store_files(ankusa):
         ok.close()
 
 
-def test_sources_in_the_fleets_redis_store_are_deleted_first(ankusa, redis):
+def test_sources_in_the_fleets_redis_store_are_deleted_for_every_node(ankusa, redis):
+    """source_store.type redis: the erase deletes the tenant's sources in the fleet's store
+    (a dual-write source.delete row each), so a second node sharing it stops serving them;
+    the other tenant's stay."""
     from helpers import SOURCE_STORE_KEY
     ok = Receiver()
     try:
         cfg = dict(LOOPBACK, dispatch=FAST,
-                   source_store={"type": "redis", "url": redis.url(), "secret_key": SOURCE_STORE_KEY})
-        node = ankusa(config=cfg, sources={})
+                   source_store={"type": "redis", "url": redis.url(), "secret_key": SOURCE_STORE_KEY, "tick_ms": 500})
+        node = ankusa(config=cfg, sources={}, name="a")
+        other = ankusa(config=cfg, sources={}, name="b")
         assert admin_json(node, "POST", f"/v1/tenants/{GONE}/sources", dict(name="gone_src", **spec(ok.url))).status == 201
-        r = admin_json(node, "DELETE", f"/v1/tenants/{GONE}?confirm={GONE}")
-        assert r.status == 409 and r.json["error"] == "tenant_has_shared_sources" and r.json["sources"] == ["gone_src"], r
-        assert admin_json(node, "GET", f"/v1/tenants/{GONE}/erase").status == 404, "nothing started"
-        assert admin_json(node, "DELETE", f"/v1/tenants/{GONE}/sources/gone_src").status == 204
+        assert admin_json(node, "POST", f"/v1/tenants/{KEEP}/sources", dict(name="keep_src", **spec(ok.url))).status == 201
+        wait_until(lambda: post(other, "gone_src", b'{"b":1}').status == 201, what="node b serves the source")
         erase(node)
-        assert wait_erased(node)["state"] == "done"
+        done = wait_erased(node)
+        assert done["state"] == "done" and done["counts"]["sources"] == 1, done
+        r = [k.decode() if isinstance(k, bytes) else k for k in redis.cmd("HKEYS", "ankusa:sources:default:items")]
+        assert "gone_src" not in r and "keep_src" in r, r
+        wait_until(lambda: post(other, "gone_src", b'{"b":2}').status == 404, what="node b stops serving it")
+        assert post(other, "keep_src", b'{"b":3}').status == 201
+        rows = admin_json(node, "GET", "/v1/audit?after_seq=0&limit=100").json["entries"]
+        deletes = [r for r in rows if r["action"] == "source.delete"]
+        assert len(deletes) == 1 and deletes[0]["outcome"] == "ok" and deletes[0]["actor"] == "internal", deletes
     finally:
         ok.close()
 

@@ -114,36 +114,8 @@ static bool bucket_take(bucket_t *b, double cost, int64_t now_ns, int64_t *retry
   return ok;
 }
 
-typedef struct {
-  const char *v[16];
-  size_t len[16];
-  size_t n;
-} xff_t;
-
 void ak_admission_client(const ak_admission_t *a, ak_hreq_t *r, ak_netaddr_t *out) {
-  memset(out, 0, sizeof *out);
-  socklen_t sl = 0;
-  const struct sockaddr *sa = ak_hreq_peer(r, &sl);
-  ak_netaddr_t peer;
-  if (!sa || !ak_netaddr_from_sockaddr(sa, &peer)) return;
-  *out = peer;
-  if (!a->nproxies || !ak_netaddr_in_any(a->proxies, a->nproxies, &peer)) return;
-  /* the X-Forwarded-For lines in order; the last 16 kept: the walk starts from the right */
-  const char *v[16];
-  size_t len[16], n = 0;
-  const ak_header_t *h;
-  size_t nh = ak_hreq_headers(r, &h);
-  for (size_t i = 0; i < nh; i++) {
-    if (h[i].name_len != 15 || strncasecmp(h[i].name, "X-Forwarded-For", 15) != 0) continue;
-    if (n == 16) {
-      memmove(&v[0], &v[1], 15 * sizeof v[0]);
-      memmove(&len[0], &len[1], 15 * sizeof len[0]);
-      n = 15;
-    }
-    v[n] = h[i].value;
-    len[n++] = h[i].value_len;
-  }
-  ak_netaddr_client(&peer, a->proxies, a->nproxies, v, len, n, out);
+  ak_hreq_client(r, a->proxies, a->nproxies, out);
 }
 
 ak_admit_t ak_admission_check_addr(ak_admission_t *a, const ak_netaddr_t *client, ak_admission_source_t *src,

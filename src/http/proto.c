@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "core/netaddr.h"
 #include "http/proto.h"
 
 #define IN_INITIAL 4096u
@@ -896,6 +897,30 @@ int64_t ak_hreq_content_length(const ak_hreq_t *r) { return r->chunked ? -1 : r-
 const struct sockaddr *ak_hreq_peer(const ak_hreq_t *r, socklen_t *len) {
   if (len) *len = r->c->peer_len;
   return r->c->peer;
+}
+
+void ak_hreq_client(const ak_hreq_t *r, const ak_cidr_t *proxies, size_t nproxies, ak_netaddr_t *out) {
+  memset(out, 0, sizeof *out);
+  ak_netaddr_t peer;
+  if (!r->c->peer || !ak_netaddr_from_sockaddr(r->c->peer, &peer)) return;
+  *out = peer;
+  if (!nproxies || !ak_netaddr_in_any(proxies, nproxies, &peer)) return;
+  /* the X-Forwarded-For lines in order; the last 16 kept: the walk starts from the right */
+  const char *v[16];
+  size_t len[16], n = 0;
+  const ak_header_t *h;
+  size_t nh = ak_hreq_headers(r, &h);
+  for (size_t i = 0; i < nh; i++) {
+    if (h[i].name_len != 15 || strncasecmp(h[i].name, "X-Forwarded-For", 15) != 0) continue;
+    if (n == 16) {
+      memmove(&v[0], &v[1], 15 * sizeof v[0]);
+      memmove(&len[0], &len[1], 15 * sizeof len[0]);
+      n = 15;
+    }
+    v[n] = h[i].value;
+    len[n++] = h[i].value_len;
+  }
+  ak_netaddr_client(&peer, proxies, nproxies, v, len, n, out);
 }
 
 bool ak_hreq_peer_cert_sha256(const ak_hreq_t *r, uint8_t out[32]) {

@@ -134,6 +134,12 @@ const char *ak_hreq_header(const ak_hreq_t *r, const char *name, size_t *len);
 int64_t ak_hreq_content_length(const ak_hreq_t *r);
 /* The peer's address (the TCP peer, not X-Forwarded-For). */
 const struct sockaddr *ak_hreq_peer(const ak_hreq_t *r, socklen_t *len);
+/* The request's client (core/netaddr.h's ak_netaddr_client): the peer, or behind one of
+ * the trusted proxies the right-most X-Forwarded-For address that is not one (the last 16
+ * X-Forwarded-For lines are read). All zero when the peer has no address. */
+struct ak_cidr;
+struct ak_netaddr;
+void ak_hreq_client(const ak_hreq_t *r, const struct ak_cidr *proxies, size_t nproxies, struct ak_netaddr *out);
 /* TLS: SHA-256 of the peer's leaf certificate, only when it verified against the
  * listener's client CA (http/tls.h). false on a plain connection or without one. */
 bool ak_hreq_peer_cert_sha256(const ak_hreq_t *r, uint8_t out[32]);

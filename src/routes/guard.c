@@ -80,28 +80,7 @@ done:
 }
 
 void ak_routes_client(ak_routes_t *rs, ak_hreq_t *r, ak_netaddr_t *out) {
-  memset(out, 0, sizeof *out);
-  socklen_t sl = 0;
-  const struct sockaddr *sa = ak_hreq_peer(r, &sl);
-  ak_netaddr_t peer;
-  if (!sa || !ak_netaddr_from_sockaddr(sa, &peer)) return;
-  *out = peer;
-  if (!rs->nproxies || !ak_netaddr_in_any(rs->proxies, rs->nproxies, &peer)) return;
-  const char *v[16];
-  size_t len[16], n = 0;
-  const ak_header_t *h;
-  size_t nh = ak_hreq_headers(r, &h);
-  for (size_t i = 0; i < nh; i++) {
-    if (h[i].name_len != 15 || strncasecmp(h[i].name, "X-Forwarded-For", 15) != 0) continue;
-    if (n == 16) { /* the walk starts from the right: the last 16 lines are kept */
-      memmove(&v[0], &v[1], 15 * sizeof v[0]);
-      memmove(&len[0], &len[1], 15 * sizeof len[0]);
-      n = 15;
-    }
-    v[n] = h[i].value;
-    len[n++] = h[i].value_len;
-  }
-  ak_netaddr_client(&peer, rs->proxies, rs->nproxies, v, len, n, out);
+  ak_hreq_client(r, rs->proxies, rs->nproxies, out);
 }
 
 static void addr_text(const ak_netaddr_t *a, char *out, size_t n) {

@@ -20,7 +20,11 @@ REASONS = {"payload_too_large", "unknown_source", "not_found", "invalid_header",
            # wal.type none: a sink refused, the publish deadline passed (served on every node)
            "publish_failed", "publish_timeout",
            # wal.type dual: the intake log did not confirm; a repeat of a half-persisted event
-           "intake_unavailable", "intake_pending"}
+           "intake_unavailable", "intake_pending",
+           # the route guard (served on every node: its refusals are fixed at start)
+           "route_not_found", "method_not_allowed", "route_disabled", "ip_denied",
+           # a tenant being erased
+           "tenant_erasing"}
 
 
 def refused(s, reason):

@@ -18,7 +18,7 @@
  * name their source by name.
  *
  * With source_store.type redis the same rows live in a Redis the fleet shares
- * (source_store_redis.h): a change is a dual write in the audit trail (a pending row, the
+ * (net/sharedkv.h): a change is a dual write in the audit trail (a pending row, the
  * checked write, the verdict) instead of one batch, and the table is the cache every node
  * reloads on a change's broadcast or its tick ("the redis store" below). */
 #include <errno.h>
@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "admin/sources_api.h"
-#include "admin/source_store_redis.h"
+#include "net/sharedkv.h"
 #include "dispatch/dispatch.h"
 #include "core/clock.h"
 #include "core/envelope.h"
@@ -239,7 +239,7 @@ static int store_change(ak_instance_t *inst, const ak_audit_who_t *who, const ch
  * run is never settled by this run's reload. */
 typedef struct ak_srcstore {
   ak_instance_t *inst;
-  ak_srcredis_t *r;
+  ak_skv_t *r;
   _Atomic bool loaded;          /* a load succeeded: the table holds every shared source */
   bool settled;                 /* the sync thread's: the trail's pending rows settled */
   bool down_logged;             /* the sync thread's */
@@ -278,7 +278,7 @@ static int store_change_redis(ak_instance_t *inst, const ak_audit_who_t *who, co
   json_t *detail = NULL;
   int rc = SR_UNAVAILABLE;
   if (rec && (!val || !after)) goto out;
-  if (ak_srcredis_get(ss->r, name, &cur, &cl, why, sizeof why) != 0) {
+  if (ak_skv_get(ss->r, name, &cur, &cl, why, sizeof why) != 0) {
     ak_log(AK_LOG_WARNING, "sources", "the source store is unavailable: change not made",
            "action=%s tenant=%s name=%s reason=\"%s\"", action, tenant, name, why);
     goto out;
@@ -308,22 +308,22 @@ static int store_change_redis(ak_instance_t *inst, const ak_audit_who_t *who, co
   if (!detail || ak_audit_record(inst->audit, &e) != 0) goto out;
   kill_at("after_pending");
   uint64_t version = 0;
-  ak_srcredis_rc_t w = ak_srcredis_put(ss->r, name, tenant, expect, val, val ? strlen(val) : 0, &version, why,
+  ak_skv_rc_t w = ak_skv_put(ss->r, name, tenant, expect, val, val ? strlen(val) : 0, &version, why,
                                        sizeof why);
   kill_at("after_write");
-  if (w == AK_SRCREDIS_WRITTEN) {
+  if (w == AK_SKV_WRITTEN) {
     ak_audit_finish(inst->audit, seq, "ok", after, after ? strlen(after) : 0, NULL);
     rc = SR_OK;
-  } else if (w == AK_SRCREDIS_UNKNOWN) {
+  } else if (w == AK_SKV_UNKNOWN) {
     ss->settled = false; /* under the write lock, as the sync thread reads it */
-    ak_srcredis_reload_soon(ss->r);
+    ak_skv_reload_soon(ss->r);
     ak_log(AK_LOG_ERROR, "sources", "a change to the source store got no answer: it may or may not be applied; "
            "the next load settles its audit row", "action=%s tenant=%s name=%s seq=%llu reason=\"%s\"", action,
            tenant, name, (unsigned long long)seq, why);
   } else {
     /* not written: the subject is as it was */
     ak_audit_finish(inst->audit, seq, "failed", before, before ? strlen(before) : 0, NULL);
-    rc = w == AK_SRCREDIS_TAKEN ? SR_TAKEN : w == AK_SRCREDIS_CONFLICT ? SR_CONFLICT : SR_UNAVAILABLE;
+    rc = w == AK_SKV_TAKEN ? SR_TAKEN : w == AK_SKV_CONFLICT ? SR_CONFLICT : SR_UNAVAILABLE;
     if (rc == SR_UNAVAILABLE)
       ak_log(AK_LOG_WARNING, "sources", "the source store is unavailable: change not made",
              "action=%s tenant=%s name=%s reason=\"%s\"", action, tenant, name, why);
@@ -338,7 +338,7 @@ out:
 }
 
 /* One row of Redis into the table (write lock held); seen collects the names. */
-static void apply_row(ak_instance_t *inst, const ak_srcredis_row_t *row, json_t *seen, size_t *changed) {
+static void apply_row(ak_instance_t *inst, const ak_skv_row_t *row, json_t *seen, size_t *changed) {
   json_object_set_new(seen, row->name, json_true());
   json_t *rec = json_loadb(row->row, row->len, JSON_REJECT_DUPLICATES, NULL);
   const char *name = json_string_value(json_object_get(rec, "name"));
@@ -402,7 +402,7 @@ out:
 
 /* Every row into the table (write lock held): new and changed rows built, the API sources
  * whose row is gone removed. */
-static void redis_apply(ak_instance_t *inst, const ak_srcredis_row_t *rows, size_t n) {
+static void redis_apply(ak_instance_t *inst, const ak_skv_row_t *rows, size_t n) {
   json_t *seen = json_object();
   size_t changed = 0, removed = 0;
   for (size_t i = 0; i < n; i++) apply_row(inst, &rows[i], seen, &changed);
@@ -421,7 +421,7 @@ static void redis_apply(ak_instance_t *inst, const ak_srcredis_row_t *rows, size
 
 typedef struct {
   ak_instance_t *inst;
-  const ak_srcredis_row_t *rows;
+  const ak_skv_row_t *rows;
   size_t n;
 } settle_ctx_t;
 
@@ -433,7 +433,7 @@ static void settle_one(void *ctx, uint64_t seq, const char *subject, const char 
   settle_ctx_t *sc = ctx;
   const char *tn = subject + strlen("source:"), *slash = strchr(tn, '/');
   if (!slash) return;
-  const ak_srcredis_row_t *row = NULL;
+  const ak_skv_row_t *row = NULL;
   for (size_t i = 0; i < sc->n && !row; i++)
     if (!strcmp(sc->rows[i].name, slash + 1)) row = &sc->rows[i];
   json_t *rec = row ? json_loadb(row->row, row->len, 0, NULL) : NULL;
@@ -470,11 +470,11 @@ static void settle_one(void *ctx, uint64_t seq, const char *subject, const char 
  * rows too. 0 with *version, or -1. Takes the table's write lock. */
 static int redis_load(ak_srcstore_t *ss, bool settle, uint64_t *version) {
   ak_instance_t *inst = ss->inst;
-  ak_srcredis_row_t *rows = NULL;
+  ak_skv_row_t *rows = NULL;
   size_t n = 0;
   char why[400] = "";
   ak_sources_write_lock(inst->sources);
-  int rc = ak_srcredis_fetch(ss->r, version, &rows, &n, why, sizeof why);
+  int rc = ak_skv_fetch(ss->r, version, &rows, &n, why, sizeof why);
   if (rc == 0) {
     redis_apply(inst, rows, n);
     if (settle && !ss->settled) {
@@ -483,7 +483,7 @@ static int redis_load(ak_srcstore_t *ss, bool settle, uint64_t *version) {
     }
   }
   ak_sources_write_unlock(inst->sources);
-  ak_srcredis_rows_free(rows, n);
+  ak_skv_rows_free(rows, n);
   if (rc != 0) {
     if (!ss->down_logged)
       ak_log(AK_LOG_WARNING, "sources", "cannot read the shared source store: the cached sources keep serving",
@@ -492,12 +492,12 @@ static int redis_load(ak_srcstore_t *ss, bool settle, uint64_t *version) {
     return -1;
   }
   if (ss->down_logged) ak_log(AK_LOG_INFO, "sources", "the shared source store is readable again", "store=%s",
-                              ak_srcredis_addr(ss->r));
+                              ak_skv_addr(ss->r));
   ss->down_logged = false;
   ak_sources_set_incomplete(inst->sources, false);
   if (!atomic_exchange(&ss->loaded, true))
     ak_log(AK_LOG_INFO, "sources", "shared sources loaded from the source store", "store=%s sources=%zu version=%llu",
-           ak_srcredis_addr(ss->r), n, (unsigned long long)*version);
+           ak_skv_addr(ss->r), n, (unsigned long long)*version);
   return 0;
 }
 
@@ -1413,7 +1413,7 @@ static int redis_open(ak_instance_t *inst, char **err) {
   if (sc->ns) snprintf(ns, sizeof ns, "%s", sc->ns);
   else snprintf(ns, sizeof ns, "ankusa:sources:%s", inst->name ? inst->name : "default");
   ak_srcstore_t *ss = calloc(1, sizeof *ss);
-  if (ss) ss->r = ak_srcredis_new(&u, ns, sc->tick_ms ? sc->tick_ms : 30000, redis_reload, ss);
+  if (ss) ss->r = ak_skv_new(&u, "source_store.url", ns, sc->tick_ms ? sc->tick_ms : 30000, redis_reload, ss);
   OPENSSL_cleanse(&u, sizeof u);
   if (!ss || !ss->r) {
     free(ss);
@@ -1427,7 +1427,7 @@ static int redis_open(ak_instance_t *inst, char **err) {
   if (redis_load(ss, false, &version) != 0)
     ak_log(AK_LOG_WARNING, "sources", "the shared source store is unavailable at start: the config file's sources "
            "serve, the shared ones answer 503 store_unavailable until it is read", "store=%s namespace=%s",
-           ak_srcredis_addr(ss->r), ns);
+           ak_skv_addr(ss->r), ns);
   return 0;
 }
 
@@ -1456,7 +1456,7 @@ static int source_store_start(ak_instance_t *inst, char **err) {
   ak_srcstore_t *ss = inst->srcstore;
   /* the thread's first load is at once, whatever the boot read: it settles the trail's
    * pending rows (the trail opens after this module) */
-  if (ss && ak_srcredis_start(ss->r, false, 0) != 0) {
+  if (ss && ak_skv_start(ss->r, false, 0) != 0) {
     *err = strdup("source_store: cannot start its thread");
     return AK_MODULE_FAILED;
   }
@@ -1464,14 +1464,14 @@ static int source_store_start(ak_instance_t *inst, char **err) {
 }
 
 static void source_store_stop(ak_instance_t *inst) {
-  if (inst->srcstore) ak_srcredis_stop(inst->srcstore->r);
+  if (inst->srcstore) ak_skv_stop(inst->srcstore->r);
 }
 
 static void source_store_close(ak_instance_t *inst) {
   ak_srcstore_t *ss = inst->srcstore;
   if (!ss) return;
   inst->srcstore = NULL;
-  ak_srcredis_free(ss->r);
+  ak_skv_free(ss->r);
   free(ss);
 }
 

@@ -1,5 +1,5 @@
 /* Sources managed over the admin API (source_store.type persistent, or redis: the rows in
- * a Redis the fleet shares, admin/source_store_redis.h, docs/shared-stores.md): the endpoints
+ * a Redis the fleet shares, net/sharedkv.h, docs/shared-stores.md): the endpoints
  * GET|POST /v1/tenants/{tenant}/sources and GET|PUT|DELETE
  * /v1/tenants/{tenant}/sources/{name}, their rows in the node's store (default CF,
  * s:<tenant>\0<name>, docs/storage.md) and reading them back at boot. A spec is checked by
@@ -41,7 +41,7 @@ extern const ak_module_t ak_mod_source_store;
 /* source_store.type is persistent: the admin API's sources are served and kept. */
 bool ak_source_store_persistent(const ak_config_t *cfg);
 /* source_store.type is redis: the admin API's sources are served and kept in a Redis the
- * fleet shares (admin/source_store_redis.h). */
+ * fleet shares (net/sharedkv.h). */
 bool ak_source_store_redis(const ak_config_t *cfg);
 
 /* Handlers (api.h), after the router checked the scope and the path tenant: {tenant} is

@@ -1,4 +1,4 @@
-/* The Redis side of source_store.type redis (source_store_redis.h): two blocking hiredis
+/* The shared versioned hash in Redis (net/sharedkv.h): two blocking hiredis
  * connections with timeouts and the sync thread. A command that gets no answer drops its
  * connection (the next call reconnects), so a half-read reply never answers a later call. */
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include <hiredis/hiredis.h>
-#include "admin/source_store_redis.h"
+#include "net/sharedkv.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -20,12 +20,13 @@
 #define POLL_MS 250          /* the sync thread looks at its stop flag at least this often */
 #define RETRY_MS 1000        /* a failed load (or none yet) is tried again this soon */
 
-struct ak_srcredis {
+struct ak_skv {
   ak_redis_url_t url;
   char addr[300];
+  char what[64];
   char *k_items, *k_version, *k_channel;
   int64_t tick_ms;
-  ak_srcredis_reload_fn reload;
+  ak_skv_reload_fn reload;
   void *ctx;
   pthread_mutex_t mu;        /* cmd */
   redisContext *cmd;
@@ -34,7 +35,7 @@ struct ak_srcredis {
   pthread_t th;
   bool started;
   _Atomic bool stop;
-  _Atomic bool poke;         /* ak_srcredis_reload_soon */
+  _Atomic bool poke;         /* ak_skv_reload_soon */
   bool have_last;
   uint64_t last;
   bool sub_down_logged;
@@ -52,12 +53,13 @@ static char *cat3(const char *a, const char *b) {
   return s;
 }
 
-ak_srcredis_t *ak_srcredis_new(const ak_redis_url_t *url, const char *ns, int64_t tick_ms,
-                               ak_srcredis_reload_fn reload, void *ctx) {
-  ak_srcredis_t *r = calloc(1, sizeof *r);
+ak_skv_t *ak_skv_new(const ak_redis_url_t *url, const char *what, const char *ns, int64_t tick_ms,
+                     ak_skv_reload_fn reload, void *ctx) {
+  ak_skv_t *r = calloc(1, sizeof *r);
   if (!r) return NULL;
   r->url = *url;
   ak_redis_url_redacted(url, r->addr, sizeof r->addr);
+  snprintf(r->what, sizeof r->what, "%s", what);
   r->k_items = cat3(ns, ":items");
   r->k_version = cat3(ns, ":version");
   r->k_channel = cat3(ns, ":changes");
@@ -66,22 +68,22 @@ ak_srcredis_t *ak_srcredis_new(const ak_redis_url_t *url, const char *ns, int64_
   r->ctx = ctx;
   pthread_mutex_init(&r->mu, NULL);
   if (!r->k_items || !r->k_version || !r->k_channel) {
-    ak_srcredis_free(r);
+    ak_skv_free(r);
     return NULL;
   }
   return r;
 }
 
-void ak_srcredis_stop(ak_srcredis_t *r) {
+void ak_skv_stop(ak_skv_t *r) {
   if (!r || !r->started) return;
   atomic_store(&r->stop, true);
   pthread_join(r->th, NULL);
   r->started = false;
 }
 
-void ak_srcredis_free(ak_srcredis_t *r) {
+void ak_skv_free(ak_skv_t *r) {
   if (!r) return;
-  ak_srcredis_stop(r);
+  ak_skv_stop(r);
   if (r->sub) redisFree(r->sub);
   if (r->cmd) redisFree(r->cmd);
   pthread_mutex_destroy(&r->mu);
@@ -92,7 +94,7 @@ void ak_srcredis_free(ak_srcredis_t *r) {
   free(r);
 }
 
-const char *ak_srcredis_addr(const ak_srcredis_t *r) { return r->addr; }
+const char *ak_skv_addr(const ak_skv_t *r) { return r->addr; }
 
 /* ---------------------------------------------------------------- connections ---- */
 
@@ -102,7 +104,7 @@ static void tv_of(struct timeval *tv, long ms) {
 }
 
 /* A connection with AUTH and SELECT done. NULL with why (never the password). */
-static redisContext *dial(const ak_srcredis_t *r, char *why, size_t wl) {
+static redisContext *dial(const ak_skv_t *r, char *why, size_t wl) {
   struct timeval tv;
   tv_of(&tv, CONNECT_TIMEOUT_MS);
   redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, tv);
@@ -119,7 +121,7 @@ static redisContext *dial(const ak_srcredis_t *r, char *why, size_t wl) {
     bool ok = rep && rep->type != REDIS_REPLY_ERROR;
     if (rep) freeReplyObject(rep);
     if (!ok) {
-      snprintf(why, wl, "%s refused the credentials of source_store.url", r->addr);
+      snprintf(why, wl, "%s refused the credentials of %s", r->addr, r->what);
       redisFree(c);
       return NULL;
     }
@@ -141,7 +143,7 @@ static redisContext *dial(const ak_srcredis_t *r, char *why, size_t wl) {
  * the connection is dropped, and *sent says whether the command may have reached Redis.
  * A read (sent == NULL) that fails on a connection made earlier is tried once more on a
  * new one: a Redis restarted since the last command closed it. */
-static redisReply *command(ak_srcredis_t *r, int argc, const char **argv, const size_t *lens, bool *sent,
+static redisReply *command(ak_skv_t *r, int argc, const char **argv, const size_t *lens, bool *sent,
                            char *why, size_t wl) {
   if (sent) *sent = false;
   for (int attempt = 0;; attempt++) {
@@ -162,7 +164,7 @@ static redisReply *command(ak_srcredis_t *r, int argc, const char **argv, const 
 static const char fetch_lua[] =
   "return {redis.call('GET', KEYS[1]) or '0', redis.call('HGETALL', KEYS[2])}";
 
-void ak_srcredis_rows_free(ak_srcredis_row_t *rows, size_t n) {
+void ak_skv_rows_free(ak_skv_row_t *rows, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(rows[i].name);
     free(rows[i].row);
@@ -170,7 +172,7 @@ void ak_srcredis_rows_free(ak_srcredis_row_t *rows, size_t n) {
   free(rows);
 }
 
-int ak_srcredis_fetch(ak_srcredis_t *r, uint64_t *version, ak_srcredis_row_t **rows, size_t *n, char *why,
+int ak_skv_fetch(ak_skv_t *r, uint64_t *version, ak_skv_row_t **rows, size_t *n, char *why,
                       size_t wl) {
   *rows = NULL;
   *n = 0;
@@ -191,7 +193,7 @@ int ak_srcredis_fetch(ak_srcredis_t *r, uint64_t *version, ak_srcredis_row_t **r
     unsigned long long v = strtoull(rep->element[0]->str, &end, 10);
     redisReply *h = rep->element[1];
     size_t cnt = h->elements / 2;
-    ak_srcredis_row_t *out = cnt ? calloc(cnt, sizeof *out) : NULL;
+    ak_skv_row_t *out = cnt ? calloc(cnt, sizeof *out) : NULL;
     if (errno || !end || *end) {
       snprintf(why, wl, "%s: %s is not a number", r->addr, r->k_version);
     } else if (cnt && !out) {
@@ -217,7 +219,7 @@ int ak_srcredis_fetch(ak_srcredis_t *r, uint64_t *version, ak_srcredis_row_t **r
         *n = cnt;
         *version = v;
       } else {
-        ak_srcredis_rows_free(out, cnt);
+        ak_skv_rows_free(out, cnt);
       }
     }
   }
@@ -225,7 +227,7 @@ int ak_srcredis_fetch(ak_srcredis_t *r, uint64_t *version, ak_srcredis_row_t **r
   return rc;
 }
 
-int ak_srcredis_get(ak_srcredis_t *r, const char *name, char **row, size_t *len, char *why, size_t wl) {
+int ak_skv_get(ak_skv_t *r, const char *name, char **row, size_t *len, char *why, size_t wl) {
   *row = NULL;
   *len = 0;
   const char *argv[] = {"HGET", r->k_items, name};
@@ -271,7 +273,7 @@ static const char put_lua[] =
   "redis.call('PUBLISH', ARGV[5], tostring(v))\n"
   "return {0, tostring(v)}\n";
 
-ak_srcredis_rc_t ak_srcredis_put(ak_srcredis_t *r, const char *name, const char *tenant, uint64_t expect,
+ak_skv_rc_t ak_skv_put(ak_skv_t *r, const char *name, const char *tenant, uint64_t expect,
                                  const char *row, size_t len, uint64_t *version, char *why, size_t wl) {
   char ex[24];
   snprintf(ex, sizeof ex, "%" PRIu64, expect);
@@ -284,23 +286,68 @@ ak_srcredis_rc_t ak_srcredis_put(ak_srcredis_t *r, const char *name, const char 
   pthread_mutex_lock(&r->mu);
   redisReply *rep = command(r, 10, argv, lens, &sent, why, wl);
   pthread_mutex_unlock(&r->mu);
-  if (!rep) return sent ? AK_SRCREDIS_UNKNOWN : AK_SRCREDIS_DOWN;
-  ak_srcredis_rc_t rc = AK_SRCREDIS_DOWN;
+  if (!rep) return sent ? AK_SKV_UNKNOWN : AK_SKV_DOWN;
+  ak_skv_rc_t rc = AK_SKV_DOWN;
   if (rep->type == REDIS_REPLY_ERROR) {
     snprintf(why, wl, "%s answered an error: %.200s", r->addr, rep->str); /* the script failed: nothing written */
   } else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
              rep->element[1]->type == REDIS_REPLY_STRING) {
     long long what = rep->element[0]->integer;
     if (what == 0) {
-      rc = AK_SRCREDIS_WRITTEN;
+      rc = AK_SKV_WRITTEN;
       if (version) *version = strtoull(rep->element[1]->str, NULL, 10);
     } else {
-      rc = what == 2 ? AK_SRCREDIS_TAKEN : AK_SRCREDIS_CONFLICT;
+      rc = what == 2 ? AK_SKV_TAKEN : AK_SKV_CONFLICT;
       snprintf(why, wl, "%s", rep->element[1]->str);
     }
   } else {
     snprintf(why, wl, "%s: an unexpected answer to the write", r->addr);
-    rc = AK_SRCREDIS_UNKNOWN;
+    rc = AK_SKV_UNKNOWN;
+  }
+  freeReplyObject(rep);
+  return rc;
+}
+
+/* KEYS: items, version. ARGV: name, has expected (0/1), expected row, row ("" deletes),
+ * channel. {0, version} written; {1, ""} another row is stored. */
+static const char put_if_lua[] =
+  "local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
+  "if ARGV[2] == '0' then\n"
+  "  if cur then return {1, ''} end\n"
+  "elseif cur ~= ARGV[3] then return {1, ''} end\n"
+  "if ARGV[4] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[4]) end\n"
+  "local v = redis.call('INCR', KEYS[2])\n"
+  "redis.call('PUBLISH', ARGV[5], tostring(v))\n"
+  "return {0, tostring(v)}\n";
+
+ak_skv_rc_t ak_skv_put_if(ak_skv_t *r, const char *name, const char *expect, size_t elen, const char *row,
+                          size_t len, uint64_t *version, char *why, size_t wl) {
+  const char *argv[] = {"EVAL", put_if_lua, "2", r->k_items, r->k_version, name, expect ? "1" : "0",
+                        expect ? expect : "", row ? row : "", r->k_channel};
+  size_t lens[10];
+  for (int i = 0; i < 10; i++) lens[i] = strlen(argv[i]);
+  lens[7] = expect ? elen : 0;
+  lens[8] = row ? len : 0;
+  bool sent = false;
+  pthread_mutex_lock(&r->mu);
+  redisReply *rep = command(r, 10, argv, lens, &sent, why, wl);
+  pthread_mutex_unlock(&r->mu);
+  if (!rep) return sent ? AK_SKV_UNKNOWN : AK_SKV_DOWN;
+  ak_skv_rc_t rc = AK_SKV_DOWN;
+  if (rep->type == REDIS_REPLY_ERROR) {
+    snprintf(why, wl, "%s answered an error: %.200s", r->addr, rep->str);
+  } else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
+             rep->element[1]->type == REDIS_REPLY_STRING) {
+    if (rep->element[0]->integer == 0) {
+      rc = AK_SKV_WRITTEN;
+      if (version) *version = strtoull(rep->element[1]->str, NULL, 10);
+    } else {
+      rc = AK_SKV_CONFLICT;
+      snprintf(why, wl, "%s: %s changed meanwhile", r->addr, name);
+    }
+  } else {
+    snprintf(why, wl, "%s: an unexpected answer to the write", r->addr);
+    rc = AK_SKV_UNKNOWN;
   }
   freeReplyObject(rep);
   return rc;
@@ -308,7 +355,7 @@ ak_srcredis_rc_t ak_srcredis_put(ak_srcredis_t *r, const char *name, const char 
 
 /* --------------------------------------------------------------- sync thread ---- */
 
-static void do_reload(ak_srcredis_t *r) {
+static void do_reload(ak_skv_t *r) {
   uint64_t v = 0;
   if (r->reload(r->ctx, &v) == 0) {
     r->have_last = true;
@@ -317,7 +364,7 @@ static void do_reload(ak_srcredis_t *r) {
 }
 
 /* The version in Redis, compared with the one loaded. -1: not read. */
-static int check_version(ak_srcredis_t *r) {
+static int check_version(ak_skv_t *r) {
   const char *argv[] = {"GET", r->k_version};
   char why[400];
   pthread_mutex_lock(&r->mu);
@@ -332,7 +379,7 @@ static int check_version(ak_srcredis_t *r) {
   return 0;
 }
 
-static int sub_connect(ak_srcredis_t *r) {
+static int sub_connect(ak_skv_t *r) {
   char why[400];
   r->sub = dial(r, why, sizeof why);
   if (r->sub) {
@@ -357,13 +404,13 @@ static int sub_connect(ak_srcredis_t *r) {
   return 0;
 }
 
-static void sub_drop(ak_srcredis_t *r) {
+static void sub_drop(ak_skv_t *r) {
   redisFree(r->sub);
   r->sub = NULL;
 }
 
 static void *sync_main(void *arg) {
-  ak_srcredis_t *r = arg;
+  ak_skv_t *r = arg;
   int64_t next_tick = 0, next_dial = 0;
   while (!atomic_load(&r->stop)) {
     int64_t now = mono_ms();
@@ -409,9 +456,9 @@ static void *sync_main(void *arg) {
   return NULL;
 }
 
-void ak_srcredis_reload_soon(ak_srcredis_t *r) { atomic_store(&r->poke, true); }
+void ak_skv_reload_soon(ak_skv_t *r) { atomic_store(&r->poke, true); }
 
-int ak_srcredis_start(ak_srcredis_t *r, bool have_last, uint64_t last) {
+int ak_skv_start(ak_skv_t *r, bool have_last, uint64_t last) {
   r->have_last = have_last;
   r->last = last;
   if (pthread_create(&r->th, NULL, sync_main, r) != 0) return -1;

@@ -57,6 +57,9 @@ static void answer_rc(ak_admin_call_t *call, ak_routes_rc_t rc, const char *err)
     case AK_ROUTES_FORBIDDEN:
       ak_admin_forbidden(call, call->route->scope, NULL);
       return;
+    case AK_ROUTES_CONFLICT:
+      ak_admin_json(call, 409, json_pack("{s:s,s:s}", "error", "route_conflict", "message", err));
+      return;
     default:
       ak_admin_error(call, 503, "store_unavailable");
       return;

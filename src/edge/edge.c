@@ -713,6 +713,10 @@ static void on_head(void *ctx, ak_hreq_t *r) {
   }
   /* the route guard first (routes.enabled), on the head alone: nothing is read past it */
   if (inst->routes) {
+    if (!ak_routes_ready(inst->routes)) { /* a shared route store never read yet: never a false 404 */
+      refuse(e, r, 503, R_STORE_UNAVAILABLE, "store_unavailable", 0, t0);
+      return;
+    }
     ak_guard_result_t g;
     ak_routes_check(inst->routes, r, &g);
     if (g.decision != AK_GUARD_ALLOW) {

@@ -24,6 +24,9 @@ struct ak_routes {
   pthread_mutex_t write_mu; /* one change at a time: build, store write, swap */
   uint64_t gen;             /* the newest snapshot's generation (under write_mu) */
   atomic_uint_fast64_t refusals; /* for log_sample */
+  const json_t *global_cfg; /* routes.ip_rules: the global rules while the store has none */
+  _Atomic bool ready;       /* the store was read once (a shared store down at boot: not yet) */
+  bool seeds_pending;       /* under write_mu: the seeds wait for the first read */
 };
 
 /* ------------------------------------------------------------ decisions ---- */
@@ -182,6 +185,10 @@ ak_routes_rc_t ak_routes_change(ak_routes_t *rs, const ak_routes_change_t *ch, c
   size_t blen = 0, alen = 0;
   pthread_mutex_lock(&rs->write_mu);
   ak_rsnap_t *s = ak_rtable_get(&rs->table);
+  if (!atomic_load(&rs->ready)) {
+    rc = AK_ROUTES_UNAVAILABLE;
+    goto end;
+  }
   const char *id = ch->id;
   if (ch->op == AK_RCH_CREATE) id = json_string_value(json_object_get(ch->body, "id"));
   ak_rroute_t *old = (ch->op != AK_RCH_IP_RULES && id) ? ak_rsnap_get(s, id) : NULL;
@@ -277,9 +284,11 @@ ak_routes_rc_t ak_routes_change(ak_routes_t *rs, const ak_routes_change_t *ch, c
     rc = AK_ROUTES_UNAVAILABLE;
     goto end;
   }
-  if (rs->store->apply(rs->store, &item, &ae) != 0) {
+  int ar = rs->store->apply(rs->store, &item, &ae);
+  if (ar != 0) {
     ak_rsnap_unref(ns);
-    rc = AK_ROUTES_UNAVAILABLE;
+    rc = ar > 0 ? AK_ROUTES_CONFLICT : AK_ROUTES_UNAVAILABLE;
+    if (ar > 0) snprintf(err, errlen, "%s changed meanwhile on another node: read it again", subject);
     goto end;
   }
   rs->gen++;
@@ -346,54 +355,35 @@ static int load_item(const ak_rstore_item_t *it, void *ctx) {
   return 0;
 }
 
-ak_routes_t *ak_routes_new(const ak_routes_cfg_t *cfg, const json_t *global, ak_rstore_t *store, char *err,
-                           size_t errlen) {
-  ak_routes_t *rs = calloc(1, sizeof *rs);
+/* The routes and IP rules the store holds into a snapshot of generation gen. NULL with
+ * err (the store unreadable, or out of memory). */
+static ak_rsnap_t *build_from_store(ak_routes_t *rs, uint64_t gen, char *err, size_t errlen) {
   load_t l = {.err = err, .errlen = errlen};
-  if (!rs) {
-    snprintf(err, errlen, "out of memory");
-    store->free(store);
-    return NULL;
-  }
-  rs->cfg = cfg;
-  rs->store = store;
-  pthread_mutex_init(&rs->write_mu, NULL);
-  atomic_init(&rs->refusals, 0);
-  rs->proxies = calloc(cfg->trusted_proxies.n + 1, sizeof *rs->proxies);
-  rs->cache = ak_rcache_new(cfg->cache.max_size, cfg->cache.ttl_ms, cfg->cache.negative_ttl_ms,
-                            cfg->cache.gc_interval_ms);
   char e2[200];
   json_t *none = json_object();
-  l.global = ak_iprules_from_json(global ? global : none, false, e2, sizeof e2);
+  l.global = ak_iprules_from_json(rs->global_cfg ? rs->global_cfg : none, false, e2, sizeof e2);
   json_decref(none);
-  if (!rs->proxies || !rs->cache || !l.global) {
-    snprintf(err, errlen, "routes: cannot be built (%s)", l.global ? "out of memory" : e2);
-    goto bad;
-  }
-  for (size_t i = 0; i < cfg->trusted_proxies.n; i++) {
-    bool v6;
-    const char *why;
-    if (ak_iprules_parse_cidr(cfg->trusted_proxies.v[i], &rs->proxies[rs->nproxies], &v6, &why)) rs->nproxies++;
-  }
-  if (store->load(store, load_item, &l) != 0) {
+  ak_rsnap_t *snap = NULL;
+  err[0] = 0;
+  if (!l.global) {
+    snprintf(err, errlen, "routes: cannot be built (%s)", e2);
+  } else if (rs->store->load(rs->store, load_item, &l) != 0) {
     if (!err[0]) snprintf(err, errlen, "the route store cannot be read");
-    goto bad;
-  }
-  ak_rsnap_t *first = ak_rsnap_new(l.v, l.n, l.global, 1);
-  l.global = NULL;
-  if (!first) {
+    ak_iprules_free(l.global);
+  } else if (!(snap = ak_rsnap_new(l.v, l.n, l.global, gen))) {
     snprintf(err, errlen, "out of memory");
-    goto bad;
   }
-  rs->gen = 1;
-  ak_rtable_init(&rs->table, first);
-  for (size_t i = 0; i < l.n; i++) ak_rroute_unref(l.v[i]);
+  for (size_t k = 0; k < l.n; k++) ak_rroute_unref(l.v[k]);
   free(l.v);
-  l.v = NULL;
-  /* seeds: created when absent; a stored route of the same id (an API edit) wins */
+  return snap;
+}
+
+/* seeds: created when absent; a stored route of the same id (an API edit) wins */
+static int run_seeds(ak_routes_t *rs, char *err, size_t errlen) {
   size_t i;
   json_t *sd;
-  json_array_foreach(cfg->seed, i, sd) {
+  char e2[200];
+  json_array_foreach(rs->cfg->seed, i, sd) {
     const char *id = json_string_value(json_object_get(sd, "id"));
     ak_rsnap_t *s = ak_rtable_get(&rs->table);
     bool have = id && ak_rsnap_get(s, id);
@@ -401,19 +391,92 @@ ak_routes_t *ak_routes_new(const ak_routes_cfg_t *cfg, const json_t *global, ak_
     if (have) continue;
     ak_routes_change_t ch = {.op = AK_RCH_CREATE, .body = sd};
     ak_routes_rc_t rc = ak_routes_change(rs, &ch, e2, sizeof e2, NULL, NULL);
+    if (rc == AK_ROUTES_DUPLICATE) continue; /* created meanwhile by another node */
     if (rc != AK_ROUTES_OK) {
       snprintf(err, errlen, "routes.seed[%zu]: %s", i,
-               rc == AK_ROUTES_TOO_MANY ? "over routes.max_routes" : rc == AK_ROUTES_INVALID ? e2 : "cannot be stored");
-      ak_rtable_destroy(&rs->table);
-      goto bad_built;
+               rc == AK_ROUTES_TOO_MANY ? "over routes.max_routes" : rc == AK_ROUTES_INVALID ? e2
+               : rc == AK_ROUTES_CONFLICT ? "created meanwhile by another node" : "cannot be stored");
+      return -1;
     }
+  }
+  return 0;
+}
+
+int ak_routes_reload(void *ctx) {
+  ak_routes_t *rs = ctx;
+  char err[300];
+  pthread_mutex_lock(&rs->write_mu);
+  ak_rsnap_t *snap = build_from_store(rs, rs->gen + 1, err, sizeof err);
+  bool seeds = false;
+  if (snap) {
+    rs->gen++;
+    ak_rtable_swap(&rs->table, snap);
+    if (!atomic_exchange(&rs->ready, true))
+      ak_log(AK_LOG_INFO, "routes", "routes loaded from the shared route store", "routes=%zu", snap->n);
+    seeds = rs->seeds_pending;
+    rs->seeds_pending = false;
+  }
+  pthread_mutex_unlock(&rs->write_mu);
+  if (seeds && run_seeds(rs, err, sizeof err) != 0)
+    ak_log(AK_LOG_ERROR, "routes", "a seed route cannot be created in the shared route store", "reason=\"%s\"", err);
+  return snap ? 0 : -1;
+}
+
+bool ak_routes_ready(ak_routes_t *rs) { return atomic_load(&rs->ready); }
+
+ak_routes_t *ak_routes_new(const ak_routes_cfg_t *cfg, const json_t *global, ak_rstore_t *store, char *err,
+                           size_t errlen) {
+  ak_routes_t *rs = calloc(1, sizeof *rs);
+  if (!rs) {
+    snprintf(err, errlen, "out of memory");
+    store->free(store);
+    return NULL;
+  }
+  rs->cfg = cfg;
+  rs->store = store;
+  rs->global_cfg = global;
+  pthread_mutex_init(&rs->write_mu, NULL);
+  atomic_init(&rs->refusals, 0);
+  atomic_init(&rs->ready, false);
+  rs->proxies = calloc(cfg->trusted_proxies.n + 1, sizeof *rs->proxies);
+  rs->cache = ak_rcache_new(cfg->cache.max_size, cfg->cache.ttl_ms, cfg->cache.negative_ttl_ms,
+                            cfg->cache.gc_interval_ms);
+  if (!rs->proxies || !rs->cache) {
+    snprintf(err, errlen, "routes: cannot be built (out of memory)");
+    goto bad;
+  }
+  for (size_t i = 0; i < cfg->trusted_proxies.n; i++) {
+    bool v6;
+    const char *why;
+    if (ak_iprules_parse_cidr(cfg->trusted_proxies.v[i], &rs->proxies[rs->nproxies], &v6, &why)) rs->nproxies++;
+  }
+  ak_rsnap_t *first = build_from_store(rs, 1, err, errlen);
+  bool loaded = first != NULL;
+  if (!first && store->watch) {
+    /* a shared store down at boot: nothing served (503) until the sync thread reads it */
+    char e2[200];
+    json_t *none = json_object();
+    ak_iprules_t *g = ak_iprules_from_json(none, false, e2, sizeof e2);
+    json_decref(none);
+    first = g ? ak_rsnap_new(NULL, 0, g, 1) : NULL;
+    if (!first) snprintf(err, errlen, "out of memory");
+    rs->seeds_pending = true;
+  }
+  if (!first) goto bad;
+  rs->gen = 1;
+  ak_rtable_init(&rs->table, first);
+  atomic_store(&rs->ready, loaded);
+  if (loaded && run_seeds(rs, err, errlen) != 0) {
+    ak_rtable_destroy(&rs->table);
+    goto bad;
+  }
+  if (store->watch && store->watch(store, ak_routes_reload, rs) != 0) {
+    snprintf(err, errlen, "routes: the shared route store's sync thread cannot start");
+    ak_rtable_destroy(&rs->table);
+    goto bad;
   }
   return rs;
 bad:
-  for (size_t k = 0; k < l.n; k++) ak_rroute_unref(l.v[k]);
-  free(l.v);
-  ak_iprules_free(l.global);
-bad_built:
   ak_rcache_free(rs->cache);
   free(rs->proxies);
   pthread_mutex_destroy(&rs->write_mu);
@@ -424,10 +487,10 @@ bad_built:
 
 void ak_routes_free(ak_routes_t *rs) {
   if (!rs) return;
+  rs->store->free(rs->store); /* first: a shared store's sync thread reloads into the table */
   ak_rtable_destroy(&rs->table);
   ak_rcache_free(rs->cache);
   free(rs->proxies);
   pthread_mutex_destroy(&rs->write_mu);
-  rs->store->free(rs->store);
   free(rs);
 }

@@ -1,8 +1,7 @@
 /* The `routes` section (the route guard's keys, the original's names and defaults) and
  * the guard's lifecycle on an edge node (inst->routes): open loads the route store and the
  * seeds; the route admin listener (admin/routes_api.c) and the edge use what it built.
- * routes.store.type redis is refused for now (a later build adds the shared store behind
- * routes/store.h). */
+ * routes.store.type redis: the shared store (routes/store_redis.c, docs/shared-stores.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +11,12 @@
 
 static const ak_opt_t routes_store_rows[] = {
   {.key = "type", .type = AK_OPT_ENUM, .enum_vals = "ets|redis", .flags = AK_OPTF_NULLABLE,
-   .doc = "where routes live: ets (this node's store) or redis (shared; not supported yet); a url without a type "
-          "means redis. Default ets"},
+   .doc = "where routes live: ets (this node's store) or redis (shared by the nodes that name the same url and "
+          "namespace); a url without a type means redis. Default ets"},
   {.key = "url", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_SECRET | AK_OPTF_HAS_MIN,
    .env = "ANKUSA_ROUTES_STORE_URL", .doc = "redis only: the shared store"},
   {.key = "namespace", .type = AK_OPT_STRING, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
-   .doc = "redis only: key namespace"},
+   .doc = "redis only: key namespace (default ankusa:routes:<instance>)"},
   {.key = "tick_ms", .type = AK_OPT_INT, .min = 1, .flags = AK_OPTF_NULLABLE | AK_OPTF_HAS_MIN,
    .doc = "redis only: how often the shared store is re-read (30000)"},
   {0},
@@ -131,10 +130,14 @@ static void routes_check(ak_check_t *c, json_t *routes, json_t *root) {
       json_t *v = json_object_get(store, redis_only[i]);
       if (v && !json_is_null(v)) ak_check_error(c, "routes.store.%s: only with routes.store.type redis", redis_only[i]);
     }
-    /* refused only when the guard is on: a file that names the shared store with the guard off loads */
-    if (t && !strcmp(t, "redis") && json_is_true(json_object_get(routes, "enabled")))
-      ak_check_error(c, "routes.store.type: redis is not supported yet (a shared route store); use ets (this node's "
-                        "store) or remove routes.store");
+    if (t && !strcmp(t, "redis") && json_is_true(json_object_get(routes, "enabled"))) {
+      const char *url = json_string_value(json_object_get(store, "url"));
+      ak_redis_url_t u;
+      char why[200];
+      if (!url) ak_check_error(c, "routes.store.url: required with routes.store.type redis");
+      else if (ak_redis_url_parse(url, &u, why, sizeof why) != 0) ak_check_error(c, "routes.store.url: %s", why);
+      explicit_bzero(&u, sizeof u);
+    }
   }
   size_t i;
   json_t *v;
@@ -177,15 +180,41 @@ const ak_routes_cfg_t *ak_routes_cfg(const ak_config_t *cfg) { return ak_config_
 static int routes_open(ak_instance_t *inst, char **err) {
   const ak_routes_cfg_t *cfg = ak_routes_cfg(inst->cfg);
   if (!cfg->enabled || !(inst->roles & AK_ROLE_EDGE)) return 0;
-  ak_rstore_t *st = ak_rstore_ets_new(inst->store, inst->audit);
   char e[300];
   const json_t *section = json_object_get(inst->cfg->effective, "routes");
+  ak_rstore_t *st = NULL;
+  char ns[200] = "";
+  const json_t *sj = json_object_get(section, "store");
+  const char *type = json_string_value(json_object_get(sj, "type"));
+  bool redis = type && !strcmp(type, "redis");
+  if (redis) {
+    const char *url = json_string_value(json_object_get(sj, "url"));
+    const char *nsv = json_string_value(json_object_get(sj, "namespace"));
+    json_int_t tick = json_integer_value(json_object_get(sj, "tick_ms"));
+    ak_redis_url_t u;
+    char why[200];
+    if (!url || ak_redis_url_parse(url, &u, why, sizeof why) != 0) { /* the check refused it already */
+      *err = strdup("routes.store.url: not a redis url");
+      return AK_MODULE_FAILED;
+    }
+    if (nsv) snprintf(ns, sizeof ns, "%s", nsv);
+    else snprintf(ns, sizeof ns, "ankusa:routes:%s", inst->name ? inst->name : "default");
+    st = ak_rstore_redis_new(&u, ns, tick > 0 ? tick : 30000, inst->audit);
+  } else {
+    st = ak_rstore_ets_new(inst->store, inst->audit);
+  }
   if (!st || !(inst->routes = ak_routes_new(cfg, json_object_get(section, "ip_rules"), st, e, sizeof e))) {
     if (!st) snprintf(e, sizeof e, "out of memory");
     *err = strdup(e);
     return AK_MODULE_FAILED;
   }
   ak_rsnap_t *s = ak_routes_snapshot(inst->routes);
+  if (redis && !ak_routes_ready(inst->routes))
+    ak_log(AK_LOG_WARNING, "routes", "the shared route store is unavailable at start: requests answer 503 "
+           "store_unavailable until it is read", "store=%s namespace=%s", ak_rstore_redis_addr(st), ns);
+  else if (redis)
+    ak_log(AK_LOG_INFO, "routes", "route guard on with the shared route store", "store=%s namespace=%s",
+           ak_rstore_redis_addr(st), ns);
   ak_log(AK_LOG_INFO, "routes", "route guard on: requests without a route are refused", "routes=%zu", s->n);
   ak_rsnap_unref(s);
   return 0;

@@ -10,6 +10,9 @@
  * (method_not_allowed). The client is the peer, or behind a trusted proxy the right-most
  * X-Forwarded-For address that is not a trusted proxy.
  *
+ * A shared store (routes.store.type redis) is read again by its sync thread
+ * (ak_routes_reload, under write_mu) when another node changes it.
+ *
  * Thread safety: a decision reads a referenced snapshot (table.h) and the cache's stripes;
  * changes are serialised by write_mu (held across building the next snapshot, the store
  * write with its audit row, and the swap), so the store and the served set agree. Every
@@ -76,6 +79,12 @@ ak_routes_t *ak_routes_new(const ak_routes_cfg_t *cfg, const json_t *global, ak_
                            size_t errlen);
 /* Frees the store too. */
 void ak_routes_free(ak_routes_t *rs);
+/* A shared store's reload (its sync thread's call): the store read again and served. 0 or
+ * -1 (the cached set keeps serving). The first success also creates the absent seeds. */
+int ak_routes_reload(void *ctx);
+/* False while a shared store down at boot was never read: requests cannot be decided
+ * (503 store_unavailable, never a false 404) and changes answer 503. */
+bool ak_routes_ready(ak_routes_t *rs);
 
 /* The decision for method + path (raw, no query) from client at now_ms. */
 void ak_routes_decide(ak_routes_t *rs, const char *method, const char *path, size_t len, const ak_netaddr_t *client,
@@ -99,6 +108,7 @@ typedef enum {
   AK_ROUTES_NOT_FOUND,   /* 404 route_not_found */
   AK_ROUTES_FORBIDDEN,   /* the caller may not act on the route's tenant (before or after) */
   AK_ROUTES_UNAVAILABLE, /* 503 store_unavailable: nothing changed */
+  AK_ROUTES_CONFLICT,    /* 409 route_conflict: changed meanwhile on another node (shared store) */
 } ak_routes_rc_t;
 
 typedef enum { AK_RCH_CREATE = 0, AK_RCH_PUT, AK_RCH_PATCH, AK_RCH_DELETE, AK_RCH_IP_RULES } ak_rch_op_t;

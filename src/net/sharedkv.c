@@ -394,12 +394,13 @@ static int sub_connect(ak_skv_t *r) {
   }
   if (!r->sub) {
     if (!r->sub_down_logged)
-      ak_log(AK_LOG_WARNING, "sources", "the source store's change channel is down: changes are read every tick",
-             "reason=\"%s\"", why);
+      ak_log(AK_LOG_WARNING, "sharedkv", "a shared store's change channel is down: changes are read every tick",
+             "store=%s reason=\"%s\"", r->what, why);
     r->sub_down_logged = true;
     return -1;
   }
-  if (r->sub_down_logged) ak_log(AK_LOG_INFO, "sources", "the source store's change channel is back", "store=%s", r->addr);
+  if (r->sub_down_logged)
+    ak_log(AK_LOG_INFO, "sharedkv", "a shared store's change channel is back", "store=%s addr=%s", r->what, r->addr);
   r->sub_down_logged = false;
   return 0;
 }

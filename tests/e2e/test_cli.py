@@ -312,12 +312,8 @@ def test_later_section_restating_defaults_loads(tmp_path, section):
 # Each asks for a feature not built yet: exit 78, the key named, "not supported yet".
 LATER_REFUSED = [
     pytest.param("routes: {enabled: true, store: {type: redis}}\n", {},
-                 "  routes.store.type: redis is not supported yet (a shared route store); use ets (this node's store) "
-                 "or remove routes.store", id="routes-redis-store"),
+                 "  routes.store.url: required with routes.store.type redis", id="routes-redis-store-without-url"),
     pytest.param("lifecycle: {}\n", {}, '  lifecycle: missing required key "sinks"', id="lifecycle-without-sinks"),
-    pytest.param("", {"ANKUSA_ROUTES_ENABLED": "true", "ANKUSA_ROUTES_STORE_URL": "redis://r:6379"},
-                 "  routes.store.type: redis is not supported yet (a shared route store); use ets (this node's store) "
-                 "or remove routes.store", id="routes-redis-store-env"),
 ]
 
 

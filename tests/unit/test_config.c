@@ -495,11 +495,11 @@ Test(config, later_sections_restating_defaults_load) {
 }
 
 Test(config, later_sections_refuse_the_feature) {
-  /* the route guard is built; its shared (redis) store is not: refused when the guard is on */
+  /* the route guard and its shared (redis) store: a url is required when the guard is on */
   ak_config_free(load_ok("routes:\n  enabled: true\n"));
-  expect_err("routes: {enabled: \"TRUE\", store: {url: \"redis://c:6379\"}}\n",
-             "routes.store.type: redis is not supported yet (a shared route store); use ets (this node's store) or "
-             "remove routes.store");
+  ak_config_free(load_ok("routes: {enabled: \"TRUE\", store: {url: \"redis://c:6379\"}}\n"));
+  expect_err("routes: {enabled: true, store: {type: redis}}\n", "routes.store.url: required with routes.store.type redis");
+  expect_err("routes: {enabled: true, store: {url: \"http://c\"}}\n", "routes.store.url: must be a redis:// URL");
   expect_err("routes: {seed: [{id: a, path: /x/%2F}]}\n", "routes.seed[0].path: must not contain %2F");
   expect_err("routes: {seed: [{id: a, path: /x/../y}]}\n", "routes.seed[0].path: must not contain a . or .. segment");
   expect_err("routes: {seed: [{id: a, path: /x}, {id: a, path: /y}]}\n",
@@ -631,8 +631,10 @@ Test(config, later_env_overrides) {
   expect_json(json_object_get(json_object_get(eff, "backup"), "enabled"), "false");
   ak_config_free(cfg);
   const char *e1[] = {"ANKUSA_ROUTES_ENABLED=true", "ANKUSA_ROUTES_STORE_URL=redis://cache:6379", NULL};
-  expect_err_env("", e1, "routes.store.type: redis is not supported yet (a shared route store); use ets (this node's "
-                 "store) or remove routes.store");
+  ak_config_t *c1 = load_ok_env("", e1);
+  expect_json(json_object_get(json_object_get(json_object_get(c1->effective, "routes"), "store"), "type"),
+              "\"redis\"");
+  ak_config_free(c1);
   const char *e2[] = {"ANKUSA_BACKUP_ENABLED=yes", NULL};
   expect_err_env("", e2, "backup.enabled (from ANKUSA_BACKUP_ENABLED): expected a boolean, got \"yes\"");
   const char *e3[] = {"ANKUSA_STORAGE_TYPE=s3", NULL};

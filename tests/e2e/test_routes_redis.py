@@ -4,7 +4,8 @@ route created over 4003 on one node serves on the other within a second (pub/sub
 change never broadcast within tick_ms; a delete makes the other node answer 404; the
 global IP rules propagate; a write from a stale cache is 409 route_conflict; the dual
 write's pending audit row is settled at the next boot by reading Redis (a kill -9 before
-the write: failed, after it: ok); Redis down: writes 503 with nothing changed, the cached
+the write: failed, after it: ok, changed meanwhile by the other
+node: interrupted); Redis down: writes 503 with nothing changed, the cached
 set serves; Redis down at boot: requests 503 (never a false 404) until the first read,
 then the seeds are created; the url's password never reaches a log or print-config."""
 import json
@@ -155,6 +156,28 @@ def test_kill_after_the_redis_write_settles_ok(redis, ankusa):
     row = audit(a, "route.create")[0]
     assert row["outcome"] == "ok", row
     assert row["after_hash"] and row["before_hash"] is None
+
+
+def test_a_route_changed_meanwhile_settles_interrupted(redis, ankusa):
+    a = ankusa(config=rconfig(redis), name="a")
+    b = ankusa(config=rconfig(redis), name="b")
+    assert ra(a, "POST", "/admin/routes", {"id": "demo", "path": "/webhooks/demo"}).status == 201
+    within(lambda: hook(b) == 201, 1.5, "b serves it")
+    a.stop()
+    a.env = {"ANKUSA_TEST_ROUTE_STORE_KILL_AT": "after_pending"}
+    a.start()
+    killed_request(a, "PATCH", "/admin/routes/demo", {"methods": ["PUT"]})
+    # meanwhile b changes it another way
+    assert ra(b, "PATCH", "/admin/routes/demo", {"methods": ["GET"]}).status == 200
+    a.env = {}
+    a.start()
+    wait_until(lambda: audit(a, "route.update")[0]["outcome"] != "pending", timeout=5, what="settled")
+    row = audit(a, "route.update")[0]
+    assert row["outcome"] == "interrupted", row
+    assert row["detail"]["current"] == "changed"
+    assert row["detail"]["intended_after_hash"] not in (None, row["after_hash"])
+    assert hook(a) == 405  # b's change serves
+    assert "changed meanwhile" in a.log_text()
 
 
 def test_redis_down_writes_503_and_the_cache_serves(redis, ankusa):

@@ -1266,8 +1266,6 @@ static const ak_opt_t source_store_rows[] = {
   {0},
 };
 
-#define NOT_YET_SECTION(name, what) \
-  {.key = name, .type = AK_OPT_MAP, .flags = AK_OPTF_UNSUPPORTED, .doc = what}
 
 /* source_store.type: null resolves to redis when a url is set (Ankusa's rule), else
  * static; the redis-only keys are refused on the other types. */

@@ -43,11 +43,11 @@ def test_the_option_reference_in_the_docs_is_what_the_rows_generate():
 
 def test_the_reference_names_every_section_and_every_row():
     """The generator walks every module's rows and every plug-in's: spot checks across
-    layers (a nested row, an env override, a required plug-in key, a not-yet section)."""
+    layers (a nested row, an env override, a required plug-in key, every section)."""
     md = options_markdown(helpers.BIN)
     for needle in ["### `node`", "| `roles` |", "`ANKUSA_HTTP_PORT`, `PORT`", "| `tls.client_ca` |",
                    "| `retry.max_attempts` |", "| `principals[].token_sha256` |", "secret: never printed",
-                   "### `routes`", "not supported yet", "#### `type: http`", "| `url` | string | **required**",
+                   "### `routes`", "### `lifecycle`", "#### `type: http`", "| `url` | string | **required**",
                    "#### `type: github`", "| `<id>.sinks` |"]:
         assert needle in md, needle
 

@@ -47,7 +47,7 @@ declare -A SRCS=(
   [dedupe]="src/queue/dedupe_record.c src/store/keys.c"
   [marker]="src/store/marker.c src/store/keys.c"
   # the server layer's request engine, without its sockets (server.c) or TLS
-  [http]="src/http/proto.c src/http/parse.c src/core/buf.c"
+  [http]="src/http/proto.c src/http/parse.c src/core/buf.c src/core/netaddr.c"
   # the archive's segment and index codec, the records it frames and their checksum
   [segment]="src/archive/segment.c src/core/envelope.c src/store/crc32c.c"
   # the fleet store's URL (fleet.store.url): config and environment input
